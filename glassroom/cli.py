@@ -1,0 +1,59 @@
+"""The `glassroom` command: parses arguments, then calls one function of a layer below.
+
+Each subcommand lives in glassroom/commands/<name>.py with `register(subparsers)` (its options
+and help) and `run(args) -> int`. Command modules import heavy libraries (torch) inside `run`, so
+`glassroom --help` and `glassroom serve` start fast. A GlassroomError is printed as one line,
+`error: ...`, with exit code 2; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from glassroom import __version__
+from glassroom.errors import GlassroomError
+
+# Order is the order of `glassroom --help`.
+COMMAND_MODULES = [
+    "glassroom.commands.plan",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="glassroom",
+        description="Train language models in public: build a corpus, train dense and MoE "
+        "transformers, run scaling ladders, watch and publish every run.",
+    )
+    parser.add_argument("--version", action="version", version=f"glassroom {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except GlassroomError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

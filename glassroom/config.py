@@ -1,0 +1,199 @@
+"""Typed, strictly validated configs: YAML in, frozen dataclasses out.
+
+Every section (model, data, train, observe, ...) is a frozen dataclass. `build_section` turns a
+mapping into one, checking each key against the dataclass: an unknown key, a missing key, a value
+of the wrong type or an impossible value raises ConfigError naming the key path (`model.moe.top_k`).
+Integer fields also take counts with suffixes (`50K`); float fields take strings such as `3e-4`,
+which YAML 1.1 would otherwise read as text. `--set key.path=value` overrides apply to the raw
+mapping before validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from glassroom.errors import ConfigError, GlassroomError
+from glassroom.units import parse_count
+
+
+# ----------------------------------------------------------------------------- reading files
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; a clear error for anything else."""
+    path = Path(path)
+    if not path.exists():
+        raise GlassroomError(f"{path}: no such file")
+    if path.is_dir():
+        raise GlassroomError(f"{path}: is a folder, expected a YAML config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise GlassroomError(f"{path}: not a text file, expected a YAML config") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "cannot be parsed"
+        raise GlassroomError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise GlassroomError(f"{path}: expected a YAML mapping of sections (model:, train:, ...)")
+    return data
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A copy of `raw` with each `key.path=value` set; values are read as YAML scalars."""
+    import copy
+
+    result = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key.path=value")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError:
+            value = text
+        node = result
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def build_section(cls: type, data: Any, path: str) -> Any:
+    """An instance of dataclass `cls` from mapping `data`; errors name `path.key`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys, got {_describe(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"{path}.{key}: unknown key{hint}")
+    values = {}
+    for name, field in fields.items():
+        key_path = f"{path}.{name}"
+        if name in data:
+            values[name] = _convert(hints[name], data[name], key_path)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{key_path}: missing required key")
+    instance = cls(**values)
+    check = getattr(instance, "check", None)
+    if check is not None:
+        check(path)
+    return instance
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, (dict, list)):
+        return f"a {type(value).__name__}"
+    return f"{value!r}"
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _convert(options[0], value, path)
+        errors = []
+        for option in options:
+            try:
+                return _convert(option, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0])
+    if value is None:
+        raise ConfigError(f"{path}: a value is required, got null")
+    if origin is Literal:
+        if value not in args:
+            allowed = ", ".join(str(a) for a in args)
+            raise ConfigError(f"{path}: {value!r} is not one of {allowed}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return build_section(hint, value, path)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {_describe(value)}")
+        key_type, value_type = args
+        return {
+            _convert(key_type, k, f"{path}.{k}"): _convert(value_type, v, f"{path}.{k}")
+            for k, v in value.items()
+        }
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {_describe(value)}")
+        items = [_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {_describe(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+        if isinstance(value, int):
+            return value
+        try:
+            number = parse_count(value)
+        except ValueError:
+            raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}") from None
+        if number != int(number):
+            raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+        return int(number)
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected text, got {_describe(value)}")
+        return value
+    if hint is Any:
+        return value
+    raise TypeError(f"config field {path} has an unsupported type {hint!r}")
+
+
+def require_positive(path: str, **values: Optional[float]) -> None:
+    """ConfigError naming the first of `values` (key=value) that is present and not above zero."""
+    for key, value in values.items():
+        if value is not None and value <= 0:
+            raise ConfigError(f"{path}.{key}: must be positive, got {value}")
+
+
+def as_dict(section: Any) -> dict[str, Any]:
+    """A plain mapping of a config section, as it is saved with a run (resolved config)."""
+    return dataclasses.asdict(section)

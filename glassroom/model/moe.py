@@ -1,0 +1,184 @@
+"""The Mixture-of-Experts feed-forward: router, router-bias balancing, shared and grouped experts.
+
+Token-choice top-k: each token picks `top_k` of `n_experts` routed experts by its router scores
+(sigmoid or softmax of fp32 router logits) plus a per-expert `router_bias`. The bias only chooses;
+the combine weights come from the scores alone (normalised over the chosen experts when top_k > 1).
+The bias is a persistent buffer moved by `update_router_bias` once per optimizer step
+(auxiliary-loss-free balancing, as in DeepSeek-V3), never by a gradient.
+
+Experts run grouped: the (token, expert) pairs are sorted by expert and multiplied with one
+grouped matmul per projection (`torch.nn.functional.grouped_mm` where the device and dtype allow,
+otherwise one matmul per expert). No token is ever dropped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glassroom.model.config import MoEConfig
+from glassroom.model.layers import SwiGLU
+
+
+def _grouped_mm_supported(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether F.grouped_mm takes these operands (it needs 16-byte aligned rows)."""
+    if x.dtype != w.dtype or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    size = x.element_size()
+    if (x.shape[-1] * size) % 16 or (w.shape[-1] * size) % 16:
+        return False
+    if x.device.type == "cpu":
+        return True
+    if x.device.type == "cuda":
+        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (9, 0)
+    return False
+
+
+def grouped_matmul(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Rows of `x` sorted into groups of sizes `counts`; group g is multiplied by `w[g]` (K, N)."""
+    if _grouped_mm_supported(x, w):
+        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+        return F.grouped_mm(x, w, offs=offsets)
+    pieces = torch.split(x, counts.tolist())
+    return torch.cat([piece @ w[g] for g, piece in enumerate(pieces)], dim=0)
+
+
+class GroupedExperts(nn.Module):
+    """`n_experts` SwiGLU experts of width `d_expert`, stored packed for grouped matmuls."""
+
+    def __init__(self, n_experts: int, d_model: int, d_expert: int):
+        super().__init__()
+        self.n_experts = n_experts
+        self.d_expert = d_expert
+        # gate and up side by side: one grouped matmul computes both.
+        self.gate_up_proj = nn.Parameter(torch.empty(n_experts, d_model, 2 * d_expert))
+        self.down_proj = nn.Parameter(torch.empty(n_experts, d_expert, d_model))
+
+    def forward(
+        self, x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, counts: torch.Tensor
+    ) -> torch.Tensor:
+        """x (T, d); chosen and weights (T, k); counts (E,) tokens per expert. Returns (T, d)."""
+        top_k = chosen.shape[1]
+        order = torch.argsort(chosen.flatten(), stable=True)
+        token_index = order // top_k
+        gate_up, down = self.gate_up_proj, self.down_proj
+        dtype = x.dtype
+        if torch.is_autocast_enabled(x.device.type):
+            # grouped_mm is not autocast-aware: cast operands ourselves.
+            dtype = torch.get_autocast_dtype(x.device.type)
+            gate_up, down = gate_up.to(dtype), down.to(dtype)
+        routed = x.index_select(0, token_index).to(dtype)
+        hidden = grouped_matmul(routed, gate_up, counts)
+        gate, up = hidden.chunk(2, dim=-1)
+        # Multiply the routing weight into the narrow activation, before the down projection.
+        combine = weights.flatten().index_select(0, order).unsqueeze(-1).to(dtype)
+        activated = F.silu(gate) * up * combine
+        out = grouped_matmul(activated, down, counts)
+        return torch.zeros(x.shape, dtype=out.dtype, device=x.device).index_add_(0, token_index, out)
+
+
+class MoEFeedForward(nn.Module):
+    """Router + routed experts + always-on shared experts, with router statistics."""
+
+    def __init__(self, d_model: int, cfg: MoEConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.n_experts = cfg.n_experts
+        self.top_k = cfg.top_k
+        self.router = nn.Linear(d_model, cfg.n_experts, bias=False)
+        self.register_buffer("router_bias", torch.zeros(cfg.n_experts), persistent=True)
+        # Tokens per expert summed over the micro-batches of the current optimizer step.
+        self.register_buffer(
+            "step_tokens_per_expert", torch.zeros(cfg.n_experts, dtype=torch.long), persistent=False
+        )
+        self.experts = GroupedExperts(cfg.n_experts, d_model, cfg.d_expert)
+        self.shared_experts = (
+            SwiGLU(d_model, cfg.n_shared_experts * cfg.d_expert) if cfg.n_shared_experts else None
+        )
+        self.last_stats: dict[str, torch.Tensor] = {}
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Router logits (fp32), scores, chosen experts (T, k) and their combine weights (T, k)."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            logits = F.linear(x.float(), self.router.weight.float())
+        if self.cfg.router == "sigmoid":
+            scores = torch.sigmoid(logits)
+        else:
+            scores = torch.softmax(logits, dim=-1)
+        with torch.no_grad():
+            chosen = torch.topk(scores + self.router_bias.float(), self.top_k, dim=-1).indices
+        weights = scores.gather(1, chosen)
+        if self.top_k > 1:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, scores, chosen, weights
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., d) -> (output of the same shape, weighted auxiliary losses to add to the loss)."""
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        logits, scores, chosen, weights = self.route(flat)
+        counts = torch.bincount(chosen.flatten(), minlength=self.n_experts)
+        out = self.experts(flat, chosen, weights, counts)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(flat)
+
+        # Switch-style balance loss: E * sum_i (fraction of assignments to i) * (mean prob of i).
+        probs = scores if self.cfg.router == "softmax" else scores / scores.sum(-1, keepdim=True)
+        fraction = counts.float() / chosen.numel()
+        aux_loss = self.n_experts * torch.sum(fraction * probs.mean(dim=0))
+        z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
+        moe_loss = self.cfg.aux_loss_coef * aux_loss + self.cfg.z_loss_coef * z_loss
+
+        with torch.no_grad():
+            if self.training:
+                self.step_tokens_per_expert += counts
+            entropy = -(probs * torch.log(probs.clamp_min(1e-20))).sum(-1).mean()
+            self.last_stats = {
+                "tokens_per_expert": counts,
+                "entropy": entropy,
+                "aux_loss": aux_loss.detach(),
+                "z_loss": z_loss.detach(),
+            }
+        return out.reshape(shape), moe_loss
+
+    @torch.no_grad()
+    def update_router_bias(self, tokens_per_expert: torch.Tensor | None = None, rate: float | None = None) -> None:
+        """Move each expert's bias by `rate * sign(mean_count - count_i)`, then re-centre to zero mean.
+
+        Call once per optimizer step with the counts of all its micro-batches (summed across
+        data-parallel ranks when distributed); by default the counts this layer accumulated.
+        Resets the accumulated counts.
+        """
+        counts = self.step_tokens_per_expert if tokens_per_expert is None else tokens_per_expert
+        counts = counts.to(self.router_bias.device, torch.float32)
+        rate = self.cfg.bias_update_rate if rate is None else rate
+        if rate > 0 and counts.sum() > 0:
+            self.router_bias += rate * torch.sign(counts.mean() - counts).to(self.router_bias.dtype)
+            self.router_bias -= self.router_bias.mean()
+        self.step_tokens_per_expert.zero_()
+
+    @torch.no_grad()
+    def router_stats(self) -> dict[str, float | list[float]]:
+        """Tokens per expert (this step's, else the last forward's), load imbalance (max/mean),
+        router entropy (nats), bias values, norm and range, auxiliary and z losses."""
+        counts = self.step_tokens_per_expert
+        if int(counts.sum()) == 0 and self.last_stats:
+            counts = self.last_stats["tokens_per_expert"]
+        counts = counts.float().cpu()
+        mean = float(counts.mean())
+        bias = self.router_bias.float().cpu()
+        stats: dict[str, float | list[float]] = {
+            "tokens_per_expert": counts.tolist(),
+            "imbalance": float(counts.max()) / mean if mean > 0 else math.nan,
+            "bias": bias.tolist(),
+            "bias_norm": float(bias.norm()),
+            "bias_min": float(bias.min()),
+            "bias_max": float(bias.max()),
+        }
+        for key in ("entropy", "aux_loss", "z_loss"):
+            value = self.last_stats.get(key)
+            stats[key] = float(value) if value is not None else math.nan
+        return stats

@@ -1,0 +1,196 @@
+"""The decoder-only transformer: embeddings, pre-norm blocks, RoPE, grouped-query attention, head.
+
+Attention goes through `F.scaled_dot_product_attention` (causal, or causal within a sliding window
+for the layers that have one); optional QK-norm normalises each head's queries and keys before
+RoPE. Feed-forwards are SwiGLU, or the MoE of moe.py above `first_dense_layers`. Parallelism is
+applied from outside (train/parallel.py), so this file stays a plain model.
+
+`build_model(cfg, seed)` constructs and initialises deterministically: every parameter draws from
+its own generator seeded by (seed, parameter name), so the same seed gives the same weights
+whatever the construction order; projections into the residual stream are scaled by
+1/sqrt(2 * n_layers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glassroom.model.config import ModelConfig
+from glassroom.model.layers import RMSNorm, SwiGLU
+from glassroom.model.moe import MoEFeedForward
+
+INIT_STD = 0.02
+
+
+@dataclass
+class TransformerOutput:
+    logits: torch.Tensor
+    # mean over tokens of logsumexp(logits)^2; the trainer scales it by its z-loss coefficient.
+    logit_z_loss: Optional[torch.Tensor]
+    # sum over MoE layers of aux_loss_coef * balance loss + z_loss_coef * router z-loss.
+    moe_loss: torch.Tensor
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (max_seq_len, head_dim / 2), computed in float64 for accuracy."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., :h/2], x[..., h/2:]) of x (B, heads, T, h) by the position angles."""
+    first, second = x.float().chunk(2, dim=-1)
+    rotated = torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)
+    return rotated.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, window: Optional[int]):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.dim_per_head
+        self.window = window
+        self.wq = nn.Linear(cfg.d_model, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        gqa = self.n_kv_heads != self.n_heads
+        if self.window is None or self.window >= seq:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        else:
+            mask = sliding_window_mask(seq, self.window, x.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+_MASKS: dict[tuple[int, int, str], torch.Tensor] = {}
+
+
+def sliding_window_mask(seq: int, window: int, device: torch.device) -> torch.Tensor:
+    """Boolean (seq, seq): query i sees keys j with i - window < j <= i."""
+    key = (seq, window, str(device))
+    if key not in _MASKS:
+        pos = torch.arange(seq, device=device)
+        distance = pos[:, None] - pos[None, :]
+        _MASKS[key] = (distance >= 0) & (distance < window)
+    return _MASKS[key]
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.attn_norm = RMSNorm(cfg.d_model)
+        self.attn = Attention(cfg, cfg.layer_window(layer))
+        self.mlp_norm = RMSNorm(cfg.d_model)
+        if cfg.is_moe_layer(layer):
+            self.mlp: nn.Module = MoEFeedForward(cfg.d_model, cfg.moe)
+        else:
+            self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        if isinstance(self.mlp, MoEFeedForward):
+            out, moe_loss = self.mlp(self.mlp_norm(x))
+            return x + out, moe_loss
+        return x + self.mlp(self.mlp_norm(x)), None
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg.dim_per_head, cfg.max_seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor, *, z_loss: bool = False) -> TransformerOutput:
+        """input_ids (batch, seq) -> logits (batch, seq, vocab), plus the auxiliary loss terms."""
+        seq = input_ids.shape[1]
+        if seq > self.cfg.max_seq_len:
+            raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len {self.cfg.max_seq_len}")
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        x = self.embed(input_ids)
+        moe_loss = torch.zeros((), device=x.device)
+        for block in self.blocks:
+            x, block_loss = block(x, cos, sin)
+            if block_loss is not None:
+                moe_loss = moe_loss + block_loss
+        x = self.norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        logits = F.linear(x, weight)
+        logit_z = torch.logsumexp(logits.float(), dim=-1).pow(2).mean() if z_loss else None
+        return TransformerOutput(logits=logits, logit_z_loss=logit_z, moe_loss=moe_loss)
+
+    # ------------------------------------------------------------------ MoE helpers
+
+    def moe_layers(self) -> Iterator[tuple[int, MoEFeedForward]]:
+        for block in self.blocks:
+            if isinstance(block.mlp, MoEFeedForward):
+                yield block.layer, block.mlp
+
+    def step_tokens_per_expert(self) -> Optional[torch.Tensor]:
+        """(n_moe_layers, n_experts) counts accumulated this optimizer step, or None if dense."""
+        counts = [moe.step_tokens_per_expert for _, moe in self.moe_layers()]
+        return torch.stack(counts) if counts else None
+
+    def update_router_biases(self, tokens_per_expert: Optional[torch.Tensor] = None) -> None:
+        """Balance every MoE layer once per optimizer step; counts as from step_tokens_per_expert
+        (already summed across ranks when distributed), or each layer's own when None."""
+        for row, (_, moe) in enumerate(self.moe_layers()):
+            moe.update_router_bias(None if tokens_per_expert is None else tokens_per_expert[row])
+
+    # ------------------------------------------------------------------ initialisation
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        residual_std = INIT_STD / math.sqrt(2 * self.cfg.n_layers)
+        for name, param in self.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+                continue
+            is_residual_out = name.endswith(("attn.wo.weight", "down.weight", "down_proj"))
+            std = residual_std if is_residual_out else INIT_STD
+            generator = torch.Generator().manual_seed(_param_seed(seed, name))
+            values = torch.empty(param.shape, dtype=torch.float32)
+            values.normal_(0.0, std, generator=generator)
+            param.copy_(values)
+        for _, moe in self.moe_layers():
+            moe.router_bias.zero_()
+
+
+def _param_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def build_model(cfg: ModelConfig, seed: int = 0, device: str | torch.device | None = None) -> Transformer:
+    """A Transformer for `cfg`, initialised from `seed`; on the meta device nothing is allocated."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    with device:
+        model = Transformer(cfg)
+    if device.type != "meta":
+        model.init_weights(seed)
+    return model
