@@ -21,15 +21,22 @@ COMMAND_MODULES = [
 ]
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage mistakes print one line, `error: ...`, and exit 2, like every other user error."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="glassroom",
         description="Train language models in public: build a corpus, train dense and MoE "
         "transformers, run scaling ladders, watch and publish every run.",
     )
     parser.add_argument("--version", action="version", version=f"glassroom {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineErrorParser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
