@@ -70,7 +70,7 @@ class GroupedExperts(nn.Module):
             # grouped_mm is not autocast-aware: cast operands ourselves.
             dtype = torch.get_autocast_dtype(x.device.type)
             gate_up, down = gate_up.to(dtype), down.to(dtype)
-        routed = x.index_select(0, token_index).to(dtype)
+        routed = x.to(dtype).index_select(0, token_index)  # cast the T rows, not the T*k copies
         hidden = grouped_matmul(routed, gate_up, counts)
         gate, up = hidden.chunk(2, dim=-1)
         # Multiply the routing weight into the narrow activation, before the down projection.
