@@ -1,0 +1,257 @@
+"""The run store: metrics, vectors, events and artifacts of one run, in SQLite (WAL) in RUN_DIR.
+
+One writer (the training process, rank 0) and any number of readers (the dashboard, `glassroom
+metrics`, tests), also while training writes. No torch import here: the dashboard reads this
+module alone.
+
+Layout (RUN_DIR/store.sqlite):
+- names(id, name): metric names (`train/loss`, `eval/prose/bpb`, ...), interned.
+- metrics(name_id, step, value, time): one scalar per (name, step). A resumed run that logs a step
+  again replaces the value, so a curve continues cleanly after a restart.
+- vectors(name_id, step, value): a JSON list per (name, step), e.g. tokens per expert of a layer.
+- events(id, time, step, kind, text, data): start, resume, checkpoint, eval, anomaly, note, end, error.
+- artifacts(name, time, value): JSON documents such as the resolved config, status, prediction.
+
+The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
+`flush_seconds`), so logging stays a small fraction of a training step; events and artifacts
+commit at once. What was committed survives a SIGKILL of the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+STORE_FILE = "store.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS names (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS metrics (
+    name_id INTEGER NOT NULL, step INTEGER NOT NULL, value REAL, time REAL NOT NULL,
+    PRIMARY KEY (name_id, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vectors (
+    name_id INTEGER NOT NULL, step INTEGER NOT NULL, value TEXT NOT NULL, time REAL NOT NULL,
+    PRIMARY KEY (name_id, step)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, step INTEGER,
+    kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT);
+CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, time REAL NOT NULL, value TEXT NOT NULL);
+"""
+
+
+def store_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / STORE_FILE
+
+
+def _finite_or_none(value: float) -> Optional[float]:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class StoreWriter:
+    """Appends to a run's store. Use as a context manager, or call close()."""
+
+    def __init__(self, run_dir: str | Path, flush_rows: int = 2000, flush_seconds: float = 1.0):
+        self.path = store_path(run_dir)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(SCHEMA)
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self._name_ids: dict[str, int] = dict(
+            (name, id_) for id_, name in self.conn.execute("SELECT id, name FROM names")
+        )
+        self._rows: list[tuple[int, int, Optional[float], float]] = []
+        self._vectors: list[tuple[int, int, str, float]] = []
+        self._last_flush = time.monotonic()
+
+    # ------------------------------------------------------------------ writing
+
+    def _name_id(self, name: str) -> int:
+        id_ = self._name_ids.get(name)
+        if id_ is None:
+            self.conn.execute("INSERT OR IGNORE INTO names (name) VALUES (?)", (name,))
+            id_ = self.conn.execute("SELECT id FROM names WHERE name = ?", (name,)).fetchone()[0]
+            self._name_ids[name] = id_
+        return id_
+
+    def log(self, step: int, values: dict[str, float], when: Optional[float] = None) -> None:
+        """Buffer scalar metrics for `step`; NaN and Inf are stored as null (a gap in the chart)."""
+        now = time.time() if when is None else when
+        for name, value in values.items():
+            self._rows.append((self._name_id(name), int(step), _finite_or_none(value), now))
+        self._maybe_flush()
+
+    def log_vector(self, step: int, name: str, values: Iterable[float]) -> None:
+        """Buffer a vector metric (a list of numbers) for `step`."""
+        data = json.dumps([_finite_or_none(v) for v in values])
+        self._vectors.append((self._name_id(name), int(step), data, time.time()))
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        pending = len(self._rows) + len(self._vectors)
+        if pending >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit buffered rows in one transaction."""
+        if self._rows or self._vectors:
+            with self.conn:
+                self.conn.execute("BEGIN")
+                self.conn.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)", self._rows)
+                self.conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)", self._vectors)
+            self._rows, self._vectors = [], []
+        self._last_flush = time.monotonic()
+
+    def event(self, kind: str, text: str, step: Optional[int] = None, data: Any = None) -> int:
+        """Record an event now (buffered metrics are committed first, so the order holds)."""
+        self.flush()
+        cursor = self.conn.execute(
+            "INSERT INTO events (time, step, kind, text, data) VALUES (?, ?, ?, ?, ?)",
+            (time.time(), step, kind, text, None if data is None else json.dumps(data)),
+        )
+        return int(cursor.lastrowid)
+
+    def set_artifact(self, name: str, value: Any) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?)", (name, time.time(), json.dumps(value))
+        )
+
+    def set_status(self, state: str, step: int, **extra: Any) -> None:
+        """The run's state (running, finished, failed) and last step, for run lists."""
+        self.flush()
+        self.set_artifact("status", {"state": state, "step": int(step), "updated": time.time(), **extra})
+
+    def close(self) -> None:
+        self.flush()
+        self.conn.close()
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class StoreReader:
+    """Reads a run's store, also while a writer appends. Read-only: never changes the file."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = store_path(run_dir)
+        if not self.path.exists():
+            raise FileNotFoundError(f"{Path(run_dir)}: no run store ({STORE_FILE}) here")
+        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def names(self) -> list[str]:
+        """Names that have scalar values, sorted."""
+        rows = self.conn.execute(
+            "SELECT name FROM names WHERE id IN (SELECT DISTINCT name_id FROM metrics) ORDER BY name"
+        )
+        return [r[0] for r in rows]
+
+    def vector_names(self) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT name FROM names WHERE id IN (SELECT DISTINCT name_id FROM vectors) ORDER BY name"
+        )
+        return [r[0] for r in rows]
+
+    def _id(self, name: str) -> Optional[int]:
+        row = self.conn.execute("SELECT id FROM names WHERE name = ?", (name,)).fetchone()
+        return None if row is None else row[0]
+
+    def series(self, name: str, start: Optional[int] = None, end: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Steps (int64) and values (float64, NaN where none) of `name` in [start, end], by step."""
+        id_ = self._id(name)
+        if id_ is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        lo = -(2**62) if start is None else int(start)
+        hi = 2**62 if end is None else int(end)
+        cursor = self.conn.execute(
+            "SELECT step, IFNULL(value, 'NaN') FROM metrics WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step",
+            (id_, lo, hi),
+        )
+        data = np.fromiter(cursor, dtype=[("step", np.int64), ("value", np.float64)])
+        return data["step"], data["value"]
+
+    def latest(self, name: str) -> Optional[tuple[int, float]]:
+        id_ = self._id(name)
+        if id_ is None:
+            return None
+        row = self.conn.execute(
+            "SELECT step, value FROM metrics WHERE name_id = ? ORDER BY step DESC LIMIT 1", (id_,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), float("nan") if row[1] is None else float(row[1]))
+
+    def vectors(self, name: str, start: Optional[int] = None, end: Optional[int] = None) -> list[tuple[int, list]]:
+        id_ = self._id(name)
+        if id_ is None:
+            return []
+        lo = -(2**62) if start is None else int(start)
+        hi = 2**62 if end is None else int(end)
+        rows = self.conn.execute(
+            "SELECT step, value FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step",
+            (id_, lo, hi),
+        )
+        return [(int(step), json.loads(value)) for step, value in rows]
+
+    def events(self, after_id: int = 0, kinds: Optional[list[str]] = None) -> list[dict]:
+        rows = self.conn.execute(
+            "SELECT id, time, step, kind, text, data FROM events WHERE id > ? ORDER BY id", (after_id,)
+        )
+        out = []
+        for id_, when, step, kind, text, data in rows:
+            if kinds and kind not in kinds:
+                continue
+            out.append({"id": id_, "time": when, "step": step, "kind": kind, "text": text,
+                        "data": None if data is None else json.loads(data)})
+        return out
+
+    def artifact(self, name: str) -> Any:
+        row = self.conn.execute("SELECT value FROM artifacts WHERE name = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def status(self) -> dict:
+        return self.artifact("status") or {"state": "unknown", "step": 0}
+
+    def max_metric_id(self) -> tuple[int, float]:
+        """(number of scalar rows, newest write time): a cheap 'has anything changed' probe."""
+        row = self.conn.execute("SELECT COUNT(*), IFNULL(MAX(time), 0) FROM metrics").fetchone()
+        return int(row[0]), float(row[1])
+
+
+def downsample(steps: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """At most `buckets` buckets of equal step width: per bucket its first step and the min and max
+    value, so a one-step spike survives at every zoom; the last point is kept exactly."""
+    if len(steps) <= buckets:
+        return steps, values, values
+    lo, hi = int(steps[0]), int(steps[-1])
+    width = max(1, -(-(hi - lo + 1) // buckets))
+    index = (steps - lo) // width
+    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+    with np.errstate(invalid="ignore"):
+        finite = np.where(np.isfinite(values), values, np.nan)
+        mins = np.fmin.reduceat(finite, starts)
+        maxs = np.fmax.reduceat(finite, starts)
+    out_steps = steps[starts]
+    # The newest point is shown as itself, not hidden inside its bucket.
+    out_steps = np.r_[out_steps, steps[-1]]
+    mins = np.r_[mins, values[-1]]
+    maxs = np.r_[maxs, values[-1]]
+    return out_steps, mins, maxs
