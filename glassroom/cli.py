@@ -18,6 +18,8 @@ from glassroom.errors import GlassroomError
 # Order is the order of `glassroom --help`.
 COMMAND_MODULES = [
     "glassroom.commands.plan",
+    "glassroom.commands.run",
+    "glassroom.commands.show",
 ]
 
 
