@@ -1,0 +1,232 @@
+"""Cleaning: normalise, filter, exact and fuzzy dedup, held-out split; counts of what each stage did.
+
+Per document, in worker processes: Unicode NFC and newline normalisation, the quality filters of
+CleanConfig (thresholds in docs/data-build.md), a content hash and a MinHash signature of word
+shingles. In the main process, in source order so the result is deterministic: exact dedup by
+hash, fuzzy dedup by MinHash LSH (datasketch), then the held-out split by a stable hash of the id.
+Dedup runs over the whole corpus (a document in two domains is kept once, where it came first).
+`Stats` records, per stage and domain, documents and bytes in and out and removals by reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from glassroom.data.recipe import CleanConfig, DedupConfig, SplitConfig
+
+STAGES = ("extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split", "tokenize")
+
+_LETTERS = re.compile(r"[^\W\d_]+")
+_GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+_WORDS = re.compile(r"\w+")
+
+class Stats:
+    """Per stage and domain: docs/bytes in and out and removals by reason (stats.json)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, dict]] = {s: {} for s in STAGES}
+
+    def entry(self, stage: str, domain: str) -> dict:
+        return self.data[stage].setdefault(
+            domain, {"docs_in": 0, "bytes_in": 0, "docs_out": 0, "bytes_out": 0, "removed": {}}
+        )
+
+    def record_in(self, stage: str, domain: str, nbytes: int) -> None:
+        e = self.entry(stage, domain)
+        e["docs_in"] += 1
+        e["bytes_in"] += nbytes
+
+    def record_out(self, stage: str, domain: str, nbytes: int) -> None:
+        e = self.entry(stage, domain)
+        e["docs_out"] += 1
+        e["bytes_out"] += nbytes
+
+    def record_removed(self, stage: str, domain: str, reason: str, nbytes: int) -> None:
+        removed = self.entry(stage, domain)["removed"].setdefault(reason, {"docs": 0, "bytes": 0})
+        removed["docs"] += 1
+        removed["bytes"] += nbytes
+
+    def passthrough(self, stage: str, domain: str, nbytes: int) -> None:
+        self.record_in(stage, domain, nbytes)
+        self.record_out(stage, domain, nbytes)
+
+    def to_json(self) -> dict:
+        return self.data
+
+
+def normalize(text: str) -> str:
+    """NFC, `\\r\\n` and `\\r` to `\\n`, trailing spaces dropped, blank lines at the ends dropped."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    return text.strip("\n")
+
+
+def quality_reason(text: str, nbytes: int, cfg: CleanConfig) -> str | None:
+    """The first filter that `text` fails, or None; see CleanConfig for the thresholds."""
+    if nbytes < cfg.min_bytes:
+        return "too_short"
+    if nbytes > cfg.max_bytes:
+        return "too_long"
+    chars = len(text)
+    if len(_GARBAGE.findall(text)) > cfg.max_garbage_fraction * chars:
+        return "garbled"
+    letters = chars - len(_LETTERS.sub("", text))
+    if letters < cfg.min_letter_fraction * chars:
+        return "few_letters"
+    lines = text.split("\n")
+    if nbytes / len(lines) > cfg.max_mean_line_bytes:
+        return "long_lines"
+    counts = Counter(line for line in lines if len(line.strip()) > 3)
+    repeated = sum(len(line) * (n - 1) for line, n in counts.items() if n > 1)
+    if repeated > cfg.max_duplicate_line_fraction * chars:
+        return "repetitive"
+    return None
+
+
+@dataclass
+class Cleaned:
+    """A document after the per-document stages, with what the dedup stages need."""
+
+    doc: dict
+    raw_bytes: int
+    nbytes: int
+    reason: str | None  # None when it passed the filters
+    digest: bytes = b""
+    signature: np.ndarray | None = None
+
+
+class Signer:
+    """datasketch MinHash signatures of word shingles (crc32 of each shingle, 32-bit affine scheme)."""
+
+    SCHEME = "affine32"
+
+    def __init__(self, num_perm: int, shingle_words: int) -> None:
+        from datasketch import MinHash
+
+        self.num_perm = num_perm
+        self.k = shingle_words
+        self.permutations = MinHash(num_perm=num_perm, seed=1, scheme=self.SCHEME).permutations
+
+    def minhash(self, hashvalues=None):
+        from datasketch import MinHash
+
+        return MinHash(num_perm=self.num_perm, seed=1, hashfunc=zlib.crc32, permutations=self.permutations,
+                       hashvalues=hashvalues, scheme=self.SCHEME)
+
+    def shingles(self, text: str) -> set[bytes]:
+        words = _WORDS.findall(text.lower())
+        k = min(self.k, max(len(words), 1))
+        return {" ".join(words[i: i + k]).encode() for i in range(max(len(words) - k + 1, 1))}
+
+    def signature(self, text: str) -> np.ndarray:
+        mh = self.minhash()
+        mh.update_batch(self.shingles(text))
+        return mh.hashvalues
+
+
+_SIGNERS: dict[tuple[int, int], Signer] = {}
+
+
+def clean_batch(docs: list[dict], clean: CleanConfig, dedup: DedupConfig) -> list[Cleaned]:
+    """The per-document stages for a batch; runs in a worker process."""
+    key = (dedup.num_perm, dedup.shingle_words)
+    signer = _SIGNERS.get(key) or _SIGNERS.setdefault(key, Signer(*key))
+    out = []
+    for doc in docs:
+        raw_bytes = len(doc["text"].encode())
+        text = normalize(doc["text"])
+        data = text.encode()
+        doc = dict(doc, text=text)
+        reason = quality_reason(text, len(data), clean)
+        item = Cleaned(doc, raw_bytes, len(data), reason)
+        if reason is None:
+            item.digest = hashlib.blake2b(data, digest_size=16).digest()
+            if dedup.fuzzy:
+                item.signature = signer.signature(text)
+        out.append(item)
+    return out
+
+
+class Deduplicator:
+    """Exact (content hash) and fuzzy (MinHash LSH) dedup over every document it is shown."""
+
+    def __init__(self, cfg: DedupConfig) -> None:
+        from datasketch import MinHashLSH
+
+        self.cfg = cfg
+        self.signer = Signer(cfg.num_perm, cfg.shingle_words)
+        self.seen: set[bytes] = set()
+        self.lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm) if cfg.fuzzy else None
+        self.count = 0
+
+    def reason(self, item: Cleaned) -> str | None:
+        """'exact_duplicate', 'near_duplicate' or None (then the document is remembered)."""
+        if self.cfg.exact and item.digest in self.seen:
+            return "exact_duplicate"
+        if self.lsh is not None:
+            mh = self.signer.minhash(item.signature)
+            if self.lsh.query(mh):
+                return "near_duplicate"
+            self.lsh.insert(str(self.count), mh, check_duplication=False)
+        self.seen.add(item.digest)
+        self.count += 1
+        return None
+
+
+def split_score(doc_id: str, seed: int) -> float:
+    """A stable number in [0, 1) from the document id: below the validation fraction is held out."""
+    digest = hashlib.sha256(f"{seed}:{doc_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class Cleaner:
+    """Runs the stages over a stream of documents and records them in `stats`."""
+
+    def __init__(self, clean: CleanConfig, dedup: DedupConfig, split: SplitConfig, stats: Stats) -> None:
+        self.clean, self.dedup_cfg, self.split = clean, dedup, split
+        self.stats = stats
+        self.dedup = Deduplicator(dedup)
+        self.kept: dict[str, int] = defaultdict(int)
+
+    def accept(self, item: Cleaned) -> bool:
+        """Record `item` through the cleaning stages; True when it is kept."""
+        stats, domain = self.stats, item.doc["domain"]
+        stats.passthrough("extract", domain, item.raw_bytes)
+        stats.record_in("normalize", domain, item.raw_bytes)
+        stats.record_out("normalize", domain, item.nbytes)
+        stats.record_in("filter", domain, item.nbytes)
+        if item.reason is not None:
+            stats.record_removed("filter", domain, item.reason, item.nbytes)
+            return False
+        stats.record_out("filter", domain, item.nbytes)
+        stats.record_in("exact_dedup", domain, item.nbytes)
+        reason = self.dedup.reason(item)
+        if reason == "exact_duplicate":
+            stats.record_removed("exact_dedup", domain, reason, item.nbytes)
+            return False
+        stats.record_out("exact_dedup", domain, item.nbytes)
+        stats.record_in("fuzzy_dedup", domain, item.nbytes)
+        if reason == "near_duplicate":
+            stats.record_removed("fuzzy_dedup", domain, reason, item.nbytes)
+            return False
+        stats.record_out("fuzzy_dedup", domain, item.nbytes)
+        self.kept[domain] += 1
+        return True
+
+
+def validation_cutoff(scores: list[float], fraction: float) -> float:
+    """Documents whose split score is below the result are held out.
+
+    Normally `fraction` itself; when that would hold out nothing from a domain of two or more
+    documents, just above the smallest score, so every domain has a validation split.
+    """
+    if len(scores) >= 2 and not any(s < fraction for s in scores):
+        return min(scores) + 1e-12
+    return fraction

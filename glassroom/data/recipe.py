@@ -1,0 +1,201 @@
+"""The data recipe: which sources make up each domain, and how they are cleaned, split and tokenized.
+
+A recipe is a YAML file validated into frozen dataclasses by glassroom.config.build_section, so an
+unknown key, a wrong type or an impossible value is a one-line error naming its key path
+(`domains.prose.sources[1].max_bytes`). docs/data-build.md describes every key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+from glassroom.config import apply_overrides, as_dict, build_section, load_yaml, require_positive
+from glassroom.errors import ConfigError
+
+SOURCE_KINDS = (
+    "files", "archive", "jsonl", "parquet", "python-stdlib", "bible", "shakespeare", "austen",
+    "brown", "fortunes", "dictd", "man",
+)
+
+# Which optional keys each kind takes (beyond kind, name, max_bytes, max_docs, chunk_bytes).
+_KIND_KEYS = {
+    "files": {"path", "exclude", "format"},
+    "archive": {"path", "members", "exclude", "format"},
+    "jsonl": {"path", "text_field", "id_field"},
+    "parquet": {"path", "text_field", "id_field"},
+    "python-stdlib": {"exclude"},
+    "bible": set(),
+    "shakespeare": set(),
+    "austen": set(),
+    "brown": set(),
+    "fortunes": {"path", "exclude"},
+    "dictd": {"names"},
+    "man": {"lang", "sections", "exclude"},
+}
+_REQUIRED = {"files": {"path"}, "archive": {"path"}, "jsonl": {"path"}, "parquet": {"path"}, "dictd": {"names"}}
+_DEFAULTS = {"text_field": "text", "format": "text", "sections": "1-8"}
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One source of documents for a domain; `kind` says which extractor reads it."""
+
+    kind: Literal[
+        "files", "archive", "jsonl", "parquet", "python-stdlib", "bible", "shakespeare", "austen",
+        "brown", "fortunes", "dictd", "man",
+    ]
+    name: Optional[str] = None  # label in stats and the manifest; default derived from kind/path
+    path: Optional[str] = None  # a file, folder or glob pattern (`**` recurses); ~ and $VARS expand
+    members: Optional[str] = None  # archive: glob of member names to read
+    exclude: list[str] = field(default_factory=list)  # glob patterns (on the path) to skip
+    format: Optional[Literal["text", "html", "gutenberg"]] = None  # how files are turned into text
+    text_field: Optional[str] = None  # jsonl/parquet: the field with the document text
+    id_field: Optional[str] = None  # jsonl/parquet: a field with a stable document id
+    names: list[str] = field(default_factory=list)  # dictd: database names (gcide, wn, ...)
+    lang: Optional[str] = None  # man: a language folder (de, fr, ...); default English
+    sections: Optional[str] = None  # man: section numbers, e.g. "1-8" or "1,5,8"
+    max_bytes: Optional[int] = None  # cap on raw bytes taken from this source
+    max_docs: Optional[int] = None  # cap on documents taken from this source
+    chunk_bytes: Optional[int] = None  # split longer documents (and pack short entries) to this size
+
+    def check(self, path: str) -> None:
+        allowed = _KIND_KEYS[self.kind]
+        for key in ("path", "members", "format", "text_field", "id_field", "lang", "sections"):
+            if getattr(self, key) is not None and key not in allowed:
+                raise ConfigError(f"{path}.{key}: not used by a {self.kind} source")
+        for key in ("exclude", "names"):
+            if getattr(self, key) and key not in allowed:
+                raise ConfigError(f"{path}.{key}: not used by a {self.kind} source")
+        for key in _REQUIRED.get(self.kind, ()):
+            if not getattr(self, key):
+                raise ConfigError(f"{path}.{key}: a {self.kind} source needs it")
+        require_positive(path, max_bytes=self.max_bytes, max_docs=self.max_docs, chunk_bytes=self.chunk_bytes)
+        if self.chunk_bytes is not None and self.chunk_bytes < 256:
+            raise ConfigError(f"{path}.chunk_bytes: must be at least 256, got {self.chunk_bytes}")
+
+    def option(self, key: str):
+        """The value of `key`, or its default for kinds that use it."""
+        value = getattr(self, key)
+        return _DEFAULTS.get(key) if value is None else value
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind == "dictd":
+            return "dictd:" + "+".join(self.names)
+        if self.kind == "man":
+            return f"man:{self.lang or 'en'}"
+        if self.path:
+            return f"{self.kind}:{self.path}"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class DomainConfig:
+    sources: list[SourceConfig]
+
+    def check(self, path: str) -> None:
+        if not self.sources:
+            raise ConfigError(f"{path}.sources: a domain needs at least one source")
+        labels = [s.label for s in self.sources]
+        for label in labels:
+            if labels.count(label) > 1:
+                raise ConfigError(f"{path}.sources: two sources are both named {label!r}; give one a name:")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Quality filters; a document failing any is removed and counted under that reason."""
+
+    min_bytes: int = 64  # too_short: fewer UTF-8 bytes than this
+    max_bytes: int = 1_000_000  # too_long: more UTF-8 bytes than this
+    min_letter_fraction: float = 0.25  # few_letters: letters / characters below this
+    max_garbage_fraction: float = 0.01  # garbled: control characters and U+FFFD above this share
+    max_duplicate_line_fraction: float = 0.5  # repetitive: bytes in repeated lines above this share
+    max_mean_line_bytes: int = 1000  # long_lines: mean bytes per line above this (minified, binary)
+
+    def check(self, path: str) -> None:
+        require_positive(path, min_bytes=self.min_bytes, max_bytes=self.max_bytes, max_mean_line_bytes=self.max_mean_line_bytes)
+        if self.min_bytes >= self.max_bytes:
+            raise ConfigError(f"{path}.min_bytes: must be below max_bytes ({self.max_bytes})")
+        for key in ("min_letter_fraction", "max_garbage_fraction", "max_duplicate_line_fraction"):
+            value = getattr(self, key)
+            if not 0 <= value <= 1:
+                raise ConfigError(f"{path}.{key}: must be between 0 and 1, got {value}")
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    exact: bool = True  # drop documents whose normalised text hashes the same as an earlier one
+    fuzzy: bool = True  # drop near duplicates found by MinHash LSH
+    threshold: float = 0.8  # estimated Jaccard similarity of shingle sets at or above which to drop
+    num_perm: int = 128  # MinHash permutations
+    shingle_words: int = 5  # words per shingle
+
+    def check(self, path: str) -> None:
+        if not 0 < self.threshold < 1:
+            raise ConfigError(f"{path}.threshold: must be between 0 and 1 (exclusive), got {self.threshold}")
+        if not 16 <= self.num_perm <= 1024:
+            raise ConfigError(f"{path}.num_perm: must be between 16 and 1024, got {self.num_perm}")
+        require_positive(path, shingle_words=self.shingle_words)
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    validation_fraction: float = 0.02  # share of documents held out, chosen by a hash of the id
+    seed: int = 0  # changes which documents are held out
+
+    def check(self, path: str) -> None:
+        if not 0 < self.validation_fraction < 0.5:
+            raise ConfigError(f"{path}.validation_fraction: must be above 0 and below 0.5, got {self.validation_fraction}")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: int = 8192  # including the EOS token and the 256 byte tokens
+    sample_bytes: int = 20_000_000  # training sample, split evenly over domains (train split only)
+    path: Optional[str] = None  # an existing tokenizer.json to use instead of training one
+    min_frequency: int = 2
+
+    def check(self, path: str) -> None:
+        if not 300 <= self.vocab_size <= 1_000_000:
+            raise ConfigError(f"{path}.vocab_size: must be between 300 and 1M, got {self.vocab_size}")
+        require_positive(path, sample_bytes=self.sample_bytes, min_frequency=self.min_frequency)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    domains: dict[str, DomainConfig]
+    clean: CleanConfig = field(default_factory=CleanConfig)
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+    def check(self, path: str) -> None:
+        if not self.domains:
+            raise ConfigError(f"{path}.domains: a recipe needs at least one domain")
+        for name in self.domains:
+            if not name or not all(c.isalnum() or c in "-_" for c in name):
+                raise ConfigError(f"{path}.domains.{name}: domain names use letters, digits, - and _ only")
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """A validated recipe from a YAML file, with `key.path=value` overrides applied first."""
+    raw = apply_overrides(load_yaml(path), overrides or [])
+    return build_section(Recipe, raw, "recipe")
+
+
+def recipe_dict(recipe: Recipe) -> dict:
+    return as_dict(recipe)
+
+
+def recipe_hash(recipe: Recipe) -> str:
+    """sha256 of the resolved recipe as canonical JSON: equal recipes build equal datasets."""
+    text = json.dumps(recipe_dict(recipe), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,109 @@
+"""Train or load a byte-level BPE tokenizer (Hugging Face `tokenizers`); fast batch encoding.
+
+Byte-level BPE reads any UTF-8 text without unknown tokens: the 256 byte symbols are always in the
+vocabulary. One special token, `<|endoftext|>` (id 0), separates documents in the shards. Encoding
+uses `encode_batch_fast` (Rust threads, no character offsets computed), which gives the same ids as
+`encode_batch`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from glassroom.errors import GlassroomError
+
+EOS_TOKEN = "<|endoftext|>"
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2):
+    """A byte-level BPE trained on `texts` with `vocab_size` entries, EOS first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOS_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(path: str | Path):
+    """A tokenizer.json; it must contain the `<|endoftext|>` token that separates documents."""
+    from tokenizers import Tokenizer
+
+    path = Path(os.path.expanduser(str(path)))
+    if not path.is_file():
+        raise GlassroomError(f"tokenizer {path}: no such file")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for malformed files
+        raise GlassroomError(f"tokenizer {path}: not a valid tokenizer.json ({str(exc)[:120]})") from None
+    if tok.token_to_id(EOS_TOKEN) is None:
+        raise GlassroomError(f"tokenizer {path}: has no {EOS_TOKEN} token to separate documents")
+    return tok
+
+
+def eos_id(tok) -> int:
+    return tok.token_to_id(EOS_TOKEN)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 while every id fits (vocabulary below 65,536), else uint32."""
+    return np.dtype(np.uint16 if vocab_size < 65536 else np.uint32)
+
+
+def save_tokenizer(tok, path: Path) -> None:
+    """Write tokenizer.json atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, path)
+
+
+def copy_tokenizer(src: str | Path, dest: Path) -> None:
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.copyfile(os.path.expanduser(str(src)), tmp)
+    os.replace(tmp, dest)
+
+
+def encode_documents(tok, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of `texts` concatenated, each followed by EOS, and the document token offsets.
+
+    Returns (ids, offsets) with len(offsets) == len(texts) + 1; document i is ids[offsets[i]:offsets[i+1]],
+    its last token EOS.
+    """
+    encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
+    lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.empty(int(offsets[-1]), dtype=dtype)
+    eos = eos_id(tok)
+    for start, enc in zip(offsets[:-1], encodings):
+        n = len(enc.ids)
+        ids[start: start + n] = enc.ids
+        ids[start + n] = eos
+    return ids, offsets
+
+
+def batches_by_bytes(texts: Iterable[str], batch_bytes: int = 4_000_000) -> Iterator[list[str]]:
+    """Group texts into lists of about `batch_bytes` characters for encode_batch."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_bytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
