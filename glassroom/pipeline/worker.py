@@ -88,7 +88,8 @@ def main(argv: list[str]) -> int:
         os.execv(sys.executable, torchrun_command(argv[0], step.resources.procs))
 
     if rank == 0:
-        write_status(output, "running", worker_pid=os.getpid())
+        where = {"executor": os.environ["GLASSROOM_EXECUTOR"]} if "GLASSROOM_EXECUTOR" in os.environ else {}
+        write_status(output, "running", worker_pid=os.getpid(), **where)
     ctx = StepContext(
         name=node.name, version=node.version, output=output, config=node.resolved_config(graph),
         inputs={d: graph.nodes[d].output for d in node.deps}, attempt=spec["attempt"],
