@@ -18,6 +18,7 @@ from glassroom.errors import GlassroomError
 # Order is the order of `glassroom --help`.
 COMMAND_MODULES = [
     "glassroom.commands.plan",
+    "glassroom.commands.data",
     "glassroom.commands.run",
     "glassroom.commands.show",
 ]

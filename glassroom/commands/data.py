@@ -1,0 +1,154 @@
+"""`glassroom data ...`: build a dataset from a recipe, and report what a mixture would draw from it.
+
+`data` is a group: each sub-subcommand is a (register, run) pair in SUBCOMMANDS below; later
+layers (the atlas) add theirs the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
+from glassroom.units import format_count, parse_count
+
+DESCRIPTION = """\
+Turn raw text into a dataset that `glassroom train` reads, and report on it.
+
+  build    RECIPE.yaml --out DIR: extract sources, clean, dedup, split, train a tokenizer, write shards
+  mixture  DIR --weights ...: tokens and epochs per domain that a weighted mixture would draw
+
+docs/data-build.md explains every recipe key, what DIR holds and the cleaning thresholds.
+
+example:
+  scripts/install-corpora.sh            # once, as root: the real corpora of the five domains
+  glassroom data build experiments/data-demo.yaml --out data/demo
+  glassroom data mixture data/demo --weights prose=0.3,reference=0.1,docs=0.2,code=0.3,multilingual=0.1 --tokens 200M
+"""
+
+BUILD_DESCRIPTION = """\
+Build the dataset described by RECIPE into DIR: documents from each domain's sources (within
+their size caps), Unicode NFC, quality filters, exact and near-duplicate removal, a held-out
+validation split per domain, a byte-level BPE tokenizer, and token shards per domain and split.
+DIR gets tokenizer.json, shards/, manifest.json and stats.json (what every stage kept and removed).
+The build happens in a temporary folder renamed into place at the end: a failed build leaves an
+existing DIR as it was. Progress lines go to stderr, the summary to stdout.
+
+example:
+  glassroom data build experiments/data-tiny.yaml --out data/tiny --set tokenizer.vocab_size=4096
+"""
+
+MIXTURE_DESCRIPTION = """\
+For domain weights and a planned number of training tokens: the tokens each domain would give and
+how many epochs of its train split that is, with a warning for domains past --max-epochs.
+
+example:
+  glassroom data mixture data/demo --weights prose=0.4,code=0.4,docs=0.2 --tokens 100M
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "data", "build datasets from raw text; report mixtures", DESCRIPTION)
+    p.set_defaults(run=lambda args: _no_subcommand(p))
+    data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    for reg, _ in SUBCOMMANDS:
+        reg(data_sub)
+
+
+def _no_subcommand(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def register_build(sub) -> None:
+    p = new_command(sub, "build", "build a dataset from a recipe", BUILD_DESCRIPTION)
+    p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (see experiments/data-*.yaml)")
+    p.add_argument("--out", required=True, metavar="DIR", help="dataset folder to create")
+    p.add_argument("--force", action="store_true", help="replace DIR if it already holds a dataset")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value, e.g. dedup.threshold=0.7")
+    p.add_argument("--workers", type=int, help="cleaning processes (default: one per core)")
+    p.add_argument("--progress-every", type=float, default=5.0, metavar="S", help="seconds between progress lines (default 5)")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the summary")
+    p.set_defaults(run=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from glassroom.data.build import build_dataset
+    from glassroom.data.recipe import load_recipe
+
+    if args.workers is not None and args.workers < 1:
+        raise GlassroomError(f"--workers: must be at least 1, got {args.workers}")
+    recipe = load_recipe(args.recipe, args.set)
+    manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers, recipe_file=args.recipe,
+                             progress_interval=args.progress_every)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+    else:
+        print(format_summary(args.out, manifest))
+    return 0
+
+
+def format_summary(out: str, m: dict) -> str:
+    tok = m["tokenizer"]
+    lines = [
+        f"{out}: dataset {m['name']!r} built in {m['build_seconds']:.0f} s; tokenizer vocabulary {tok['vocab_size']} "
+        f"(EOS id {tok['eos_id']}), tokens stored as {m['dtype']}",
+        f"  {'domain':<14}{'documents':>11}{'MB':>9}{'train tokens':>14}{'val tokens':>12}{'bytes/token':>13}",
+    ]
+    for name, d in m["domains"].items():
+        docs = d["train"]["documents"] + d["validation"]["documents"]
+        mb = (d["train"]["bytes"] + d["validation"]["bytes"]) / 1e6
+        lines.append(f"  {name:<14}{docs:>11,}{mb:>9.1f}{format_count(d['train']['tokens']):>14}"
+                     f"{format_count(d['validation']['tokens']):>12}{d['train']['bytes_per_token'] or 0:>13.2f}")
+    t = m["totals"]
+    lines.append(f"  {'total':<14}{t['train']['documents'] + t['validation']['documents']:>11,}"
+                 f"{(t['train']['bytes'] + t['validation']['bytes']) / 1e6:>9.1f}{format_count(t['train']['tokens']):>14}"
+                 f"{format_count(t['validation']['tokens']):>12}")
+    lines.append(f"  what each cleaning stage removed: {out}/stats.json")
+    return "\n".join(lines)
+
+
+def register_mixture(sub) -> None:
+    p = new_command(sub, "mixture", "tokens and epochs per domain for weights and a token budget", MIXTURE_DESCRIPTION)
+    p.add_argument("dataset", metavar="DIR", help="a built dataset")
+    p.add_argument("--weights", required=True, help="domain=weight,... (normalised; omitted domains get 0)")
+    p.add_argument("--tokens", required=True, help="planned training tokens, e.g. 200M")
+    p.add_argument("--seq-len", type=int, default=512, help="sequence length (default 512)")
+    p.add_argument("--max-epochs", type=float, default=4.0, help="warn for domains repeated more than this (default 4)")
+    p.set_defaults(run=run_mixture)
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    weights = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise GlassroomError(f"--weights: expected domain=weight,..., got {item!r}")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise GlassroomError(f"--weights: {name.strip()} has weight {value!r}, expected a number") from None
+    return weights
+
+
+def run_mixture(args: argparse.Namespace) -> int:
+    from glassroom.data.mixture import Mixture
+
+    try:
+        tokens = parse_count(args.tokens)
+    except ValueError as exc:
+        raise GlassroomError(f"--tokens: {exc}") from None
+    if tokens <= 0:
+        raise GlassroomError(f"--tokens: must be positive, got {args.tokens}")
+    mixture = Mixture(args.dataset, parse_weights(args.weights), seq_len=args.seq_len, batch_size=1, max_epochs=args.max_epochs)
+    print(f"{'domain':<14}{'weight':>8}{'tokens':>10}{'train tokens':>14}{'epochs':>8}")
+    for name, r in mixture.epochs(tokens).items():
+        print(f"{name:<14}{r['weight']:>8.3f}{format_count(r['tokens']):>10}{format_count(r['train_tokens']):>14}{r['epochs']:>8.2f}")
+    for line in mixture.epoch_warnings(tokens):
+        print(f"warning: {line}", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture)]
