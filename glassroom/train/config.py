@@ -1,0 +1,153 @@
+"""The run config: `model:`, `data:`, `train:` and `observe:` sections of a `glassroom train` file.
+
+Fixed keys (users' files rely on them): data.path, data.weights, train.steps, train.batch_size
+(sequences per optimizer step, global), train.micro_batch_size, train.seq_len, train.lr,
+train.seed, train.checkpoint_every, train.eval_every, train.device. The others have documented
+defaults (docs/train.md). `load_run_config` applies `--set` overrides, validates everything and
+names the key path of any mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from glassroom.config import apply_overrides, build_section, load_yaml, require_positive
+from glassroom.errors import ConfigError, GlassroomError
+from glassroom.model.config import ModelConfig, model_config_from_mapping
+
+
+@dataclass(frozen=True)
+class DataSection:
+    path: str
+    # Domain -> weight (normalised); null trains on every domain in proportion to its tokens.
+    weights: Optional[dict[str, float]] = None
+    # Warn when a domain would be repeated more than this many times over the run.
+    max_epochs: float = 4.0
+
+    def check(self, path: str) -> None:
+        if self.weights is not None:
+            for domain, weight in self.weights.items():
+                if weight < 0:
+                    raise ConfigError(f"{path}.weights.{domain}: must be zero or more, got {weight}")
+            if not any(w > 0 for w in self.weights.values()):
+                raise ConfigError(f"{path}.weights: at least one weight must be above zero")
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    steps: int
+    batch_size: int
+    micro_batch_size: int
+    seq_len: int
+    lr: float
+    seed: int = 0
+    checkpoint_every: int = 100
+    eval_every: int = 100
+    device: Literal["cpu", "cuda", "auto"] = "auto"
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    compile: bool = False
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    muon_lr: Optional[float] = None  # Muon's lr for hidden matrices (default: 0.02)
+    schedule: Literal["constant", "cosine", "linear", "wsd"] = "cosine"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1  # final lr / peak lr for cosine, linear and wsd
+    decay_fraction: float = 0.2  # wsd: share of steps in the final decay
+    decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"  # wsd decay shape
+    grad_clip: Optional[float] = 1.0
+    z_loss_coef: float = 0.0
+    keep_last: int = 2  # newest checkpoints kept
+    keep_every: Optional[int] = None  # also keep every K-th step's checkpoint for good
+    eval_sequences: int = 32  # held-out sequences per domain at each evaluation
+    max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
+    parallel: Literal["fsdp", "ddp"] = "fsdp"
+
+    def check(self, path: str) -> None:
+        require_positive(
+            path, steps=self.steps, batch_size=self.batch_size, micro_batch_size=self.micro_batch_size,
+            seq_len=self.seq_len, lr=self.lr, checkpoint_every=self.checkpoint_every,
+            eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
+            eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps,
+            grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps,
+        )
+        if self.batch_size % self.micro_batch_size:
+            raise ConfigError(
+                f"{path}.micro_batch_size: {self.micro_batch_size} does not divide batch_size ({self.batch_size})"
+            )
+        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
+            raise ConfigError(f"{path}.warmup_steps: must be between 0 and steps ({self.steps}), got {self.warmup_steps}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"{path}.min_lr_ratio: must be between 0 and 1, got {self.min_lr_ratio}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"{path}.decay_fraction: must be above 0 and at most 1, got {self.decay_fraction}")
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"{path}.{key}: must be in [0, 1), got {getattr(self, key)}")
+        for key in ("weight_decay", "z_loss_coef"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{path}.{key}: must be zero or more, got {getattr(self, key)}")
+
+
+@dataclass(frozen=True)
+class ObserveSection:
+    norms_every: int = 10  # parameter, gradient and update norms by group
+    log_every: int = 1  # scalar training metrics
+    anomaly_window: int = 100  # rolling window W of the spike test
+    anomaly_sigma: float = 6.0  # a value above mean + k * std of the last W steps is a spike
+    anomaly_min_history: int = 20  # steps of history before the test runs
+    loss_spike_ratio: float = 1.5  # loss above this multiple of its running minimum is a spike
+    wandb: bool = False  # mirror metrics to Weights & Biases
+    wandb_project: str = "glassroom"
+    tensorboard: bool = False  # mirror metrics to TensorBoard event files in RUN_DIR/tensorboard
+
+    def check(self, path: str) -> None:
+        require_positive(
+            path, norms_every=self.norms_every, log_every=self.log_every, anomaly_window=self.anomaly_window,
+            anomaly_sigma=self.anomaly_sigma, loss_spike_ratio=self.loss_spike_ratio,
+        )
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig
+    data: DataSection
+    train: TrainSection
+    observe: ObserveSection = field(default_factory=ObserveSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    for key in raw:
+        if key not in ("model", "data", "train", "observe"):
+            raise ConfigError(f"{key}: unknown section (expected model, data, train, observe)")
+    for key in ("data", "train"):
+        if key not in raw:
+            raise ConfigError(f"missing the {key}: section")
+    cfg = RunConfig(
+        model=model_config_from_mapping(raw, source),
+        data=build_section(DataSection, raw["data"], "data"),
+        train=build_section(TrainSection, raw["train"], "train"),
+        observe=build_section(ObserveSection, raw.get("observe"), "observe"),
+    )
+    if cfg.train.seq_len > cfg.model.max_seq_len:
+        raise ConfigError(
+            f"train.seq_len: {cfg.train.seq_len} is longer than model.max_seq_len ({cfg.model.max_seq_len})"
+        )
+    return cfg
+
+
+def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    raw = apply_overrides(load_yaml(path), overrides or [])
+    try:
+        return run_config_from_mapping(raw, str(path))
+    except GlassroomError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith(str(path)) else f"{path}: {message}") from None

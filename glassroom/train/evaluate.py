@@ -1,0 +1,75 @@
+"""Per-domain held-out loss and bits per byte, plus their macro average.
+
+Each domain's validation shard is cut into consecutive windows of seq_len + 1 tokens (the first
+`eval_sequences` of them, the same every time). Bits per byte = (summed loss in nats / ln 2) over
+the UTF-8 bytes of text those tokens cover, so tokenizers of different sizes compare fairly. Under
+torchrun the windows are split across ranks and the sums reduced.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from glassroom.data.shards import Shard
+from glassroom.train.parallel import DistInfo, all_reduce_sum
+
+
+class DomainValidation:
+    """The fixed evaluation windows of one domain: token ids and the bytes they cover."""
+
+    def __init__(self, root: Path, domain: str, dtype: str, seq_len: int, max_sequences: int):
+        shard = Shard(root, domain, "validation", dtype)
+        window = seq_len + 1
+        count = min(max_sequences, len(shard) // window)
+        self.domain = domain
+        self.tokens = np.asarray(shard.tokens[: count * window], dtype=np.int64).reshape(count, window)
+        # Bytes covered by the predicted tokens (positions 1..seq_len of each window).
+        self.window_bytes = np.array(
+            [shard.bytes_between(i * window + 1, (i + 1) * window) for i in range(count)], dtype=np.float64
+        )
+
+
+def load_validation(root: Path, manifest: dict, domains: list[str], seq_len: int, max_sequences: int) -> list[DomainValidation]:
+    dtype = manifest["dtype"]
+    sets = [DomainValidation(root, d, dtype, seq_len, max_sequences) for d in domains]
+    return [s for s in sets if len(s.tokens)]
+
+
+@torch.no_grad()
+def evaluate(model, sets: list[DomainValidation], micro_batch: int, device: torch.device,
+             autocast_dtype, info: DistInfo) -> dict[str, float]:
+    """`eval/<domain>/loss`, `eval/<domain>/bpb`, and `eval/macro/loss|bpb` (mean over domains)."""
+    was_training = model.training
+    model.eval()
+    results: dict[str, float] = {}
+    for vs in sets:
+        # Every rank runs the same number of forwards (FSDP gathers weights collectively).
+        usable = len(vs.tokens) - len(vs.tokens) % info.world_size
+        rows = vs.tokens[info.rank : usable : info.world_size]
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, tokens, bytes
+        totals[2] += float(vs.window_bytes[info.rank : usable : info.world_size].sum())
+        for start in range(0, len(rows), micro_batch):
+            batch = torch.from_numpy(rows[start : start + micro_batch]).to(device)
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                logits = model(batch[:, :-1]).logits
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+            totals[0] += loss.double()
+            totals[1] += batch[:, 1:].numel()
+        all_reduce_sum(totals, info)
+        if totals[1] == 0:
+            continue
+        loss_per_token = float(totals[0] / totals[1])
+        results[f"eval/{vs.domain}/loss"] = loss_per_token
+        results[f"eval/{vs.domain}/bpb"] = float(totals[0]) / math.log(2) / float(totals[2])
+    domains = [vs.domain for vs in sets if f"eval/{vs.domain}/loss" in results]
+    if domains:
+        results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in domains) / len(domains)
+        results["eval/macro/bpb"] = sum(results[f"eval/{d}/bpb"] for d in domains) / len(domains)
+    if was_training:
+        model.train()
+    return results

@@ -1,0 +1,73 @@
+"""A run's folder: created for a new run, checked before a resume, holding the resolved config.
+
+`--resume` continues only when the settings that shape the model, the data stream and the optimizer
+state are the ones the run started with (RESUME_FIXED); the number of steps, the schedule, the
+evaluation and checkpoint intervals and what is observed may change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glassroom.errors import GlassroomError
+from glassroom.observe.store import STORE_FILE
+
+CONFIG_FILE = "config.yaml"
+RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
+                "train.optimizer")
+
+
+def _get(tree: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def _differences(saved: dict, current: dict, key: str, prefix: str = "") -> list[str]:
+    a, b = _get(saved, key), _get(current, key)
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _differences(a, b, k, f"{prefix or key}.")
+        return [d.replace(f"{key}.{key}.", f"{key}.") for d in out]
+    return [] if a == b else [f"{prefix}{key} ({a!r} -> {b!r})"]
+
+
+def saved_config(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise GlassroomError(f"{run_dir}: nothing to resume (no {CONFIG_FILE}); start it without --resume")
+    return yaml.safe_load(path.read_text())
+
+
+def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool) -> str:
+    """'new' or 'resumed'; writes RUN_DIR/config.yaml (resolved config) on the main rank."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise GlassroomError(f"--out {run_dir}: is a file, not a folder")
+    current = cfg.to_dict()
+    if resume:
+        saved = saved_config(run_dir)
+        diffs = [d for key in RESUME_FIXED for d in _differences(saved, current, key)]
+        if diffs:
+            raise GlassroomError(
+                f"{run_dir}: cannot resume with a different {', '.join(diffs[:4])}"
+                f"{' and more' if len(diffs) > 4 else ''}; train into a new --out instead"
+            )
+        state = "resumed"
+    else:
+        if (run_dir / STORE_FILE).exists() or (run_dir / CONFIG_FILE).exists():
+            raise GlassroomError(
+                f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
+            )
+        state = "new"
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / f".{CONFIG_FILE}.tmp"
+        tmp.write_text(yaml.safe_dump(current, sort_keys=False))
+        os.replace(tmp, run_dir / CONFIG_FILE)
+    return state

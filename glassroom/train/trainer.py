@@ -1,0 +1,299 @@
+"""The training loop: the one place that orders forward, backward, step, measure, checkpoint.
+
+One optimizer step: for each micro-batch of this rank's slice of the global batch, forward under
+autocast, cross-entropy + z-loss + MoE auxiliary losses, backward (gradient sync on the last
+micro-batch only); then sum the tokens each expert received across micro-batches and ranks and move
+the router biases; clip; skip the step if the loss or gradient is not finite; optimizer step at the
+lr of the schedule. Then measure (loss, lr, norms, throughput, MFU, tokens per domain, router
+statistics) into the run store, evaluate and checkpoint on their intervals.
+
+Everything a resumed run needs is in the checkpoint or is a pure function of the step (the batch,
+the lr), so a run killed at any point and resumed continues bit for bit on the same machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from glassroom.errors import GlassroomError
+from glassroom.observe.store import StoreWriter
+from glassroom.train import checkpoint as ckpt
+from glassroom.train import parallel
+from glassroom.train.config import RunConfig
+from glassroom.train.evaluate import evaluate, load_validation
+from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
+from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
+from glassroom.train.run_dir import prepare_run_dir
+
+# Testing aid: steps (0-based, comma-separated) whose loss is made NaN, to exercise skipping.
+FAULT_ENV = "GLASSROOM_FAULT_NAN_STEPS"
+
+
+@dataclass
+class TrainState:
+    """Counters carried across checkpoints besides model and optimizer."""
+
+    tokens_seen: int = 0
+    tokens_by_domain: dict[str, int] = field(default_factory=dict)
+    bad_steps_in_a_row: int = 0
+    skipped_steps: int = 0
+    extra: dict = field(default_factory=dict)  # state of observers (anomaly detector, ...)
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False):
+        self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
+        tc = cfg.train
+        self.device = resolve_device(tc.device)
+        self.info = parallel.setup(self.device.type)
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", self.info.local_rank)
+        per_rank, rest = divmod(tc.batch_size, self.info.world_size)
+        if rest or per_rank % tc.micro_batch_size:
+            raise GlassroomError(
+                f"train.batch_size: {tc.batch_size} sequences do not split into {self.info.world_size} ranks "
+                f"of whole micro-batches of {tc.micro_batch_size}"
+            )
+        self.local_batch = per_rank
+        self.accum = per_rank // tc.micro_batch_size
+        self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
+
+        from glassroom.data.mixture import Mixture  # the data layer; imported late for startup speed
+
+        self.mixture = Mixture(cfg.data.path, cfg.data.weights, tc.seq_len, tc.batch_size, tc.seed)
+        self.manifest = self.mixture.manifest
+        vocab = int(self.manifest["tokenizer"]["vocab_size"])
+        if cfg.model.vocab_size < vocab:
+            raise GlassroomError(
+                f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer ({vocab})"
+            )
+        self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main)
+
+        from glassroom.model.transformer import build_model
+
+        torch.manual_seed(tc.seed)
+        use_fsdp_bf16 = self.info.enabled and tc.parallel == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
+        self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
+        self.core = self.model
+        if tc.compile:
+            for block in self.core.blocks:
+                block.compile()
+        self.model = parallel.parallelize(self.model, self.info, tc.parallel, self.device, use_fsdp_bf16)
+        if use_fsdp_bf16:
+            self.autocast_dtype = None  # FSDP2 casts parameters itself
+        self.optimizer = build_optimizer(self.core, tc, distributed_fsdp=self.info.enabled and tc.parallel == "fsdp")
+        self.lr_at = lr_multiplier(tc)
+        self.flops_per_token = self._flops_per_token()
+        self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
+        self.validation = load_validation(
+            Path(cfg.data.path), self.manifest, self.mixture.domains, tc.seq_len, tc.eval_sequences
+        )
+        self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
+        self.step = 0
+        self.store: Optional[StoreWriter] = StoreWriter(self.run_dir) if self.info.is_main else None
+        self.observers = []  # objects with on_step(trainer, step, metrics) and state()/load_state()
+        self.faults = {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
+
+    def _flops_per_token(self) -> int:
+        from glassroom.model.accounting import flops_per_token
+
+        return flops_per_token(self.cfg.model, self.cfg.train.seq_len)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def resume_if_possible(self) -> None:
+        found = ckpt.list_checkpoints(self.run_dir)
+        if not found:
+            self._event("resume" if self.state_at_start == "resumed" else "start",
+                        "no checkpoint yet; starting from step 0" if self.state_at_start == "resumed" else self._start_text(), 0)
+            return
+        step, path = found[-1]
+        saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
+        self.step = int(saved["step"])
+        self.state = TrainState(**saved["train_state"])
+        for observer in self.observers:
+            observer.load_state(self.state.extra.get(type(observer).__name__))
+        self._event("resume", f"resumed from {path.name} at step {self.step}", self.step, {"checkpoint": path.name})
+
+    def _start_text(self) -> str:
+        from glassroom.model.accounting import count_params
+        from glassroom.units import model_name
+
+        counts = count_params(self.cfg.model)
+        return (f"started {model_name(counts.total, counts.active)} on {self.info.world_size} x {self.device.type}, "
+                f"{self.cfg.train.steps} steps of {self.cfg.train.batch_size} x {self.cfg.train.seq_len} tokens")
+
+    def _event(self, kind: str, text: str, step: int, data=None) -> None:
+        if self.store is not None:
+            self.store.event(kind, text, step, data)
+            self.store.set_status("running", step)
+        self._say(f"[{kind}] {text}")
+
+    def _say(self, text: str) -> None:
+        if self.info.is_main and not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def run(self) -> dict[str, float]:
+        """Train to train.steps; returns the final evaluation."""
+        tc = self.cfg.train
+        try:
+            self.resume_if_possible()
+            final_eval: dict[str, float] = {}
+            while self.step < tc.steps:
+                self.train_step()
+                done = self.step
+                if done % tc.eval_every == 0 or done == tc.steps:
+                    final_eval = self.run_eval()
+                if done % tc.checkpoint_every == 0 or done == tc.steps:
+                    self.save()
+            if not final_eval:
+                final_eval = self.run_eval()
+            if self.store is not None:
+                self.store.event("end", f"finished at step {self.step}", self.step, final_eval)
+                self.store.set_status("finished", self.step, final=final_eval)
+            return final_eval
+        except GlassroomError as exc:
+            if self.store is not None:
+                self.store.event("error", str(exc), self.step)
+                self.store.set_status("failed", self.step, error=str(exc))
+            raise
+        finally:
+            if self.store is not None:
+                self.store.close()
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self) -> None:
+        from glassroom.observe.probes import norms_by_group, router_metrics, snapshot
+
+        tc, step = self.cfg.train, self.step
+        started = time.perf_counter()
+        lr = set_lr(self.optimizer, self.lr_at(step))
+        batch = self.mixture.batch(step, self.info.rank, self.info.world_size)
+        tokens = torch.from_numpy(batch.tokens).to(self.device, torch.long)
+        loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        self.model.train()
+        for i in range(self.accum):
+            micro = tokens[i * tc.micro_batch_size : (i + 1) * tc.micro_batch_size]
+            parallel.set_gradient_sync(self.model, i == self.accum - 1)
+            with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                enabled=self.autocast_dtype is not None):
+                out = self.model(micro[:, :-1], z_loss=tc.z_loss_coef > 0)
+            loss = F.cross_entropy(out.logits.float().flatten(0, 1), micro[:, 1:].flatten())
+            objective = loss + out.moe_loss
+            if out.logit_z_loss is not None:
+                objective = objective + tc.z_loss_coef * out.logit_z_loss
+            if step in self.faults:
+                objective = objective * float("nan")
+                loss = loss * float("nan")
+            (objective / self.accum).backward()
+            loss_sum += loss.detach().double()
+
+        # Router-bias balancing: counts of all micro-batches, summed across ranks.
+        counts = self.core.step_tokens_per_expert()
+        probe = (step + 1) % self.cfg.observe.norms_every == 0 or step == 0
+        before = snapshot(self.core) if probe else None
+        if counts is not None:
+            parallel.all_reduce_sum(counts, self.info)
+
+        reduced = torch.stack([loss_sum, torch.tensor(float(self.local_batch), dtype=torch.float64, device=self.device)])
+        parallel.all_reduce_sum(reduced, self.info)
+        mean_loss = float(reduced[0] / (self.accum * self.info.world_size))
+        group_grads = {}
+        if probe:  # gradient norms by group, before clipping
+            measured = norms_by_group(self.core, with_grads=True, rank=self.info.rank,
+                                      all_reduce=self._all_reduce if self.info.enabled else None)
+            group_grads = {k: v for k, v in measured.items() if k.startswith("norm/grad/")}
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+
+        metrics: dict[str, float] = {"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": grad_norm}
+        if not (math.isfinite(mean_loss) and math.isfinite(grad_norm)):
+            self._skip(step, mean_loss, grad_norm)
+            if counts is not None:
+                self.core.update_router_biases(torch.zeros_like(counts))  # reset, do not move
+        else:
+            self.state.bad_steps_in_a_row = 0
+            if counts is not None:
+                self.core.update_router_biases(counts)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - started
+
+        step_tokens = tc.batch_size * tc.seq_len
+        self.state.tokens_seen += step_tokens
+        for domain, n in batch.global_domain_counts().items():
+            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + n * tc.seq_len
+        tokens_per_s = step_tokens / elapsed
+        metrics["throughput/tokens_per_s"] = tokens_per_s
+        metrics["throughput/mfu"] = tokens_per_s * self.flops_per_token / self.peak
+        metrics["throughput/step_seconds"] = elapsed
+        metrics["data/tokens_seen"] = self.state.tokens_seen
+        for domain, n in self.state.tokens_by_domain.items():
+            metrics[f"data/tokens/{domain}"] = n
+        scalars, vectors = router_metrics(self.core)
+        metrics.update(scalars)
+        if probe:
+            metrics.update(norms_by_group(self.core, before, with_grads=False, rank=self.info.rank,
+                                          all_reduce=self._all_reduce if self.info.enabled else None))
+            metrics.update(group_grads)
+        self.step = step + 1
+        for observer in self.observers:
+            observer.on_step(self, self.step, metrics)
+        if self.store is not None:
+            self.store.log(self.step, metrics)
+            for name, values in vectors.items():
+                self.store.log_vector(self.step, name, values)
+        if self.step % 10 == 0 or self.step == 1 or self.step == tc.steps:
+            eta = (tc.steps - self.step) * elapsed
+            self._say(f"step {self.step}/{tc.steps}  loss {mean_loss:.4f}  lr {lr:.2e}  "
+                      f"grad {grad_norm:.3f}  {tokens_per_s:,.0f} tok/s  mfu {metrics['throughput/mfu']:.1%}  "
+                      f"eta {eta / 60:.1f} min")
+
+    def _all_reduce(self, tensor: torch.Tensor) -> None:
+        parallel.all_reduce_sum(tensor, self.info)
+
+    def _skip(self, step: int, loss: float, grad_norm: float) -> None:
+        self.state.bad_steps_in_a_row += 1
+        self.state.skipped_steps += 1
+        what = "loss" if not math.isfinite(loss) else "gradient norm"
+        self._event("skip", f"step {step + 1} skipped: {what} is not finite (loss {loss}, grad norm {grad_norm})",
+                    step + 1, {"loss": str(loss), "grad_norm": str(grad_norm)})
+        if self.state.bad_steps_in_a_row >= self.cfg.train.max_bad_steps:
+            last = ckpt.list_checkpoints(self.run_dir)
+            where = f"the last checkpoint ({last[-1][1].name}) is intact" if last else "no checkpoint was written yet"
+            raise GlassroomError(
+                f"stopped at step {step + 1}: {self.state.bad_steps_in_a_row} steps in a row had a non-finite "
+                f"loss or gradient (train.max_bad_steps); {where}; lower train.lr or raise train.grad_clip"
+            )
+
+    # ------------------------------------------------------------------ eval and checkpoints
+
+    def run_eval(self) -> dict[str, float]:
+        results = evaluate(self.model, self.validation, self.cfg.train.micro_batch_size, self.device,
+                           self.autocast_dtype, self.info)
+        if self.store is not None and results:
+            self.store.log(self.step, results)
+            summary = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in results.items() if k.endswith("/bpb"))
+            self.store.event("eval", f"bits per byte at step {self.step}: {summary}", self.step, results)
+        if results:
+            self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}")
+        return results
+
+    def save(self) -> None:
+        self.state.extra = {type(o).__name__: o.state() for o in self.observers}
+        trainer_state = {"train_state": self.state.__dict__, "config": self.cfg.to_dict()}
+        path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
+                                    self.cfg.train.keep_last, self.cfg.train.keep_every)
+        self._event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
