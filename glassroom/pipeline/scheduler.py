@@ -136,8 +136,9 @@ def clear_output(output: Path) -> None:
 
 
 def run_graph(graph: Graph, backend: Backend, selected: list[str], forced: set[str], *,
-              experiment_path: Path, context: dict, out: TextIO = sys.stderr,
+              experiment_path: Path, context: dict, out: TextIO | None = None,
               progress_every: float = 5.0, poll: float = 0.2) -> RunResult:
+    out = out or sys.stderr
     nodes = graph.nodes
     total = len(selected)
     result = RunResult()
