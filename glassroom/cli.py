@@ -19,6 +19,8 @@ from glassroom.errors import GlassroomError
 COMMAND_MODULES = [
     "glassroom.commands.plan",
     "glassroom.commands.data",
+    "glassroom.commands.train",
+    "glassroom.commands.metrics",
     "glassroom.commands.run",
     "glassroom.commands.show",
 ]

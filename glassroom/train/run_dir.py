@@ -21,20 +21,23 @@ RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train
                 "train.optimizer")
 
 
-def _get(tree: dict[str, Any], dotted: str) -> Any:
-    for part in dotted.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None
-    return tree
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
-def _differences(saved: dict, current: dict, key: str, prefix: str = "") -> list[str]:
-    a, b = _get(saved, key), _get(current, key)
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            out += _differences(a, b, k, f"{prefix or key}.")
-        return [d.replace(f"{key}.{key}.", f"{key}.") for d in out]
-    return [] if a == b else [f"{prefix}{key} ({a!r} -> {b!r})"]
+def config_differences(saved: dict, current: dict, keys=RESUME_FIXED) -> list[str]:
+    """'key (old -> new)' for every setting under `keys` that differs."""
+    a, b = _flatten(saved), _flatten(current)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == k or key.startswith(k + ".") for k in keys) and a.get(key) != b.get(key):
+            diffs.append(f"{key} ({a.get(key)!r} -> {b.get(key)!r})")
+    return diffs
 
 
 def saved_config(run_dir: Path) -> dict[str, Any]:
@@ -52,7 +55,7 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool) -> str:
     current = cfg.to_dict()
     if resume:
         saved = saved_config(run_dir)
-        diffs = [d for key in RESUME_FIXED for d in _differences(saved, current, key)]
+        diffs = config_differences(saved, current)
         if diffs:
             raise GlassroomError(
                 f"{run_dir}: cannot resume with a different {', '.join(diffs[:4])}"
