@@ -151,7 +151,10 @@ def build_graph(steps: list[Step], workspace: Path, source: str = "the experimen
         def input_json(inp: Input, _path: str) -> dict:
             return {"output_of": inp.step_name, "version": nodes[inp.step_name].version, "subpath": inp.subpath}
 
-        config = canonical(step.config, "config", input_json)
+        try:
+            config = canonical(step.config, "config", input_json)
+        except GlassroomError as exc:
+            raise GlassroomError(f"{source}: step {name!r}: {exc}") from None
         node.identity = {
             "name": name,
             "kind": step.kind,

@@ -63,7 +63,7 @@ class RayBackend:
                          include_dashboard=False, log_to_driver=False, logging_level="warning")
             else:
                 ray.init(address=address, log_to_driver=False, logging_level="warning")
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise GlassroomError(f"--ray {address}: cannot start or reach Ray: {first}") from None
         self.remote = ray.remote(max_retries=0)(execute_in_task)
