@@ -77,3 +77,12 @@ class StepContext:
             "rate": (done - self._progress_first) / elapsed, "elapsed_s": round(elapsed, 3), "updated": now, "pid": os.getpid(),
         })
         self._progress_written = now
+
+    def note(self, message: str, every: float = 0.5) -> None:
+        """Report what the step is doing when it cannot count (`glassroom run` shows the message)."""
+        now = time.time()
+        if not self.is_main or now - self._progress_written < every:
+            return
+        atomic_write_json(self.output / PROGRESS, {"done": None, "total": None, "message": message,
+                                                   "updated": now, "pid": os.getpid()})
+        self._progress_written = now

@@ -93,7 +93,9 @@ def step_progress(node: Node, started: float) -> str:
     running_for = _fmt_secs(time.time() - started)
     if not p or p.get("updated", 0) < started:
         return f"{node.name} ({running_for})"
-    done, total, unit = p.get("done", 0), p.get("total"), p.get("unit", "")
+    done, total, unit = p.get("done"), p.get("total"), p.get("unit", "")
+    if done is None:
+        return f"{node.name} ({p.get('message', '')}, {running_for})"
     unit = f" {unit}" if unit else ""
     parts = [f"{_fmt_num(done)}/{_fmt_num(total)}{unit}" if total else f"{_fmt_num(done)}{unit}"]
     extra = []

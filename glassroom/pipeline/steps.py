@@ -1,0 +1,80 @@
+"""Step kinds for the layers of glassroom: adapters that make a layer's function a pipeline step.
+
+A step kind is a small function that returns a Step: it validates its config when the experiment
+loads (so a bad recipe is a one-line error before anything runs) and names a top-level function
+that calls the layer with the step's output folder. Adding the training or ladder step takes the
+same few lines:
+
+    def train_step(name, config, data: Step, *, gpus=1, deps=()) -> Step:
+        cfg = build_section(TrainConfig, config, "train")        # fail early, in the experiment
+        return Step(name, run_training, {"train": cfg, "data": data / "dataset"}, kind="runs",
+                    resources=Resources(cpus=8, gpus=gpus, procs=max(gpus, 1)), deps=deps)
+
+    def run_training(ctx):                                       # in the step's process (torchrun
+        train(ctx.config["train"], data=ctx.config["data"],     #  when procs > 1: every rank)
+              out=ctx.output / "run", resume=True)              # resumes after an interruption
+
+data_build_step: `glassroom data build` as a step; the dataset lands in `<output>/dataset`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from glassroom.pipeline.context import StepContext
+from glassroom.pipeline.step import Resources, Step
+
+
+def data_build_step(name: str, recipe, *overrides: str, cpus: float = 2, deps: tuple = (),
+                    description: str = "") -> Step:
+    """A step that builds the dataset of `recipe` (a YAML path, relative to the calling file, or a
+    Recipe) with `key.path=value` overrides; the resolved recipe is its config, so editing the
+    recipe file reruns the build and everything trained on it."""
+    from glassroom.data.recipe import Recipe, load_recipe
+
+    if not isinstance(recipe, Recipe):
+        path = Path(recipe)
+        caller = sys._getframe(1).f_globals.get("__file__")
+        if not path.is_absolute() and caller and not path.exists():
+            path = Path(caller).resolve().parent / path
+        recipe = load_recipe(path, list(overrides))
+    elif overrides:
+        raise ValueError("overrides apply to a recipe file; change a Recipe with dataclasses.replace")
+    return Step(name, build_data, {"recipe": recipe}, kind="data", resources=Resources(cpus=cpus), deps=deps,
+                description=description or f"glassroom data build ({recipe.name})")
+
+
+class _LogLines:
+    """A text stream for the data layer's log: passes lines on to stderr (log.txt) and shows the
+    latest one as the step's progress in `glassroom run`."""
+
+    def __init__(self, ctx: StepContext):
+        self.ctx, self.buffer = ctx, ""
+
+    def write(self, text: str) -> int:
+        sys.stderr.write(text)
+        self.buffer += text
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            if line.strip():
+                self.ctx.note(line.strip(), every=0)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def build_data(ctx: StepContext) -> dict:
+    import shutil
+
+    from glassroom.data.build import build_dataset
+
+    for stale in ctx.output.glob(".dataset.building-*"):  # left by an interrupted attempt
+        shutil.rmtree(stale, ignore_errors=True)
+    manifest = build_dataset(ctx.config["recipe"], ctx.output / "dataset", force=True,
+                             workers=max(1, int(ctx.cpus)), log=_LogLines(ctx), progress_interval=5.0)
+    totals = manifest.get("totals", {})
+    return {"dataset": str(ctx.output / "dataset"), "name": manifest.get("name"),
+            "vocab_size": manifest.get("tokenizer", {}).get("vocab_size"),
+            **{f"{split}_tokens": t.get("tokens") for split, t in totals.items()}}
