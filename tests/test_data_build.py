@@ -1,0 +1,124 @@
+"""glassroom data build on real text: dedup, filters, split, shards, manifest, stats."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from data_helpers import make_corpus, write_recipe
+from glassroom.data.build import build_dataset
+from glassroom.data.mixture import Dataset
+from glassroom.data.recipe import load_recipe
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    planted = make_corpus(root)
+    recipe_path = write_recipe(root)
+    log = io.StringIO()
+    out = root / "dataset"
+    manifest = build_dataset(load_recipe(recipe_path), out, workers=2, log=log)
+    return {"root": root, "out": out, "manifest": manifest, "planted": planted, "log": log.getvalue(),
+            "stats": json.loads((out / "stats.json").read_text())}
+
+
+def all_ids(out, domain, split):
+    return (out / "shards" / domain / f"{split}.ids.txt").read_text().splitlines()
+
+
+def test_planted_exact_and_near_duplicates_are_removed(built):
+    ids = set(all_ids(built["out"], "email", "train")) | set(all_ids(built["out"], "email", "validation"))
+    jsonl_ids = {i.rsplit(":", 1)[1] for i in ids if "extra.jsonl" in i}
+    for kind in ("exact", "near", "garbled", "short"):
+        for planted in built["planted"][kind]:
+            assert planted not in jsonl_ids, f"{planted} survived cleaning"
+    stats = built["stats"]
+    assert stats["exact_dedup"]["email"]["removed"]["exact_duplicate"]["docs"] >= 5
+    assert stats["fuzzy_dedup"]["email"]["removed"]["near_duplicate"]["docs"] >= 5
+    assert stats["filter"]["email"]["removed"]["garbled"]["docs"] >= 1
+    assert stats["filter"]["email"]["removed"]["too_short"]["docs"] >= 1
+    # The originals are kept: dedup removes copies, not the first occurrence.
+    assert any("pkg_a" in i for i in ids)
+
+
+def test_malformed_jsonl_lines_are_skipped_counted_and_reported(built):
+    stats = built["stats"]
+    assert stats["extract"]["email"]["skipped"] == {"malformed_jsonl": 2, "missing_text_field": 1}
+    sources = {s["name"]: s for s in built["manifest"]["domains"]["email"]["sources"]}
+    jsonl = next(s for name, s in sources.items() if name.startswith("jsonl:"))
+    assert jsonl["skipped"] == {"malformed_jsonl": 2, "missing_text_field": 1}
+    assert "skipped 2 malformed jsonl items (first at" in built["log"]
+    assert "extra.jsonl:4)" in built["log"]  # line numbers are 1-based
+
+
+def test_no_validation_document_in_train(built):
+    out = built["out"]
+    ds = Dataset(out)
+    tok = ds.tokenizer()
+    for domain in ("email", "web"):
+        train, val = set(all_ids(out, domain, "train")), set(all_ids(out, domain, "validation"))
+        assert val, f"{domain} has no validation documents"
+        assert not train & val
+        train_texts = {tok.decode(ds.shard(domain, "train").doc_tokens(i).tolist()) for i in range(ds.shard(domain, "train").n_docs)}
+        for i in range(ds.shard(domain, "validation").n_docs):
+            assert tok.decode(ds.shard(domain, "validation").doc_tokens(i).tolist()) not in train_texts
+
+
+def test_shards_round_trip_to_the_cleaned_text(built):
+    from glassroom.data.clean import normalize
+    from data_helpers import STDLIB
+
+    ds = Dataset(built["out"])
+    shard = ds.shard("email", "train")
+    tok = ds.tokenizer()
+    ids = shard.doc_ids()
+    checked = 0
+    for i, doc_id in enumerate(ids):
+        if "pkg_a" not in doc_id:
+            continue
+        name = doc_id.rsplit("/", 1)[1]
+        original = normalize((STDLIB / "email" / name).read_text())
+        assert tok.decode(shard.doc_tokens(i).tolist()) == original
+        assert shard.doc_bytes[i] == len(original.encode())
+        assert shard.tokens[shard.doc_offsets[i + 1] - 1] == ds.eos_id
+        checked += 1
+    assert checked >= 10
+
+
+def test_manifest_and_stats_describe_the_dataset(built):
+    m = built["manifest"]
+    assert m == json.loads((built["out"] / "manifest.json").read_text())
+    assert m["dtype"] == "uint16" and m["tokenizer"]["vocab_size"] == 1024 and m["tokenizer"]["eos_id"] == 0
+    assert m["recipe_hash"].startswith("sha256:") and m["recipe"]["name"] == "stdlib-test"
+    for domain in ("email", "web"):
+        for split in ("train", "validation"):
+            info = m["domains"][domain][split]
+            tokens = np.fromfile(built["out"] / info["tokens_file"], dtype=np.uint16)
+            assert len(tokens) == info["tokens"] > 0
+            assert info["bytes_per_token"] == pytest.approx(info["bytes"] / info["tokens"], rel=1e-3)
+    stats = built["stats"]
+    for domain in ("email", "web"):
+        # Every stage's output is the next stage's input, and removals account for the difference.
+        for before, after in zip(stats["stages"][1:], stats["stages"][2:]):
+            assert stats[before][domain]["docs_out"] == stats[after][domain]["docs_in"]
+        for stage in stats["stages"]:
+            e = stats[stage][domain]
+            removed = sum(r["docs"] for r in e["removed"].values())
+            assert e["docs_in"] - removed == e["docs_out"]
+        split = stats["split"][domain]
+        assert split["train_docs"] == m["domains"][domain]["train"]["documents"]
+        assert split["validation_docs"] == m["domains"][domain]["validation"]["documents"]
+    assert not list(built["root"].glob(".dataset.*")), "temporary build folders left behind"
+
+
+def test_same_recipe_builds_the_same_tokens(built, tmp_path):
+    manifest = build_dataset(load_recipe(built["root"] / "recipe.yaml"), tmp_path / "again", workers=1, log=io.StringIO())
+    assert manifest["recipe_hash"] == built["manifest"]["recipe_hash"]
+    for split in ("train", "validation"):
+        a = (built["out"] / "shards" / "web" / f"{split}.bin").read_bytes()
+        b = (tmp_path / "again" / "shards" / "web" / f"{split}.bin").read_bytes()
+        assert a == b

@@ -1,0 +1,74 @@
+"""Cleaning stages on real text: normalisation, each quality filter, MinHash near-duplicate detection."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from data_helpers import near_copy, stdlib_files
+from glassroom.data.clean import Signer, normalize, quality_reason, split_score, validation_cutoff
+from glassroom.data.formats import detag_brown, html_to_text, pack, split_long, strip_gutenberg
+from glassroom.data.recipe import CleanConfig
+
+CFG = CleanConfig()
+
+
+def real_text(n=3):
+    return [p.read_text() for p in stdlib_files("json")[:n]]
+
+
+def test_normalize_nfc_newlines_and_trailing_space():
+    decomposed = unicodedata.normalize("NFD", "café naïve")
+    assert normalize(f"\n\n{decomposed}  \r\nsecond\rthird \n\n") == "café naïve\nsecond\nthird"
+
+
+def test_real_stdlib_text_passes_every_filter():
+    for text in real_text():
+        assert quality_reason(text, len(text.encode()), CFG) is None
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda t: t[:40], "too_short"),
+    (lambda t: t * 400, "too_long"),
+    (lambda t: t.replace("e", "\x00"), "garbled"),
+    (lambda t: " ".join(str(ord(c)) for c in t[:2000]), "few_letters"),
+    (lambda t: t.replace("\n", " "), "long_lines"),
+    (lambda t: "\n".join([t.split("\n")[5] + " repeated line"] * 200), "repetitive"),
+])
+def test_each_filter_names_its_reason(mutate, reason):
+    text = mutate(real_text(1)[0])
+    assert quality_reason(text, len(text.encode()), CFG) == reason
+
+
+def test_minhash_finds_near_copies_and_not_different_files():
+    signer = Signer(128, 5)
+    texts = [p.read_text() for p in stdlib_files("email") if p.stat().st_size > 4000][:6]
+    for text in texts:
+        a, b = signer.minhash(signer.signature(text)), signer.minhash(signer.signature(near_copy(text)))
+        assert a.jaccard(b) > 0.8
+    for x, y in zip(texts, texts[1:]):
+        assert signer.minhash(signer.signature(x)).jaccard(signer.minhash(signer.signature(y))) < 0.3
+
+
+def test_split_is_stable_and_every_domain_gets_validation():
+    assert split_score("doc-1", 0) == split_score("doc-1", 0) != split_score("doc-1", 1)
+    scores = [split_score(f"doc-{i}", 0) for i in range(10_000)]
+    assert 0.018 < sum(s < 0.02 for s in scores) / len(scores) < 0.022
+    few = [0.5, 0.7, 0.9]
+    cutoff = validation_cutoff(few, 0.02)
+    assert sum(s < cutoff for s in few) == 1
+
+
+def test_format_helpers_on_real_markup():
+    html = "<html><head><title>t</title><style>p{}</style></head><body><h1>Title</h1><p>One &amp; two</p><script>x()</script><pre>  a\n  b</pre></body></html>"
+    text = html_to_text(html)
+    assert "One & two" in text and "x()" not in text and "p{}" not in text and "  a\n  b" in text
+    guten = "header\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody text\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\nlicence"
+    assert strip_gutenberg(guten) == "body text"
+    assert detag_brown("\tThe/at jury/nn said/vbd ``/`` no/at ''/'' ./.\n") == 'The jury said " no ".'
+    long = "\n\n".join(real_text(3))
+    pieces = split_long(long, 4000)
+    assert all(len(p.encode()) <= 4000 for p in pieces) and len(pieces) > 5
+    packed = list(pack(["a" * 30] * 10, 100))
+    assert len(packed) == 4 and packed[0] == "\n\n".join(["a" * 30] * 3)
