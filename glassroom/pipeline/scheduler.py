@@ -108,7 +108,7 @@ def step_progress(node: Node, started: float) -> str:
             extra.append(f"{_fmt_secs((total - done) / rate)} left")
     if p.get("message"):
         extra.append(str(p["message"]))
-    return f"{node.name} {parts[0]} ({', '.join(extra + [running_for])})"
+    return f"{node.name} {parts[0]} ({', '.join(extra + [running_for + ' so far'])})"
 
 
 # ----------------------------------------------------------------------------- the run
