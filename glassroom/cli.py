@@ -23,6 +23,8 @@ COMMAND_MODULES = [
     "glassroom.commands.metrics",
     "glassroom.commands.run",
     "glassroom.commands.show",
+    "glassroom.commands.serve",
+    "glassroom.commands.publish",
 ]
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# System packages the tests need (Debian 12, as root): none yet beyond Python.
-# Later layers add theirs here (chromium for page tests, ...).
+# System packages the tests need (Debian 12, as root). Later layers add theirs here.
+# chromium: headless browser for the dashboard's page tests (tests/test_web_browser.py).
 set -euo pipefail
 if [ "$(id -u)" != "0" ]; then
   echo "scripts/install-system.sh: run as root (it uses apt-get); skipping system packages" >&2
   exit 0
 fi
-echo "system packages: nothing to install"
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq
+  apt-get install -y --no-install-recommends chromium
+fi

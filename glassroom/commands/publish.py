@@ -1,0 +1,58 @@
+"""`glassroom publish DIR --out SITE`: the dashboard as a static site, optionally kept fresh."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
+
+DESCRIPTION = """\
+Export every run below DIR as a static site (HTML, JSON data, JS; uPlot included) that any static
+file server can host: the run list, each run's charts, journal and config, and a compare page.
+With --watch SECONDS it re-exports at that interval, so a public copy follows a live run; each
+export switches over atomically (site.json), so a reader never sees half a site. Config values
+whose keys look like tokens, keys, passwords or secrets are redacted; environment variables are
+never exported. docs/publish.md has the details.
+
+example:
+  glassroom publish lab/runs --out lab/site --watch 60
+  python -m http.server -d lab/site 8000       # or upload lab/site to any static host
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "publish", "export the runs below a folder as a static site", DESCRIPTION)
+    p.add_argument("dir", metavar="DIR", help="folder holding runs (searched recursively), or one run")
+    p.add_argument("--out", required=True, metavar="SITE", help="site folder to write (new, empty, or an earlier site)")
+    p.add_argument("--watch", metavar="SECONDS", help="re-export at this interval until interrupted")
+    p.set_defaults(run=run)
+
+
+def parse_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise GlassroomError(f"--watch: expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 1:
+        raise GlassroomError(f"--watch: must be at least 1 second, got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from glassroom.web.publish import check_site_folder, publish, watch
+
+    root, out = Path(args.dir), Path(args.out)
+    interval = None if args.watch is None else parse_interval(args.watch)
+    if not root.is_dir():
+        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
+    check_site_folder(out)
+    if interval is None:
+        publish(root, out, log=lambda m: print(m, flush=True))
+        print(f"open {out / 'index.html'} through a static server, e.g. python -m http.server -d {out}")
+        return 0
+    print(f"re-exporting {root} to {out} every {interval:g} s (Ctrl-C stops)", flush=True)
+    watch(root, out, interval, log=lambda m: print(m, flush=True))
+    return 0

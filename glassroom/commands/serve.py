@@ -1,0 +1,68 @@
+"""`glassroom serve DIR`: the read-only live dashboard over every run below DIR."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+from pathlib import Path
+
+from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
+
+DESCRIPTION = """\
+Serve a read-only web dashboard over every run below DIR (a run is a folder with store.sqlite):
+a run list with status and latest values; per run, charts of loss and per-domain evaluation,
+learning rate, grad/update/param norms in total, by group and by layer, expert load per MoE layer,
+router-bias trajectories, throughput, MFU and tokens per domain, with the journal of events and the
+config; and several runs on shared charts. Pages update live (a new point shows within 2 s).
+GET and HEAD only; binds 127.0.0.1 unless --host says otherwise. docs/serve.md has the details.
+
+example:
+  glassroom serve lab/runs --port 8080     # then open http://127.0.0.1:8080/
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "serve", "live read-only dashboard over the runs below a folder", DESCRIPTION)
+    p.add_argument("dir", metavar="DIR", help="folder holding runs (searched recursively), or one run")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.set_defaults(run=run)
+
+
+def check_port(host: str, port: int) -> None:
+    """Fail with one line, before uvicorn starts, when the address cannot be bound."""
+    if not 1 <= port <= 65535:
+        raise GlassroomError(f"--port: must be in 1-65535, got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise GlassroomError(f"--host: cannot resolve {host!r}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GlassroomError(f"port {port} on {host} is in use; pick another with --port") from None
+            raise GlassroomError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from glassroom.observe.runs import find_runs
+    from glassroom.web.server import serve
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
+    check_port(args.host, args.port)
+    runs = find_runs(root)
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+    print(f"serving {len(runs)} run{'s' if len(runs) != 1 else ''} below {root} at http://{shown}:{args.port}/ "
+          "(read-only; Ctrl-C stops)", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"note: bound to {args.host}: other machines can read these runs", flush=True)
+    serve(root, host=args.host, port=args.port)
+    return 0

@@ -1,0 +1,1 @@
+"""The dashboard and the static site: read-only views of the run store; never imports torch."""

@@ -1,0 +1,170 @@
+"""What the dashboard's pages read, as plain JSON-able dicts: shared by the live server and the
+static site so both show the same thing.
+
+Series are downsampled here, on the server side: at most `points` buckets of equal step width over
+the requested range, each with its min and max (so a one-step spike survives every zoom level) and
+the newest point kept exactly (observe.store.downsample). Vectors (tokens per expert, router bias)
+are averaged per bucket for the heatmaps and trajectories.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from glassroom.observe.runs import read_config, summarize
+from glassroom.observe.store import StoreReader, downsample
+
+MAX_POINTS = 20_000          # largest bucket count a client may ask for
+DEFAULT_POINTS = 1_500
+MAX_NAMES = 400              # series per request
+EXPORTED_ARTIFACTS = ("prediction",)   # artifacts the pages draw; others (status, config) have their own fields
+
+
+def _json_floats(values: np.ndarray) -> list:
+    """A float array as a list with NaN/Inf as None (JSON has no NaN)."""
+    out = values.astype(np.float64).tolist()
+    if not np.isfinite(values).all():
+        out = [v if math.isfinite(v) else None for v in out]
+    return out
+
+
+def series_payload(reader: StoreReader, names: list[str], start: Optional[int] = None,
+                   end: Optional[int] = None, points: int = DEFAULT_POINTS) -> dict:
+    """{name: {steps, min, max, n}} for each name; `n` counts the raw points in the range."""
+    out: dict[str, Any] = {}
+    for name in names:
+        steps, values = reader.series(name, start, end)
+        s, lo, hi = downsample(steps, values, points)
+        out[name] = {"steps": s.tolist(), "min": _json_floats(lo), "max": _json_floats(hi), "n": int(len(steps))}
+    return {"series": out, "start": start, "end": end, "points": points}
+
+
+def vector_payload(reader: StoreReader, name: str, start: Optional[int] = None,
+                   end: Optional[int] = None, points: int = 400) -> dict:
+    """{steps, values: [[...] per bucket], width}: each bucket's mean vector (first step of the bucket)."""
+    rows = reader.vectors(name, start, end)
+    if not rows:
+        return {"name": name, "steps": [], "values": [], "width": 0}
+    width = max(len(v) for _, v in rows)
+    steps = np.array([s for s, _ in rows], dtype=np.int64)
+    matrix = np.full((len(rows), width), np.nan)
+    for i, (_, v) in enumerate(rows):
+        matrix[i, : len(v)] = [np.nan if x is None else x for x in v]
+    if len(rows) > points:
+        lo, hi = int(steps[0]), int(steps[-1])
+        bucket_width = max(1, -(-(hi - lo + 1) // points))
+        index = (steps - lo) // bucket_width
+        starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+        filled = np.where(np.isfinite(matrix), matrix, 0.0)
+        sums = np.add.reduceat(filled, starts, axis=0)
+        valid = np.add.reduceat(np.isfinite(matrix).astype(np.float64), starts, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            matrix = np.where(valid > 0, sums / np.maximum(valid, 1), np.nan)
+        steps = steps[starts]
+    return {"name": name, "steps": steps.tolist(), "values": [_json_floats(r) for r in matrix], "width": width}
+
+
+def events_payload(reader: StoreReader, after_id: int = 0) -> list[dict]:
+    return reader.events(after_id)
+
+
+def run_meta(run_id: str, run_dir: Path) -> dict:
+    """Everything a run page needs besides the series: status, names, events, config, prediction."""
+    with StoreReader(run_dir) as reader:
+        names = reader.names()
+        vector_names = reader.vector_names()
+        events = reader.events()
+        artifacts = {name: reader.artifact(name) for name in EXPORTED_ARTIFACTS}
+        status = reader.status()
+    config, config_text = read_config(run_dir)
+    return {
+        "id": run_id,
+        "status": {k: status.get(k) for k in ("state", "step", "updated")},
+        "summary": summarize(run_id, run_dir),
+        "names": names,
+        "vector_names": vector_names,
+        "events": events,
+        "config": config,
+        "config_text": config_text,
+        "artifacts": {k: v for k, v in artifacts.items() if v is not None},
+    }
+
+
+class Cursor:
+    """What one live page has already seen of one run: the last step per series, the last event id,
+    the status. `poll()` returns only what is new since, so the stream sends small messages."""
+
+    MAX_NEW = 5_000   # more new points than this for one series: tell the page to reload instead
+
+    def __init__(self, run_id: str, run_dir: Path):
+        self.run_id, self.run_dir = run_id, run_dir
+        self.reader = StoreReader(run_dir)
+        self.last_step: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self.vector_last: dict[int, int] = {}
+        self.last_event = 0
+        self.status: Any = None
+        self._name_count = -1
+        self._refresh_names()
+        for id_ in self.names:
+            self.last_step[id_] = self._max_step("metrics", id_)
+            self.vector_last[id_] = self._max_step("vectors", id_)
+        row = self.reader.conn.execute("SELECT IFNULL(MAX(id), 0) FROM events").fetchone()
+        self.last_event = int(row[0])
+        self.status = self.reader.status()
+
+    def _max_step(self, table: str, id_: int) -> int:
+        row = self.reader.conn.execute(f"SELECT MAX(step) FROM {table} WHERE name_id = ?", (id_,)).fetchone()
+        return -(2**62) if row[0] is None else int(row[0])
+
+    def _refresh_names(self) -> None:
+        count = self.reader.conn.execute("SELECT COUNT(*) FROM names").fetchone()[0]
+        if count != self._name_count:
+            self._name_count = count
+            for id_, name in self.reader.conn.execute("SELECT id, name FROM names"):
+                self.names.setdefault(id_, name)
+
+    def poll(self) -> Optional[dict]:
+        """New points, vectors, events and status since the last poll; None when nothing changed."""
+        self._refresh_names()
+        conn = self.reader.conn
+        series: dict[str, Any] = {}
+        vectors: dict[str, Any] = {}
+        reload = False
+        for id_, name in self.names.items():
+            last = self.last_step.get(id_, -(2**62))
+            rows = conn.execute(
+                "SELECT step, value FROM metrics WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
+                (id_, last, self.MAX_NEW + 1)).fetchall()
+            if rows:
+                if len(rows) > self.MAX_NEW:
+                    reload = True
+                    self.last_step[id_] = self._max_step("metrics", id_)
+                else:
+                    self.last_step[id_] = rows[-1][0]
+                    series[name] = {"steps": [r[0] for r in rows],
+                                    "values": [r[1] if r[1] is None or math.isfinite(r[1]) else None for r in rows]}
+            vlast = self.vector_last.get(id_, -(2**62))
+            vrows = conn.execute(
+                "SELECT step, value FROM vectors WHERE name_id = ? AND step > ? ORDER BY step LIMIT 200",
+                (id_, vlast)).fetchall()
+            if vrows:
+                self.vector_last[id_] = vrows[-1][0]
+                vectors[name] = {"steps": [r[0] for r in vrows], "count": len(vrows)}
+        events = self.reader.events(self.last_event)
+        if events:
+            self.last_event = events[-1]["id"]
+        status = self.reader.status()
+        status_changed = status != self.status
+        self.status = status
+        if not (series or vectors or events or status_changed or reload):
+            return None
+        return {"run": self.run_id, "series": series, "vectors": vectors, "events": events,
+                "status": {k: status.get(k) for k in ("state", "step", "updated")}, "reload": reload}
+
+    def close(self) -> None:
+        self.reader.close()

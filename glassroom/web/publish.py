@@ -1,0 +1,154 @@
+"""`glassroom publish`: the dashboard's pages as a static site (HTML, JSON data, JS) that any static
+file server can host, optionally re-exported every few seconds so a public copy follows a live run.
+
+Layout of SITE:
+  index.html, compare.html, runs/<run>/index.html   the same pages as `glassroom serve`, in static mode
+  static/                                            the frontend's JS and CSS, uPlot included
+  site.json                                          {generation, generated, interval, runs}
+  data/<generation>/runs.json                        the run list
+  data/<generation>/runs/<run>/meta.json             status, names, events, redacted config, prediction
+  data/<generation>/runs/<run>/series/<hash>.json    one downsampled series (min/max buckets)
+  data/<generation>/runs/<run>/vectors/<hash>.json   one vector series (tokens per expert, router bias)
+
+Each export writes a new generation into a temporary folder, renames it into place, and only then
+replaces site.json (an atomic rename), so a reader sees the old site or the new one, never half of
+one; pages read site.json first and take all their data from that generation. The previous
+generation is kept for readers still on it; older ones are removed. Only what the pages show is
+exported: config values whose keys look like secrets are redacted, and no environment variable is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from glassroom.errors import GlassroomError
+from glassroom.observe.runs import find_runs, summarize
+from glassroom.observe.store import StoreReader
+from glassroom.web import data
+from glassroom.web.server import FRONTEND, render_page
+
+SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
+VECTOR_POINTS = 400
+STATIC_SUFFIXES = {".js", ".css"}
+SITE_MARKER = "site.json"
+
+
+def _write_json(path: Path, payload) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, separators=(",", ":"), allow_nan=False), encoding="utf-8")
+
+
+def _replace_file(path: Path, text: str | bytes) -> None:
+    """Write `path` completely or not at all (temporary name, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if isinstance(text, bytes):
+        tmp.write_bytes(text)
+    else:
+        tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _file_key(name: str) -> str:
+    return hashlib.sha1(name.encode("utf-8")).hexdigest()[:16]
+
+
+def export_run(run_id: str, run_dir: Path, dest: Path) -> dict:
+    """Writes one run's meta, series and vectors below `dest`; returns its meta."""
+    meta = data.run_meta(run_id, run_dir)
+    meta["files"], meta["vector_files"] = {}, {}
+    with StoreReader(run_dir) as reader:
+        for name in meta["names"]:
+            rel = f"series/{_file_key(name)}.json"
+            payload = data.series_payload(reader, [name], points=SERIES_POINTS)["series"][name]
+            _write_json(dest / rel, payload)
+            meta["files"][name] = rel
+        for name in meta["vector_names"]:
+            rel = f"vectors/{_file_key(name)}.json"
+            _write_json(dest / rel, data.vector_payload(reader, name, points=VECTOR_POINTS))
+            meta["vector_files"][name] = rel
+    _write_json(dest / "meta.json", meta)
+    return meta
+
+
+def check_site_folder(out: Path) -> None:
+    """Refuse to write into a folder that holds something other than a glassroom site."""
+    if out.exists() and not out.is_dir():
+        raise GlassroomError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / SITE_MARKER).is_file():
+        raise GlassroomError(f"--out {out}: folder is not empty and is not a glassroom site; give a new or empty folder")
+
+
+def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
+            log: Callable[[str], None] = lambda m: None) -> dict:
+    """One export of every run below `root` into the site folder `out`; returns site.json's content."""
+    root, out = Path(root), Path(out)
+    if not root.is_dir():
+        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
+    check_site_folder(out)
+    out.mkdir(parents=True, exist_ok=True)
+    generation = f"g{time.time_ns() // 1_000_000}"
+    data_dir = out / "data"
+    tmp = data_dir / f".tmp-{generation}-{os.getpid()}"
+    runs = find_runs(root)
+    now = time.time()
+    summaries, exported = [], []
+    try:
+        for run_id, run_dir in sorted(runs.items()):
+            try:
+                export_run(run_id, run_dir, tmp / "runs" / run_id)
+            except Exception as exc:   # one unreadable run must not stop the others being published
+                log(f"skipped {run_id}: {type(exc).__name__}: {exc}")
+                continue
+            summaries.append(summarize(run_id, run_dir, now))
+            exported.append(run_id)
+        _write_json(tmp / "runs.json", {"root": root.resolve().name, "generated": now, "runs": summaries})
+        os.rename(tmp, data_dir / generation)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    for src in sorted(FRONTEND.rglob("*")):
+        rel = src.relative_to(FRONTEND)
+        if src.is_file() and src.suffix in STATIC_SUFFIXES and "node_modules" not in rel.parts:
+            _replace_file(out / "static" / rel, src.read_bytes())
+    (out / "static" / "vendor").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(FRONTEND / "vendor" / "uPlot.LICENSE", out / "static" / "vendor" / "uPlot.LICENSE")
+    boot = {"mode": "static", "base": "./", "runs": []}
+    _replace_file(out / "index.html", render_page("index", {**boot, "page": "index"}))
+    _replace_file(out / "compare.html", render_page("compare", {**boot, "page": "compare"}))
+    for run_id in exported:
+        base = "../" * (len(run_id.split("/")) + 1)
+        _replace_file(out / "runs" / run_id / "index.html",
+                      render_page("run", {"mode": "static", "base": base, "page": "run", "runs": [run_id]}))
+
+    site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
+    _replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
+
+    keep = sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g"))[-2:]
+    for p in data_dir.iterdir():
+        if p.is_dir() and p.name not in keep and (p.name.startswith("g") or p.name.startswith(".tmp-")):
+            if p.name.startswith(".tmp-") and p.name.endswith(f"-{os.getpid()}"):
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+    log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
+    return site
+
+
+def watch(root: str | Path, out: str | Path, interval: float, log: Callable[[str], None] = print,
+          rounds: Optional[int] = None) -> None:
+    """Re-export every `interval` seconds (until interrupted, or `rounds` exports for tests)."""
+    done = 0
+    while rounds is None or done < rounds:
+        started = time.monotonic()
+        publish(root, out, interval=interval, log=log)
+        done += 1
+        if rounds is not None and done >= rounds:
+            break
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
