@@ -15,6 +15,7 @@ import os
 import pickle
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -83,7 +84,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
         tmp.mkdir()
     _barrier()
     model_sd, optim_sd = get_state_dict(model, _optimizers(optimizer))
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    with warnings.catch_warnings():  # one process without a process group is intended here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     _barrier()
     if _rank() == 0:
         state = {**trainer_state, "step": step, "rng": rng_state()}
@@ -130,7 +133,9 @@ def load_checkpoint(path: Path, model, optimizer) -> dict[str, Any]:
     model_sd, optim_sd = get_state_dict(model, _optimizers(optimizer))
     target = {"model": model_sd, "optim": optim_sd}
     try:
-        dcp.load(target, checkpoint_id=str(path))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(target, checkpoint_id=str(path))
     except (RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GlassroomError(f"{path}: checkpoint does not fit this model ({first[:200]})") from None

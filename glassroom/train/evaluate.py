@@ -1,7 +1,7 @@
 """Per-domain held-out loss and bits per byte, plus their macro average.
 
-Each domain's validation shard is cut into consecutive windows of seq_len + 1 tokens (the first
-`eval_sequences` of them, the same every time). Bits per byte = (summed loss in nats / ln 2) over
+Each domain's validation shard is cut into consecutive sequences of seq_len + 1 tokens (the first
+`eval_sequences` of them, the same every time; glassroom.data.mixture.Dataset.validation_batches). Bits per byte = (summed loss in nats / ln 2) over
 the UTF-8 bytes of text those tokens cover, so tokenizers of different sizes compare fairly. Under
 torchrun the windows are split across ranks and the sums reduced.
 """
@@ -9,35 +9,25 @@ torchrun the windows are split across ranks and the sums reduced.
 from __future__ import annotations
 
 import math
-from pathlib import Path
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from glassroom.data.shards import Shard
 from glassroom.train.parallel import DistInfo, all_reduce_sum
 
 
 class DomainValidation:
-    """The fixed evaluation windows of one domain: token ids and the bytes they cover."""
+    """The fixed evaluation sequences of one domain: token ids and the bytes their targets cover."""
 
-    def __init__(self, root: Path, domain: str, dtype: str, seq_len: int, max_sequences: int):
-        shard = Shard(root, domain, "validation", dtype)
-        window = seq_len + 1
-        count = min(max_sequences, len(shard) // window)
+    def __init__(self, dataset, domain: str, seq_len: int, max_sequences: int):
+        pairs = list(dataset.validation_batches(domain, seq_len, 1, max_sequences))
         self.domain = domain
-        self.tokens = np.asarray(shard.tokens[: count * window], dtype=np.int64).reshape(count, window)
-        # Bytes covered by the predicted tokens (positions 1..seq_len of each window).
-        self.window_bytes = np.array(
-            [shard.bytes_between(i * window + 1, (i + 1) * window) for i in range(count)], dtype=np.float64
-        )
+        self.tokens = np.concatenate([t for t, _ in pairs]) if pairs else np.zeros((0, seq_len + 1), np.int64)
+        self.window_bytes = np.array([b for _, b in pairs], dtype=np.float64)
 
 
-def load_validation(root: Path, manifest: dict, domains: list[str], seq_len: int, max_sequences: int) -> list[DomainValidation]:
-    dtype = manifest["dtype"]
-    sets = [DomainValidation(root, d, dtype, seq_len, max_sequences) for d in domains]
-    return [s for s in sets if len(s.tokens)]
+def load_validation(dataset, domains: list[str], seq_len: int, max_sequences: int) -> list[DomainValidation]:
+    return [DomainValidation(dataset, d, seq_len, max_sequences) for d in domains]
 
 
 @torch.no_grad()

@@ -54,8 +54,11 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
     if not info.enabled:
         return model
     if strategy == "ddp":
+        import warnings
+
         from torch.nn.parallel import DistributedDataParallel
 
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
         # Buffers are not broadcast: router biases move identically on every rank from
         # all-reduced counts, and per-step expert counts are rank-local until reduced.
         return DistributedDataParallel(

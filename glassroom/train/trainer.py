@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -67,10 +68,14 @@ class Trainer:
         self.accum = per_rank // tc.micro_batch_size
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
 
-        from glassroom.data.mixture import Mixture  # the data layer; imported late for startup speed
+        from glassroom.data.mixture import Dataset, Mixture
 
-        self.mixture = Mixture(cfg.data.path, cfg.data.weights, tc.seq_len, tc.batch_size, tc.seed)
-        self.manifest = self.mixture.manifest
+        self.dataset = Dataset(cfg.data.path)
+        weights = cfg.data.weights or {
+            d: float(info["train"]["tokens"]) for d, info in self.dataset.manifest["domains"].items()
+        }
+        self.mixture = Mixture(self.dataset, weights, tc.seq_len, tc.batch_size, tc.seed, cfg.data.max_epochs)
+        self.manifest = self.dataset.manifest
         vocab = int(self.manifest["tokenizer"]["vocab_size"])
         if cfg.model.vocab_size < vocab:
             raise GlassroomError(
@@ -94,9 +99,7 @@ class Trainer:
         self.lr_at = lr_multiplier(tc)
         self.flops_per_token = self._flops_per_token()
         self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
-        self.validation = load_validation(
-            Path(cfg.data.path), self.manifest, self.mixture.domains, tc.seq_len, tc.eval_sequences
-        )
+        self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
         self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
         self.step = 0
         self.store: Optional[StoreWriter] = StoreWriter(self.run_dir) if self.info.is_main else None
@@ -233,8 +236,10 @@ class Trainer:
 
         step_tokens = tc.batch_size * tc.seq_len
         self.state.tokens_seen += step_tokens
-        for domain, n in batch.global_domain_counts().items():
-            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + n * tc.seq_len
+        global_domains, _ = self.mixture.locate(np.arange(step * tc.batch_size, (step + 1) * tc.batch_size))
+        for index, n in zip(*np.unique(global_domains, return_counts=True)):
+            domain = self.mixture.domains[index]
+            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + int(n) * tc.seq_len
         tokens_per_s = step_tokens / elapsed
         metrics["throughput/tokens_per_s"] = tokens_per_s
         metrics["throughput/mfu"] = tokens_per_s * self.flops_per_token / self.peak

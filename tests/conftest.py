@@ -1,0 +1,21 @@
+"""Fixtures shared across test files: the tiny real dataset, built once per session."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> Path:
+    """experiments/data-tiny.yaml built into a temporary folder (KJV prose, Python docs, stdlib code)."""
+    from glassroom.data.build import build_dataset
+    from glassroom.data.recipe import load_recipe
+
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    build_dataset(load_recipe(ROOT / "experiments" / "data-tiny.yaml"), out, workers=2, log=io.StringIO())
+    return out
