@@ -79,6 +79,6 @@ def run(args: argparse.Namespace) -> int:
         backend = LocalBackend(args.jobs)
     workspace.mkdir(parents=True, exist_ok=True)
     result = run_graph(graph, backend, selected, forced, experiment_path=experiment.path,
-                       context=run_context(experiment.path, experiment.sha256),
+                       context=run_context(experiment.path, experiment.sha256, experiment.source),
                        progress_every=args.progress_every)
     return 0 if result.ok else 1

@@ -29,6 +29,7 @@ class Experiment:
     module: Any
     steps: list[Step]
     sha256: str
+    source: str  # the file's text as loaded (saved in provenance)
 
     def graph(self, workspace: Path) -> Graph:
         return build_graph(self.steps, workspace, source=str(self.path))
@@ -86,7 +87,8 @@ def load_experiment(path: str | Path) -> Experiment:
         steps = [steps]
     if not isinstance(steps, (list, tuple)):
         raise GlassroomError(f"{path}: `steps` must be a list of Step, got {type(steps).__name__}")
-    return Experiment(path=path, module=module, steps=list(steps), sha256=hashlib.sha256(data).hexdigest())
+    return Experiment(path=path, module=module, steps=list(steps), sha256=hashlib.sha256(data).hexdigest(),
+                      source=data.decode("utf-8", errors="replace"))
 
 
 def _line_in(exc: BaseException, path: Path) -> int | None:

@@ -36,13 +36,15 @@ def git_state(folder: Path) -> dict:
     return {"commit": commit, "dirty": bool(dirty), "root": git("rev-parse", "--show-toplevel")}
 
 
-def run_context(experiment_path: Path, experiment_sha256: str) -> dict:
+def run_context(experiment_path: Path, experiment_sha256: str, source: str) -> dict:
     """What every step of one `glassroom run` records alike (computed once, by the run)."""
     project = git_state(Path(glassroom.__file__).parent)
     exp_git = git_state(experiment_path.parent)
     return {
         "experiment": {"path": str(experiment_path), "sha256": experiment_sha256,
-                       "git": exp_git if exp_git.get("root") != project.get("root") else "project"},
+                       "git": exp_git if exp_git.get("root") != project.get("root") else "project",
+                       # the file itself, so an uncommitted or since-edited experiment can be read back
+                       "source": source},
         "glassroom": {"version": glassroom.__version__, **project},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -159,7 +161,7 @@ def format_show(info: dict) -> str:
         exp = prov["experiment"]
         g = prov["glassroom"]
         commit = (g.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if g.get("dirty") else "")
-        lines.append(f"  experiment  {exp['path']}  (sha256 {exp['sha256'][:12]})")
+        lines.append(f"  experiment  {exp['path']}  (sha256 {exp['sha256'][:12]}; its source is in {PROVENANCE})")
         if isinstance(exp.get("git"), dict) and exp["git"].get("commit"):
             lines.append(f"              in {exp['git']['root']} at commit {exp['git']['commit'][:12]}"
                          + (" (uncommitted changes)" if exp["git"].get("dirty") else ""))

@@ -8,21 +8,24 @@ starts. Each step's stdout and stderr are appended to `<output>/log.txt`.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from glassroom.errors import GlassroomError
 from glassroom.pipeline.graph import Node
-from glassroom.pipeline.status import LOG
+from glassroom.pipeline.status import LOG, SPEC, atomic_write_json
 
 
 def worker_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "glassroom.pipeline.worker", json.dumps(spec)]
+    """The step's process; its spec goes in a file beside the output (argv has a 128 KB limit)."""
+    path = Path(spec["output"]) / SPEC
+    atomic_write_json(path, spec)
+    return [sys.executable, "-m", "glassroom.pipeline.worker", f"@{path}"]
 
 
 def visible_gpus() -> list[str]:

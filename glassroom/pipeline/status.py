@@ -10,6 +10,7 @@ fsync, rename):
   provenance.json  how the output was produced (provenance.py); present once the step is done
   result.json      the function's return value, when it returned one
   log.txt          the step's stdout and stderr, every attempt appended
+  .spec.json       what the current attempt's process was asked to do (experiment, version, lease)
   .lease           the lock of the run executing the step (lock.py)
 
 Only `status.json` with state "done" makes an output reusable.
@@ -32,6 +33,7 @@ DONE, RUNNING, FAILED, INTERRUPTED = "done", "running", "failed", "interrupted"
 STATUS, STEP, PROGRESS, PROVENANCE, RESULT, LOG = (
     "status.json", "step.json", "progress.json", "provenance.json", "result.json", "log.txt",
 )
+SPEC = ".spec.json"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

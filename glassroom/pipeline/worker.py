@@ -1,4 +1,4 @@
-"""The process that runs one step: `python -m glassroom.pipeline.worker SPEC_JSON`.
+"""The process that runs one step: `python -m glassroom.pipeline.worker @SPEC_FILE` (or SPEC_JSON).
 
 Started by the local runner (a subprocess) or inside a Ray task. It loads the experiment file again,
 finds the step, checks the version still matches, calls the function with a StepContext, and on
@@ -49,7 +49,12 @@ def torchrun_command(spec_json: str, procs: int) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    spec = json.loads(argv[0])
+    arg = argv[0]
+    if arg.startswith("@"):
+        with open(arg[1:], encoding="utf-8") as f:
+            spec = json.load(f)
+    else:
+        spec = json.loads(arg)
     under_torchrun = "LOCAL_RANK" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
     if under_torchrun:
         os.environ.pop("GLASSROOM_PARENT_PID", None)  # our parent is the torchrun agent
