@@ -31,8 +31,8 @@ PACKAGES=(
   bible-kjv bible-kjv-text fortunes fortunes-min jargon-text r-base-core r-cran-janeaustenr
   # reference (dictd databases)
   dict-gcide dict-wn dict-foldoc dict-jargon dict-devil dict-vera
-  # technical documentation (man pages need man-db and col from bsdextrautils)
-  man-db bsdextrautils python3.11-doc git-doc perl-doc postgresql-doc-15 debian-reference-en
+  # technical documentation (man pages are rendered with groff)
+  groff-base python3.11-doc git-doc perl-doc postgresql-doc-15 debian-reference-en
   # source code beyond the Python stdlib
   golang-1.19-src
   # multilingual

@@ -10,3 +10,5 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y --no-install-recommends chromium
 fi
+# Real text for the data tests and experiments/data-tiny.yaml: the KJV Bible and the Python docs.
+bash "$(dirname "$0")/install-corpora.sh" --minimal

