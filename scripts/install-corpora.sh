@@ -4,7 +4,7 @@
 # downloaded, not installed, into the corpora cache folder). Idempotent: a second run only checks.
 #
 # usage: scripts/install-corpora.sh [--no-apt] [--minimal]
-#   --minimal  only what experiments/data-tiny.yaml needs beyond the Python stdlib (the KJV Bible)
+#   --minimal  only what experiments/data-tiny.yaml needs beyond the Python stdlib (KJV Bible, Python docs)
 #   --no-apt   skip Debian packages (for a non-root user who has them already)
 # The cache folder is $GLASSROOM_CORPORA_DIR, default ~/.cache/glassroom/corpora (the sources
 # `shakespeare` and `brown` read the same place).
@@ -25,7 +25,7 @@ CACHE="${GLASSROOM_CORPORA_DIR:-$HOME/.cache/glassroom/corpora}"
 PYTHON="${PYTHON:-python3}"
 
 # Five domains (prose, reference, docs, code, multilingual); see shared/CORPUS.md for sizes/licences.
-PACKAGES_MINIMAL=(bible-kjv bible-kjv-text)
+PACKAGES_MINIMAL=(bible-kjv bible-kjv-text python3.11-doc)
 PACKAGES=(
   # prose
   bible-kjv bible-kjv-text fortunes fortunes-min jargon-text r-base-core r-cran-janeaustenr
