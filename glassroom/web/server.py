@@ -98,8 +98,8 @@ def _int_param(request: Request, key: str, default: Optional[int], lo: int, hi: 
     if raw is None or raw == "":
         return default
     try:
-        value = int(float(raw)) if raw.strip().lower() not in ("nan", "inf", "-inf", "infinity") else None
-    except ValueError:
+        value = int(raw) if raw.lstrip("+-").isdigit() else int(float(raw))
+    except (ValueError, OverflowError):   # "abc", "nan", "1e999", "inf"
         value = None
     if value is None or not lo <= value <= hi:
         raise HTTPException(400, f"{key}: expected an integer in [{lo}, {hi}], got {raw[:40]!r}")
