@@ -15,7 +15,6 @@ quarter of it.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import socket
 import threading
@@ -208,6 +207,3 @@ def describe_lease(info: dict) -> str:
     holder = info.get("holder") or "glassroom run"
     return f"{holder} on {info.get('host')} pid {info.get('pid')}, heartbeat {age:.0f}s ago"
 
-
-def lease_json(info: dict) -> str:
-    return json.dumps(info, sort_keys=True)

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Protocol, TextIO
 
 from glassroom.pipeline.graph import Graph, Node
-from glassroom.pipeline.lock import GUARD, LEASE, Heartbeat, Lease, describe_lease, lease_state, read_lease, try_acquire
+from glassroom.pipeline.lock import (
+    GUARD, LEASE, Heartbeat, Lease, describe_lease, holds, lease_state, read_lease, try_acquire,
+)
 from glassroom.pipeline.provenance import step_record
 from glassroom.pipeline.status import (
     DONE, FAILED, INTERRUPTED, LOG, PROGRESS, RUNNING, STEP, atomic_write_json, read_json, read_status, write_status,
@@ -156,10 +158,10 @@ def run_graph(graph: Graph, backend: Backend, selected: list[str], forced: set[s
     def say(msg: str) -> None:
         print(f"[{len(finished)}/{total}] {msg}", file=out, flush=True)
 
-    backend.check([nodes[n] for n in selected])
     last_progress = time.time()
     with Heartbeat(on_lost=lost.append) as heartbeat:
         try:
+            backend.check([nodes[n] for n in selected])
             while pending or running:
                 for lease in list(lost):  # another run took a lease: stop our copy of that step
                     lost.remove(lease)
@@ -232,6 +234,12 @@ def run_graph(graph: Graph, backend: Backend, selected: list[str], forced: set[s
                     lease = heartbeat.remove(name)
                     status = read_status(node.output) or {}
                     took = time.time() - running.pop(name)
+                    if lease is not None and (lease.lost or not holds(node.output, lease.token)):
+                        # another run took the step over (we looked stale to it): it owns the
+                        # status now; wait for its result like any step running elsewhere
+                        waiting_elsewhere.add(name)
+                        say(f"wait   {name}: another run took it over")
+                        continue
                     if code == 0 and status.get("state") == DONE:
                         finished.add(name)
                         result.ran.append(name)
@@ -257,11 +265,12 @@ def run_graph(graph: Graph, backend: Backend, selected: list[str], forced: set[s
             for name in list(running):
                 backend.cancel(name)
                 node = nodes[name]
+                lease = heartbeat.remove(name)
+                if lease is None or not holds(node.output, lease.token):
+                    continue  # not ours any more: leave it to the run that holds it
                 if (read_status(node.output) or {}).get("state") == RUNNING:
                     write_status(node.output, INTERRUPTED, finished=time.time(), error="interrupted")
-                lease = heartbeat.remove(name)
-                if lease is not None:
-                    lease.release()
+                lease.release()
             raise
         finally:
             backend.close()
