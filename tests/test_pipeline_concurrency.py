@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from glassroom.pipeline.lock import Heartbeat, holds, read_lease, try_acquire
+from glassroom.pipeline.lock import Heartbeat, _guard, holds, read_lease, try_acquire
 from glassroom.pipeline.status import atomic_write_json
 from pipeline_helpers import calls, glassroom_process, write_experiment
 
@@ -159,3 +159,21 @@ def test_heartbeat_renews_and_reports_a_lost_lease(tmp_path, monkeypatch):
 
 if sys.platform != "linux":
     pytestmark = pytest.mark.skip("leases rely on Linux /proc and flock")
+
+
+def test_a_run_that_loses_a_lease_stops_its_copy_and_never_marks_it_done(tmp_path):
+    exp, ws = write_experiment(tmp_path, RESUMABLE), tmp_path / "ws"
+    run = glassroom_process("run", exp, "--workspace", ws, env={"GLASSROOM_LEASE_TIMEOUT": "1"})
+    ckpt = lambda: next((ws / "steps").glob("slow-*/checkpoint.json"), None)  # noqa: E731
+    _wait_for(ckpt, what="the slow step to start")
+    slow_dir = ckpt().parent
+    # another machine's run takes the lease (as if ours had looked stale to it), then vanishes
+    with _guard(slow_dir):  # as lock.try_acquire does
+        atomic_write_json(slow_dir / ".lease", {"token": "thief", "host": "elsewhere", "pid": 1, "heartbeat": time.time()})
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert "lost the lease on slow to another run" in err
+    assert "wait   slow: another run took it over" in err
+    assert "taking over from a stopped run" in err  # the thief's lease went stale; ours again
+    assert calls(tmp_path, "slow") == 2 and calls(tmp_path, "after") == 1
+    assert json.loads((slow_dir / "status.json").read_text())["state"] == "done"
