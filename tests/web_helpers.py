@@ -175,7 +175,7 @@ class Chromium:
                 raise RuntimeError("chromium did not start")
             time.sleep(0.05)
         port, path = port_file.read_text().splitlines()[:2]
-        self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=20)
+        self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=20).__enter__()
         self.ids = itertools.count(1)
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
