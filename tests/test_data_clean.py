@@ -55,9 +55,16 @@ def test_split_is_stable_and_every_domain_gets_validation():
     assert split_score("doc-1", 0) == split_score("doc-1", 0) != split_score("doc-1", 1)
     scores = [split_score(f"doc-{i}", 0) for i in range(10_000)]
     assert 0.018 < sum(s < 0.02 for s in scores) / len(scores) < 0.022
-    few = [0.5, 0.7, 0.9]
+    few = [(0.5, 100), (0.7, 100), (0.9, 100)]
     cutoff = validation_cutoff(few, 0.02)
-    assert sum(s < cutoff for s in few) == 1
+    assert sum(s < cutoff for s, _ in few) == 1
+    # Held-out documents below the fraction that hold too few bytes are topped up by the next scores.
+    rows = [(0.001, 10), (0.5, 1000), (0.6, 1000), (0.7, 1000)]
+    assert sum(s < validation_cutoff(rows, 0.02) for s, _ in rows) == 2
+    # Many documents: exactly the hash rule.
+    rows = [(s, 1000) for s in scores]
+    cutoff = validation_cutoff(rows, 0.02)
+    assert sum(s < cutoff for s, _ in rows) == sum(s < 0.02 for s in scores)
 
 
 def test_format_helpers_on_real_markup():

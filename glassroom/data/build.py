@@ -228,7 +228,7 @@ def _split(recipe: Recipe, kept: dict, stats: cleaning.Stats) -> dict[str, float
                 f"domain {domain}: {len(rows)} document{'s' if len(rows) != 1 else ''} left after cleaning "
                 f"({read} read; removed: {why}); a domain needs at least 2 (one held out): add sources or relax recipe.clean"
             )
-        cutoff = cleaning.validation_cutoff([r[0] for r in rows], recipe.split.validation_fraction)
+        cutoff = cleaning.validation_cutoff([(r[0], r[2]) for r in rows], recipe.split.validation_fraction)
         cutoffs[domain] = cutoff
         entry = stats.entry("split", domain)
         for score, _, nbytes in rows:

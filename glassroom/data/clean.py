@@ -221,12 +221,22 @@ class Cleaner:
         return True
 
 
-def validation_cutoff(scores: list[float], fraction: float) -> float:
-    """Documents whose split score is below the result are held out.
+def validation_cutoff(rows: list[tuple[float, int]], fraction: float) -> float:
+    """Documents (split score, bytes) whose score is below the result are held out.
 
-    Normally `fraction` itself; when that would hold out nothing from a domain of two or more
-    documents, just above the smallest score, so every domain has a validation split.
+    Normally `fraction` itself. When the documents below it hold less than `fraction` of the
+    domain's bytes (a few large documents, or bad luck in a small domain), the next-lowest scores
+    are added until they do, so every domain of two or more documents has a validation split big
+    enough to evaluate on; at least one document always stays in train.
     """
-    if len(scores) >= 2 and not any(s < fraction for s in scores):
-        return min(scores) + 1e-12
-    return fraction
+    if len(rows) < 2:
+        return fraction
+    ordered = sorted(rows)
+    total = sum(b for _, b in rows)
+    held, cutoff = 0, 0.0
+    for i, (score, nbytes) in enumerate(ordered[:-1]):
+        if score >= fraction and held >= fraction * total:
+            break
+        held += nbytes
+        cutoff = ordered[i + 1][0]
+    return max(cutoff, min(fraction, ordered[-1][0]))
