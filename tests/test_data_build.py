@@ -122,3 +122,41 @@ def test_same_recipe_builds_the_same_tokens(built, tmp_path):
         a = (built["out"] / "shards" / "web" / f"{split}.bin").read_bytes()
         b = (tmp_path / "again" / "shards" / "web" / f"{split}.bin").read_bytes()
         assert a == b
+
+
+def test_an_existing_tokenizer_can_be_reused(built, tmp_path):
+    recipe = load_recipe(built["root"] / "recipe.yaml", [f"tokenizer.path={built['out'] / 'tokenizer.json'}"])
+    manifest = build_dataset(recipe, tmp_path / "reuse", workers=1, log=io.StringIO())
+    assert manifest["tokenizer"]["origin"] == "loaded"
+    assert (tmp_path / "reuse" / "tokenizer.json").read_bytes() == (built["out"] / "tokenizer.json").read_bytes()
+    assert manifest["domains"]["web"]["train"]["tokens"] == built["manifest"]["domains"]["web"]["train"]["tokens"]
+
+
+def test_a_tokenizer_without_eos_is_refused(built, tmp_path):
+    from glassroom.data.tokenizer import load_tokenizer
+    from glassroom.errors import GlassroomError
+
+    data = json.loads((built["out"] / "tokenizer.json").read_text())
+    data["added_tokens"] = []
+    data["model"]["vocab"].pop("<|endoftext|>")
+    (tmp_path / "noeos.json").write_text(json.dumps(data))
+    with pytest.raises(GlassroomError, match="has no <\\|endoftext\\|> token"):
+        load_tokenizer(tmp_path / "noeos.json")
+
+
+def test_large_vocabularies_are_stored_as_uint32(tmp_path):
+    from glassroom.data.shards import Shard, ShardWriter
+    from glassroom.data.tokenizer import token_dtype
+
+    assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32
+    writer = ShardWriter(tmp_path, "d", "train", token_dtype(100_000))
+    ids = np.array([70_000, 5, 0, 99_999, 0], dtype=np.int64)
+    writer.add(ids, np.array([0, 3, 5]), [{"id": "a", "source": "s", "bytes": 9}, {"id": "b", "source": "s", "bytes": 4}], {"s": 0})
+    assert writer.close() == {"documents": 2, "tokens": 5, "bytes": 13}
+    shard = Shard(tmp_path, "d", "train", "uint32")
+    assert shard.tokens.tolist() == ids.tolist() and shard.doc_ids() == ["a", "b"]
+    assert shard.doc_tokens(1).tolist() == [99_999]
+    (tmp_path / "shards" / "d" / "train.bin").write_bytes(b"\x00" * 6)
+    from glassroom.errors import GlassroomError
+    with pytest.raises(GlassroomError, match="corrupt shard"):
+        Shard(tmp_path, "d", "train", "uint32")
