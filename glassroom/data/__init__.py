@@ -1,0 +1,5 @@
+"""Raw text to batches: sources -> clean -> tokenizer -> shards -> mixture (docs/data-build.md).
+
+`glassroom data build` runs build.build_dataset over a recipe (recipe.py); the trainer reads the
+result through mixture.Mixture (training batches) and mixture.Dataset (validation sequences).
+"""

@@ -26,7 +26,7 @@ from glassroom.data.recipe import Recipe, recipe_dict, recipe_hash
 from glassroom.data.shards import SPLITS, ShardWriter, write_json
 from glassroom.data.sources import SourceReport, check_source, iter_source
 from glassroom.data.tokenizer import (
-    EOS_TOKEN, batches_by_bytes, copy_tokenizer, encode_documents, eos_id, load_tokenizer,
+    EOS_TOKEN, copy_tokenizer, encode_documents, eos_id, load_tokenizer,
     save_tokenizer, token_dtype, train_tokenizer,
 )
 from glassroom.errors import GlassroomError

@@ -8,7 +8,6 @@ File lists are read in a stable hashed order, so a `max_bytes` cap takes a sprea
 
 from __future__ import annotations
 
-import base64
 import csv
 import fnmatch
 import glob as globlib
@@ -20,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tarfile
 import zipfile
@@ -394,12 +392,3 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
                 yield {"id": doc_id, "text": piece, "domain": domain, "source": label}
     except subprocess.CalledProcessError as exc:
         raise GlassroomError(f"source {label}: {' '.join(exc.cmd[:2])} failed ({exc.stderr.decode(errors='replace').strip()[:200]})") from None
-
-
-if __name__ == "__main__":  # quick look: python -m glassroom.data.sources KIND [PATH]
-    from glassroom.config import build_section
-
-    src = build_section(SourceConfig, {"kind": sys.argv[1], **({"path": sys.argv[2]} if len(sys.argv) > 2 else {})}, "source")
-    check_source(src, "source")
-    for doc in iter_source(src, "demo"):
-        print(doc["id"], len(doc["text"].encode()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
@@ -93,17 +93,3 @@ def encode_documents(tok, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray
         ids[start: start + n] = enc.ids
         ids[start + n] = eos
     return ids, offsets
-
-
-def batches_by_bytes(texts: Iterable[str], batch_bytes: int = 4_000_000) -> Iterator[list[str]]:
-    """Group texts into lists of about `batch_bytes` characters for encode_batch."""
-    batch: list[str] = []
-    size = 0
-    for text in texts:
-        batch.append(text)
-        size += len(text)
-        if size >= batch_bytes:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
