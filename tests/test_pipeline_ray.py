@@ -37,3 +37,10 @@ def test_local_ray_runs_independent_steps_as_parallel_tasks(tmp_path):
     again = subprocess.run([sys.executable, "-m", "glassroom", "run", str(EXAMPLE), "--workspace", str(ws),
                             "--dry-run"], capture_output=True, text=True, timeout=60)
     assert "5 steps (5 done, 0 to run" in again.stdout
+
+
+def test_an_unreachable_ray_address_is_a_one_line_error(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "glassroom", "run", str(EXAMPLE), "--workspace", str(tmp_path / "ws"),
+                          "--ray", "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()] and "cannot reach a Ray cluster" in run.stderr

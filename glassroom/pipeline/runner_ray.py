@@ -49,6 +49,21 @@ def execute_in_task(spec: dict) -> int:
     return proc.returncode
 
 
+def _check_reachable(address: str) -> None:
+    """A one-line error at once for a HOST:PORT nobody listens on (Ray itself retries for minutes)."""
+    import socket
+
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if address in ("local", "auto") or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise GlassroomError(f"--ray {address}: cannot reach a Ray cluster there ({exc.strerror or exc}); "
+                             "start one with `ray start --head` or use --ray local") from None
+
+
 class RayBackend:
     name = "ray"
 
@@ -56,6 +71,7 @@ class RayBackend:
         self.ray = _import_ray()
         ray = self.ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        _check_reachable(address)
         try:
             if address == "local":
                 store_mb = int(os.environ.get("GLASSROOM_RAY_OBJECT_STORE_MB", "128"))
