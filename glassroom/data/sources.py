@@ -81,11 +81,13 @@ def _match_files(pattern: str, exclude: list[str]) -> list[Path]:
 def _stdlib_files(cfg: SourceConfig) -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip_dirs = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-    files = [
-        p for p in root.rglob("*.py")
-        if not skip_dirs.intersection(p.relative_to(root).parts[:-1])
-        and not any(fnmatch.fnmatch(str(p.relative_to(root)), ex) for ex in cfg.exclude)
-    ]
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip_dirs]  # never walk into site-packages
+        for name in names:
+            rel = os.path.relpath(os.path.join(folder, name), root)
+            if name.endswith(".py") and not any(fnmatch.fnmatch(rel, ex) for ex in cfg.exclude):
+                files.append(root / rel)
     return sorted(files, key=lambda p: hashlib.sha1(str(p.relative_to(root)).encode()).hexdigest())
 
 
