@@ -85,8 +85,8 @@ class Runs:
     def get(self, run_id: str) -> Path:
         runs = self.all()
         if run_id not in runs:
-            with self._lock:
-                self._at = 0.0   # maybe it was just created
+            with self._lock:   # maybe it was just created (re-list at most twice a second)
+                self._at = min(self._at, time.monotonic() - 1.5)
             runs = self.all()
         if run_id not in runs:
             raise HTTPException(404, f"no run {run_id!r} below the served folder")
@@ -207,10 +207,12 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
                         last_sent = time.monotonic()
                     await asyncio.sleep(POLL_SECONDS)
                 else:
-                    summary = json.dumps(await run_in_threadpool(list_runs, None))
-                    if summary != last_summary:
-                        yield f"event: runs\ndata: {summary}\n\n"
-                        last_summary, last_sent = summary, time.monotonic()
+                    listing = await run_in_threadpool(list_runs, None)
+                    # Ages tick every second; send when anything else changed, or every 10 s.
+                    key = json.dumps([{k: v for k, v in r.items() if k != "age_s"} for r in listing["runs"]])
+                    if key != last_summary or time.monotonic() - last_sent > 10:
+                        yield f"event: runs\ndata: {json.dumps(listing)}\n\n"
+                        last_summary, last_sent = key, time.monotonic()
                     await asyncio.sleep(1.0)
                 if time.monotonic() - last_sent > KEEPALIVE_SECONDS:
                     yield ": keepalive\n\n"

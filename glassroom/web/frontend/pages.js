@@ -264,7 +264,7 @@ GR.runPage = async function () {
     GR.ready = true;
   }
   GR.source.subscribe([run], {
-    hello: (h, n) => { (n === 1 ? build() : board.load(GR.zoom)).catch(showError); },
+    hello: () => { build().catch(showError); },   // a reconnect rebuilds: events or names may be new
     update: (u) => board.onUpdate(u),
     reload: () => build().catch(showError),
   });
@@ -296,7 +296,7 @@ GR.comparePage = async function () {
     GR.ready = true;
   }
   GR.source.subscribe(runs, {
-    hello: (h, n) => { (n === 1 ? build() : board.load(GR.zoom)).catch(showError); },
+    hello: () => { build().catch(showError); },   // a reconnect rebuilds: events or names may be new
     update: (u) => board.onUpdate(u),
     reload: () => build().catch(showError),
   });
