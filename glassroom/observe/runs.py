@@ -138,8 +138,8 @@ def summarize(run_id: str, run_dir: Path, now: Optional[float] = None) -> dict:
                     got = reader.latest(name)
                     if got is not None:
                         latest[key] = _finite(got[1])
-                        if key == "loss" and out["step"] is None:
-                            out["step"] = got[0]
+                        if key == "loss":   # the status is written at events; the loss every step
+                            out["step"] = max(int(out["step"] or 0), got[0])
                         break
             out["latest"] = latest
             events = reader.conn.execute(

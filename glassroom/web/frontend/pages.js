@@ -240,14 +240,18 @@ GR.runPage = async function () {
     document.getElementById("run-updated").textContent = `updated ${ago(status.updated)}`;
     GR.lastStep = status.step;
   };
-  board.onStatus = (u) => u.status && header(u.status);
+  board.onStatus = (u) => {
+    const loss = (u.series || {})["train/loss"];   // the status is written at events, the loss every step
+    const step = Math.max(u.status ? u.status.step || 0 : 0, loss ? loss.steps[loss.steps.length - 1] : 0);
+    if (u.status) header(Object.assign({}, u.status, {step, updated: Date.now() / 1000}));
+  };
   board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); };
   document.getElementById("show-eval").addEventListener("change", () => renderEvents(eventsBox, events, run));
 
   async function build() {
     const meta = await GR.source.meta(run);
     main.innerHTML = ""; GR.charts.length = 0; board.lineCharts = []; board.heatmaps = []; board.vectorCharts = [];
-    header(meta.status, meta.summary);
+    header(Object.assign({}, meta.status, {step: meta.summary.step, updated: meta.summary.updated}), meta.summary);
     events = meta.events.map((e) => Object.assign(e, {run}));
     GR.events = events.slice();
     renderEvents(eventsBox, events, run);
