@@ -8,6 +8,7 @@ Cleaned documents are staged as JSONL in that folder, so memory holds one batch 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -47,22 +48,36 @@ def _batches(docs, limit: int = BATCH_BYTES):
         yield batch
 
 
-def _cleaned(batches, recipe: Recipe, workers: int):
-    """cleaning.clean_batch over `batches`, in order, in `workers` processes with bounded look-ahead."""
+def _pool(workers: int):
+    """A process pool (fork on Linux: workers inherit imported modules), or None for one worker."""
     if workers <= 1:
+        return None
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # the workers never use tokenizers
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers)
+
+
+def _cleaned(batches, recipe: Recipe, pool, workers: int):
+    """cleaning.clean_batch over `batches`, in order, in the pool with bounded look-ahead."""
+    if pool is None:
         for batch in batches:
             yield from cleaning.clean_batch(batch, recipe.clean, recipe.dedup)
         return
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # the workers never use tokenizers
-    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with ctx.Pool(workers) as pool:
-        pending: deque = deque()
-        for batch in batches:
-            pending.append(pool.apply_async(cleaning.clean_batch, (batch, recipe.clean, recipe.dedup)))
-            if len(pending) >= 2 * workers:
-                yield from pending.popleft().get()
-        while pending:
+    pending: deque = deque()
+    for batch in batches:
+        pending.append(pool.apply_async(cleaning.clean_batch, (batch, recipe.clean, recipe.dedup)))
+        if len(pending) >= 2 * workers:
             yield from pending.popleft().get()
+    while pending:
+        yield from pending.popleft().get()
+
+
+def _extract_to_file(src, domain: str, path: Path) -> SourceReport:
+    """Run one source's extractor, writing its documents as JSONL; runs in an extraction worker."""
+    report = SourceReport(src.label)
+    with open(path, "w", encoding="utf-8") as fh:
+        for doc in iter_source(src, domain, report):
+            fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    return report
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -121,24 +136,44 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
     kept: dict[str, list[tuple[float, float, int]]] = {}  # domain -> (split score, sample key, bytes)
     caps = [s.max_bytes for d in recipe.domains.values() for s in d.sources]
     progress = Progress("clean", total=sum(caps) if all(caps) else None, interval=interval, stream=log)
-    for domain, dcfg in recipe.domains.items():
-        reports[domain] = [SourceReport(src.label) for src in dcfg.sources]
-        kept[domain] = []
+    # Sources are extracted in parallel (each to a JSONL file in staging) ahead of cleaning, which
+    # consumes them in recipe order so that dedup decisions do not depend on timing.
+    with contextlib.ExitStack() as stack:
+        extract_pool = _pool(workers)
+        clean_pool = _pool(workers)
+        for p in (extract_pool, clean_pool):
+            if p is not None:
+                stack.enter_context(p)
+        extracted = {}
+        for domain, dcfg in recipe.domains.items():
+            for i, src in enumerate(dcfg.sources):
+                path = staging / f"raw-{domain}-{i}.jsonl"
+                if extract_pool is not None:
+                    extracted[domain, i] = extract_pool.apply_async(_extract_to_file, (src, domain, path))
+        for domain, dcfg in recipe.domains.items():
+            reports[domain] = [SourceReport(src.label) for src in dcfg.sources]
+            kept[domain] = []
 
-        def docs(domain=domain, dcfg=dcfg):
-            for src, report in zip(dcfg.sources, reports[domain]):
-                yield from iter_source(src, domain, report)
+            def docs(domain=domain, dcfg=dcfg):
+                for i, src in enumerate(dcfg.sources):
+                    path = staging / f"raw-{domain}-{i}.jsonl"
+                    job = extracted.get((domain, i))
+                    reports[domain][i] = job.get() if job is not None else _extract_to_file(src, domain, path)
+                    with open(path, encoding="utf-8") as fh:
+                        for line in fh:
+                            yield json.loads(line)
+                    path.unlink()
 
-        with open(staging / f"{domain}.jsonl", "w", encoding="utf-8") as fh:
-            for item in _cleaned(_batches(docs()), recipe, workers):
-                progress.update(item.raw_bytes, note=domain)
-                if not cleaner.accept(item):
-                    continue
-                doc = item.doc
-                score = cleaning.split_score(doc["id"], recipe.split.seed)
-                sample_key = cleaning.split_score(doc["id"], recipe.split.seed + 1_000_003)
-                kept[domain].append((score, sample_key, item.nbytes))
-                fh.write(json.dumps({"id": doc["id"], "source": doc["source"], "text": doc["text"], "bytes": item.nbytes}) + "\n")
+            with open(staging / f"{domain}.jsonl", "w", encoding="utf-8") as fh:
+                for item in _cleaned(_batches(docs()), recipe, clean_pool, workers):
+                    progress.update(item.raw_bytes, note=domain)
+                    if not cleaner.accept(item):
+                        continue
+                    doc = item.doc
+                    score = cleaning.split_score(doc["id"], recipe.split.seed)
+                    sample_key = cleaning.split_score(doc["id"], recipe.split.seed + 1_000_003)
+                    kept[domain].append((score, sample_key, item.nbytes))
+                    fh.write(json.dumps({"id": doc["id"], "source": doc["source"], "text": doc["text"], "bytes": item.nbytes}) + "\n")
     progress.finish(f"{sum(len(v) for v in kept.values())} documents kept")
     _report_skipped(reports, stats, log)
     cutoffs = _split(recipe, kept, stats)
