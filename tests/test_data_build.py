@@ -51,7 +51,8 @@ def test_malformed_jsonl_lines_are_skipped_counted_and_reported(built):
     sources = {s["name"]: s for s in built["manifest"]["domains"]["email"]["sources"]}
     jsonl = next(s for name, s in sources.items() if name.startswith("jsonl:"))
     assert jsonl["skipped"] == {"malformed_jsonl": 2, "missing_text_field": 1}
-    assert "skipped 2 malformed jsonl items (first at" in built["log"]
+    assert "skipped 2 malformed JSONL lines (first at" in built["log"]
+    assert "skipped 1 records without the text field" in built["log"]
     assert "extra.jsonl:4)" in built["log"]  # line numbers are 1-based
 
 

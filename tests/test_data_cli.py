@@ -52,6 +52,10 @@ def test_build_prints_a_summary(corpus, capsys):
     assert "dataset 'stdlib-test' built" in stdout and "email" in stdout and "web" in stdout
     assert "tokenizer: trained byte-level BPE, vocabulary 1024" in stderr
     assert "clean:" in stderr and "tokenize:" in stderr  # stage lines with rates
+    # Malformed JSONL lines are not an error: skipped, counted and reported on one warning line.
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning: source jsonl:")]
+    assert len(warnings) == 2 and "skipped 2 malformed JSONL lines (first at" in warnings[0]
+    assert "extra.jsonl:4)" in warnings[0]
 
 
 def test_existing_dataset_needs_force_and_is_kept(corpus, capsys):

@@ -239,12 +239,20 @@ def _is_validation(doc_id: str, recipe: Recipe, cutoff: float) -> bool:
     return cleaning.split_score(doc_id, recipe.split.seed) < cutoff
 
 
+_SKIPPED = {
+    "malformed_jsonl": "malformed JSONL lines",
+    "missing_text_field": "records without the text field",
+    "unreadable_file": "unreadable files",
+    "unrenderable_man_page": "man pages that did not render",
+}
+
+
 def _report_skipped(reports: dict[str, list[SourceReport]], stats: cleaning.Stats, log: TextIO) -> None:
     for domain, reps in reports.items():
         for rep in reps:
             for reason, n in rep.skipped.items():
-                print(f"warning: source {rep.label} ({domain}): skipped {n} {reason.replace('_', ' ')} "
-                      f"item{'s' if n != 1 else ''} (first at {rep.examples[reason]})", file=log)
+                what = _SKIPPED.get(reason, reason.replace("_", " ") + " items")
+                print(f"warning: source {rep.label} ({domain}): skipped {n} {what} (first at {rep.examples[reason]})", file=log)
                 skipped = stats.entry("extract", domain).setdefault("skipped", {})
                 skipped[reason] = skipped.get(reason, 0) + n
 
