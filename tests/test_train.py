@@ -85,7 +85,7 @@ def test_torchrun_two_processes_fsdp2_match_one_process(tiny_dataset, reference_
 
 def test_nan_steps_are_skipped_and_recorded(tiny_dataset, tmp_path):
     out = tmp_path / "nan"
-    result = run_train(out, tiny_dataset, "train.steps=6", env={"GLASSROOM_FAULT_NAN_STEPS": "2"})
+    result = run_train(out, tiny_dataset, "train.steps=6", env={"GLASSROOM_FAULTS": "nan@3"})
     assert result.returncode == 0, result.stderr
     with StoreReader(out) as reader:
         skips = [e for e in reader.events() if e["kind"] == "skip"]
@@ -97,7 +97,7 @@ def test_nan_steps_are_skipped_and_recorded(tiny_dataset, tmp_path):
 
 def test_too_many_nan_steps_stop_the_run_with_its_checkpoint_intact(tiny_dataset, tmp_path):
     out = tmp_path / "nans"
-    env = {"GLASSROOM_FAULT_NAN_STEPS": "4,5,6"}
+    env = {"GLASSROOM_FAULTS": "nan@5,nan@6,nan@7"}
     result = run_train(out, tiny_dataset, "train.max_bad_steps=3", env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

@@ -2,7 +2,8 @@
 
 Norms are L2 norms of the parameters, their gradients and their updates (what one optimizer step
 changed), grouped by module kind (embedding, attention, mlp, experts, shared_experts, router,
-router_bias, norms, head) and by layer (layer_<i>), plus `total`. The router bias is a buffer that
+router_bias, norms, head), by layer (layer_<i>), by kind within a layer (<kind>/layer_<i>), plus
+`total`. The router bias is a buffer that
 the load balancer moves, not the gradient; it is included in the param and update norms (a watcher
 sees the total move when it moves) and has no gradient norm. Under FSDP2 each rank sums the
 squares of its own shards and one all-reduce combines them.
@@ -101,10 +102,11 @@ def norms_by_group(model: nn.Module, before: Optional[dict[str, torch.Tensor]] =
             if kind == "grad" and group == "router_bias":
                 continue
             value = float(squares[k, j])
-            groups[group] = groups.get(group, 0.0) + value
+            keys = [group, "total"]
             if layer is not None:
-                groups[f"layer_{layer}"] = groups.get(f"layer_{layer}", 0.0) + value
-            groups["total"] = groups.get("total", 0.0) + value
+                keys += [f"layer_{layer}", f"{group}/layer_{layer}"]
+            for key in keys:
+                groups[key] = groups.get(key, 0.0) + value
         for group, square in groups.items():
             out[f"norm/{kind}/{group}"] = square ** 0.5
     return out

@@ -35,8 +35,21 @@ from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_dev
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
 from glassroom.train.run_dir import prepare_run_dir
 
-# Testing aid: steps (0-based, comma-separated) whose loss is made NaN, to exercise skipping.
-FAULT_ENV = "GLASSROOM_FAULT_NAN_STEPS"
+# Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
+# "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
+# would); "bad_batch@300" replaces that step's tokens with uniform random ones (a corrupt batch).
+FAULT_ENV = "GLASSROOM_FAULTS"
+
+
+def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
+    faults: dict[int, list[tuple[str, float]]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        kind, _, rest = item.partition("@")
+        step, _, amount = rest.partition(":")
+        if kind not in ("nan", "router_bias", "bad_batch") or not step.isdigit():
+            raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (expected e.g. nan@3 or router_bias@500:0.5)")
+        faults.setdefault(int(step), []).append((kind, float(amount or 1.0)))
+    return faults
 
 
 @dataclass
@@ -103,8 +116,11 @@ class Trainer:
         self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
         self.step = 0
         self.store: Optional[StoreWriter] = StoreWriter(self.run_dir) if self.info.is_main else None
-        self.observers = []  # objects with on_step(trainer, step, metrics) and state()/load_state()
-        self.faults = {int(s) for s in os.environ.get(FAULT_ENV, "").split(",") if s.strip()}
+        from glassroom.observe.anomalies import AnomalyObserver
+
+        # Objects with on_step(trainer, step, metrics), state() and load_state(state).
+        self.observers = [AnomalyObserver(cfg.observe)]
+        self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
 
     def _flops_per_token(self) -> int:
         from glassroom.model.accounting import flops_per_token
@@ -116,7 +132,7 @@ class Trainer:
     def resume_if_possible(self) -> None:
         found = ckpt.list_checkpoints(self.run_dir)
         if not found:
-            self._event("resume" if self.state_at_start == "resumed" else "start",
+            self.record_event("resume" if self.state_at_start == "resumed" else "start",
                         "no checkpoint yet; starting from step 0" if self.state_at_start == "resumed" else self._start_text(), 0)
             return
         step, path = found[-1]
@@ -125,7 +141,7 @@ class Trainer:
         self.state = TrainState(**saved["train_state"])
         for observer in self.observers:
             observer.load_state(self.state.extra.get(type(observer).__name__))
-        self._event("resume", f"resumed from {path.name} at step {self.step}", self.step, {"checkpoint": path.name})
+        self.record_event("resume", f"resumed from {path.name} at step {self.step}", self.step, {"checkpoint": path.name})
 
     def _start_text(self) -> str:
         from glassroom.model.accounting import count_params
@@ -135,7 +151,8 @@ class Trainer:
         return (f"started {model_name(counts.total, counts.active)} on {self.info.world_size} x {self.device.type}, "
                 f"{self.cfg.train.steps} steps of {self.cfg.train.batch_size} x {self.cfg.train.seq_len} tokens")
 
-    def _event(self, kind: str, text: str, step: int, data=None) -> None:
+    def record_event(self, kind: str, text: str, step: int, data=None) -> None:
+        """Write an event to the run's journal (main rank) and echo it."""
         if self.store is not None:
             self.store.event(kind, text, step, data)
             self.store.set_status("running", step)
@@ -183,6 +200,17 @@ class Trainer:
         lr = set_lr(self.optimizer, self.lr_at(step))
         batch = self.mixture.batch(step, self.info.rank, self.info.world_size)
         tokens = torch.from_numpy(batch.tokens).to(self.device, torch.long)
+        faults = dict(self.faults.get(step + 1, []))
+        if "bad_batch" in faults:
+            tokens = torch.randint(0, int(self.manifest["tokenizer"]["vocab_size"]), tokens.shape,
+                                   generator=torch.Generator().manual_seed(step)).to(self.device)
+        if "router_bias" in faults:
+            with torch.no_grad():
+                for _, moe in self.core.moe_layers():
+                    moe.router_bias += faults["router_bias"] * torch.linspace(-1, 1, moe.n_experts, device=self.device)
+        domain_index = torch.from_numpy(batch.domain_index).to(self.device)
+        n_domains = len(self.mixture.domains)
+        domain_loss = torch.zeros(2, n_domains, dtype=torch.float64, device=self.device)  # sums, sequences
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         self.model.train()
         for i in range(self.accum):
@@ -191,11 +219,16 @@ class Trainer:
             with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                                 enabled=self.autocast_dtype is not None):
                 out = self.model(micro[:, :-1], z_loss=tc.z_loss_coef > 0)
-            loss = F.cross_entropy(out.logits.float().flatten(0, 1), micro[:, 1:].flatten())
+            per_token = F.cross_entropy(out.logits.float().flatten(0, 1), micro[:, 1:].flatten(), reduction="none")
+            loss = per_token.mean()
+            with torch.no_grad():
+                rows = domain_index[i * tc.micro_batch_size : (i + 1) * tc.micro_batch_size]
+                domain_loss[0].index_add_(0, rows, per_token.view(len(rows), -1).mean(1).double())
+                domain_loss[1].index_add_(0, rows, torch.ones(len(rows), dtype=torch.float64, device=self.device))
             objective = loss + out.moe_loss
             if out.logit_z_loss is not None:
                 objective = objective + tc.z_loss_coef * out.logit_z_loss
-            if step in self.faults:
+            if "nan" in faults:
                 objective = objective * float("nan")
                 loss = loss * float("nan")
             (objective / self.accum).backward()
@@ -208,9 +241,9 @@ class Trainer:
         if counts is not None:
             parallel.all_reduce_sum(counts, self.info)
 
-        reduced = torch.stack([loss_sum, torch.tensor(float(self.local_batch), dtype=torch.float64, device=self.device)])
-        parallel.all_reduce_sum(reduced, self.info)
-        mean_loss = float(reduced[0] / (self.accum * self.info.world_size))
+        parallel.all_reduce_sum(loss_sum, self.info)
+        parallel.all_reduce_sum(domain_loss, self.info)
+        mean_loss = float(loss_sum / (self.accum * self.info.world_size))
         group_grads = {}
         if probe:  # gradient norms by group, before clipping
             measured = norms_by_group(self.core, with_grads=True, rank=self.info.rank,
@@ -220,6 +253,9 @@ class Trainer:
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
 
         metrics: dict[str, float] = {"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": grad_norm}
+        for d, domain in enumerate(self.mixture.domains):
+            if domain_loss[1, d] > 0:
+                metrics[f"train/loss/{domain}"] = float(domain_loss[0, d] / domain_loss[1, d])
         if not (math.isfinite(mean_loss) and math.isfinite(grad_norm)):
             self._skip(step, mean_loss, grad_norm)
             if counts is not None:
@@ -273,7 +309,7 @@ class Trainer:
         self.state.bad_steps_in_a_row += 1
         self.state.skipped_steps += 1
         what = "loss" if not math.isfinite(loss) else "gradient norm"
-        self._event("skip", f"step {step + 1} skipped: {what} is not finite (loss {loss}, grad norm {grad_norm})",
+        self.record_event("skip", f"step {step + 1} skipped: {what} is not finite (loss {loss}, grad norm {grad_norm})",
                     step + 1, {"loss": str(loss), "grad_norm": str(grad_norm)})
         if self.state.bad_steps_in_a_row >= self.cfg.train.max_bad_steps:
             last = ckpt.list_checkpoints(self.run_dir)
@@ -301,4 +337,4 @@ class Trainer:
         trainer_state = {"train_state": self.state.__dict__, "config": self.cfg.to_dict()}
         path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
                                     self.cfg.train.keep_last, self.cfg.train.keep_every)
-        self._event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
+        self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
