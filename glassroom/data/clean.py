@@ -81,7 +81,8 @@ def quality_reason(text: str, nbytes: int, cfg: CleanConfig) -> str | None:
     if letters < cfg.min_letter_fraction * chars:
         return "few_letters"
     lines = text.split("\n")
-    if nbytes / len(lines) > cfg.max_mean_line_bytes:
+    limit = cfg.max_line_bytes
+    if any(len(line) * 4 > limit and len(line.encode()) > limit for line in lines):  # 4 bytes/char at most
         return "long_lines"
     counts = Counter(line for line in lines if len(line.strip()) > 3)
     repeated = sum(len(line) * (n - 1) for line, n in counts.items() if n > 1)

@@ -117,10 +117,10 @@ class CleanConfig:
     min_letter_fraction: float = 0.25  # few_letters: letters / characters below this
     max_garbage_fraction: float = 0.01  # garbled: control characters and U+FFFD above this share
     max_duplicate_line_fraction: float = 0.5  # repetitive: bytes in repeated lines above this share
-    max_mean_line_bytes: int = 1000  # long_lines: mean bytes per line above this (minified, binary)
+    max_line_bytes: int = 20_000  # long_lines: a line longer than this (minified code, encoded data)
 
     def check(self, path: str) -> None:
-        require_positive(path, min_bytes=self.min_bytes, max_bytes=self.max_bytes, max_mean_line_bytes=self.max_mean_line_bytes)
+        require_positive(path, min_bytes=self.min_bytes, max_bytes=self.max_bytes, max_line_bytes=self.max_line_bytes)
         if self.min_bytes >= self.max_bytes:
             raise ConfigError(f"{path}.min_bytes: must be below max_bytes ({self.max_bytes})")
         for key in ("min_letter_fraction", "max_garbage_fraction", "max_duplicate_line_fraction"):

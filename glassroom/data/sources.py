@@ -390,7 +390,7 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
                         return
                 report.docs += 1
                 report.bytes += size
-                doc_id = f"{label}/{key}" + (f"#{i}" if len(pieces) > 1 else "")
+                doc_id = f"{label}/{key.lstrip('/')}" + (f"#{i}" if len(pieces) > 1 else "")
                 yield {"id": doc_id, "text": piece, "domain": domain, "source": label}
     except subprocess.CalledProcessError as exc:
         raise GlassroomError(f"source {label}: {' '.join(exc.cmd[:2])} failed ({exc.stderr.decode(errors='replace').strip()[:200]})") from None
