@@ -115,7 +115,7 @@ needs = {
     "dictd": Path("/usr/share/dictd/wn.index").exists(),
     "fortunes": Path("/usr/share/games/fortunes/fortunes").exists(),
     "austen": Path("/usr/lib/R/site-library/janeaustenr").exists(),
-    "man": Path("/usr/share/man/man1").exists() and shutil.which("man") is not None,
+    "man": shutil.which("groff") is not None and any(Path("/usr/share/man/man1").glob("*.1.gz")),
 }
 
 
