@@ -19,6 +19,7 @@ Turn raw text into a dataset that `glassroom train` reads, and report on it.
 
   build    RECIPE.yaml --out DIR: extract sources, clean, dedup, split, train a tokenizer, write shards
   mixture  DIR --weights ...: tokens and epochs per domain that a weighted mixture would draw
+  atlas    DIR [--k 40]: embed, cluster and map a sample of documents (docs/data-atlas.md)
 
 docs/data-build.md explains every recipe key, what DIR holds and the cleaning thresholds.
 
@@ -151,4 +152,58 @@ def run_mixture(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture)]
+ATLAS_DESCRIPTION = """\
+What is in a built dataset: a sample of its documents embedded offline, clustered by spherical
+k-means into K topics, each labelled by its distinctive terms (class-based TF-IDF) with the
+documents nearest its centre as excerpts and its share of documents and tokens by domain and
+source, on a 2-D map. DIR/atlas/atlas.json also carries the build's funnel (stats.json), the mixture
+at a planned budget and the tokenizer; `glassroom serve` and `glassroom publish` show it as a page.
+
+  --method fast    hashed word TF-IDF + truncated SVD: no model, fitted on the corpus
+  --method better  the same joined with wordllama static embeddings (a model inside its wheel)
+
+example:
+  glassroom data atlas data/demo --k 40
+  glassroom data atlas data/demo --k 5 --sampling per-domain --method better --weights prose=0.4,code=0.6 --tokens 1B
+"""
+
+
+def register_atlas(sub) -> None:
+    p = new_command(sub, "atlas", "cluster and map what a dataset holds (DIR/atlas/atlas.json)", ATLAS_DESCRIPTION)
+    p.add_argument("dataset", metavar="DIR", help="a built dataset")
+    p.add_argument("--k", type=int, default=40, help="clusters (default 40)")
+    p.add_argument("--sample", type=int, default=20_000, metavar="N", help="documents to sample (default 20000)")
+    p.add_argument("--sampling", choices=["uniform", "per-domain"], default="uniform",
+                   help="uniform over documents, or the same number from each domain (default uniform)")
+    p.add_argument("--method", choices=["fast", "better"], default="fast", help="embedding (default fast)")
+    p.add_argument("--fine", type=int, default=0, metavar="F", help="cluster into F first, then merge to K (e.g. 1000)")
+    p.add_argument("--max-tokens", type=int, default=512, help="tokens of each document to embed (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="sampling and clustering seed (default 0)")
+    p.add_argument("--weights", help="domain=weight,... for the mixture panel (default: proportional to train tokens)")
+    p.add_argument("--tokens", help="planned training tokens for the mixture panel, e.g. 1B (default: one pass)")
+    p.add_argument("--json", action="store_true", help="print atlas.json's summary fields as JSON instead of the table")
+    p.set_defaults(run=run_atlas)
+
+
+def run_atlas(args: argparse.Namespace) -> int:
+    from glassroom.data.atlas import build_atlas, summary
+
+    tokens = None
+    if args.tokens is not None:
+        try:
+            tokens = parse_count(args.tokens)
+        except ValueError as exc:
+            raise GlassroomError(f"--tokens: {exc}") from None
+        if tokens <= 0:
+            raise GlassroomError(f"--tokens: must be positive, got {args.tokens}")
+    atlas = build_atlas(args.dataset, k=args.k, sample=args.sample, sampling=args.sampling, method=args.method,
+                        fine=args.fine, seed=args.seed, max_tokens=args.max_tokens,
+                        weights=parse_weights(args.weights) if args.weights else None, total_tokens=tokens)
+    if args.json:
+        print(json.dumps({key: v for key, v in atlas.items() if key not in ("points", "funnel")}, indent=2))
+    else:
+        print(summary(atlas))
+    return 0
+
+
+SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture), (register_atlas, run_atlas)]

@@ -90,8 +90,22 @@ def load_wordllama():
                              f"reinstall wordllama or use --method fast") from None
 
 
+_MODEL = None
+
+
+def prepare(method: str) -> None:
+    """Import the libraries and load the model now, so embedding timings count embedding only."""
+    global _MODEL
+    import sklearn.decomposition  # noqa: F401
+    import sklearn.feature_extraction.text  # noqa: F401
+
+    if method == "better" and _MODEL is None:
+        _MODEL = load_wordllama()
+
+
 def wordllama_vectors(texts: list[str], tick: Callable[[int], None]) -> np.ndarray:
-    model = load_wordllama()
+    prepare("better")
+    model = _MODEL
     out = []
     for start in range(0, len(texts), BATCH):
         out.append(np.asarray(model.embed(texts[start: start + BATCH], norm=True), dtype=np.float32))
