@@ -315,6 +315,8 @@ def _tokenizer(recipe: Recipe, tmp: Path, staging: Path, kept: dict, cutoffs: di
                         sampled["documents"] += 1
                         yield doc["text"]
 
+    print(f"tokenizer: training byte-level BPE, vocabulary {cfg.vocab_size}, on up to {cfg.sample_bytes / 1e6:.1f} MB "
+          "of train documents", file=log, flush=True)
     start = time.monotonic()
     tok = train_tokenizer(texts(), cfg.vocab_size, cfg.min_frequency)
     save_tokenizer(tok, tmp / "tokenizer.json")
