@@ -37,7 +37,8 @@ from glassroom.train.run_dir import prepare_run_dir
 
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
 # "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
-# would); "bad_batch@300" replaces that step's tokens with uniform random ones (a corrupt batch).
+# would); "bad_batch@300" replaces that step's tokens with uniform random ones (a corrupt batch);
+# "lr@50:1000" multiplies that step's learning rate (a bad schedule), spiking the loss after it.
 FAULT_ENV = "GLASSROOM_FAULTS"
 
 
@@ -46,7 +47,7 @@ def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         kind, _, rest = item.partition("@")
         step, _, amount = rest.partition(":")
-        if kind not in ("nan", "router_bias", "bad_batch") or not step.isdigit():
+        if kind not in ("nan", "router_bias", "bad_batch", "lr") or not step.isdigit():
             raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (expected e.g. nan@3 or router_bias@500:0.5)")
         faults.setdefault(int(step), []).append((kind, float(amount or 1.0)))
     return faults
@@ -120,6 +121,9 @@ class Trainer:
 
         # Objects with on_step(trainer, step, metrics), state() and load_state(state).
         self.observers = [AnomalyObserver(cfg.observe)]
+        from glassroom.observe.sinks import mirrors
+
+        self.observers += mirrors(cfg, self.run_dir, self.info.is_main)  # wandb, TensorBoard; may have close()
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
 
     def _flops_per_token(self) -> int:
@@ -187,6 +191,9 @@ class Trainer:
                 self.store.set_status("failed", self.step, error=str(exc))
             raise
         finally:
+            for observer in self.observers:
+                if hasattr(observer, "close"):
+                    observer.close()
             if self.store is not None:
                 self.store.close()
 
@@ -197,10 +204,10 @@ class Trainer:
 
         tc, step = self.cfg.train, self.step
         started = time.perf_counter()
-        lr = set_lr(self.optimizer, self.lr_at(step))
+        faults = dict(self.faults.get(step + 1, []))
+        lr = set_lr(self.optimizer, self.lr_at(step) * faults.get("lr", 1.0))
         batch = self.mixture.batch(step, self.info.rank, self.info.world_size)
         tokens = torch.from_numpy(batch.tokens).to(self.device, torch.long)
-        faults = dict(self.faults.get(step + 1, []))
         if "bad_batch" in faults:
             tokens = torch.randint(0, int(self.manifest["tokenizer"]["vocab_size"]), tokens.shape,
                                    generator=torch.Generator().manual_seed(step)).to(self.device)

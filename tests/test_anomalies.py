@@ -1,0 +1,96 @@
+"""Spike detection and attribution: unit checks, and real runs with a planted router-bias jump
+and a planted corrupt batch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from glassroom.observe.anomalies import AnomalyDetector
+from glassroom.observe.store import StoreReader
+from train_helpers import ROOT, run_train
+
+WATCH = ROOT / "tests" / "configs" / "train-watch.yaml"
+
+
+def _norms(param_total, bias, weights):
+    return {"norm/param/total": param_total, "norm/param/router_bias": bias, "norm/param/experts": weights,
+            "norm/param/router_bias/layer_3": bias * 0.8, "norm/param/router_bias/layer_4": bias * 0.6,
+            "norm/param/experts/layer_3": weights}
+
+
+def test_a_router_bias_jump_in_the_param_norm_is_named_as_the_balancer():
+    detector = AnomalyDetector(window=50, sigma=4, min_history=10)
+    rng = random.Random(0)
+    weights, bias = 30.0, 0.1
+    events = []
+    for step in range(10, 610, 10):
+        weights += 0.05 + rng.gauss(0, 0.005)
+        if step == 500:
+            bias = 6.0
+        total = (weights**2 + bias**2) ** 0.5
+        metrics = {"train/loss": 3.0 + rng.gauss(0, 0.01), **_norms(total, bias, weights)}
+        events += detector.observe(step, metrics)
+    assert len(events) == 1
+    event = events[0]
+    assert event["data"]["step"] == 500 and event["data"]["metric"] == "norm/param/total"
+    assert event["data"]["not_trained_by_gradient"] == "router_bias"
+    assert event["text"].startswith("param norm +")
+    assert "from the MoE router bias (layers 3-4), which the load balancer sets, not the gradient" in event["text"]
+
+
+def test_loss_spike_by_ratio_and_rolling_test_names_the_domains():
+    detector = AnomalyDetector(window=30, sigma=6, min_history=10, loss_ratio=1.5)
+    rng = random.Random(1)
+    events = []
+    for step in range(1, 80):
+        loss = 3.0 + rng.gauss(0, 0.02)
+        code = loss + (4.0 if step == 60 else 0.0)
+        metrics = {"train/loss": (loss + code) / 2 if step != 60 else loss * 2, "train/loss/code": code,
+                   "train/loss/prose": loss}
+        events += detector.observe(step, metrics)
+    assert [e["data"]["step"] for e in events] == [60]
+    assert events[0]["text"].startswith("loss +") and "rose most in code +" in events[0]["text"]
+
+
+def test_detector_state_round_trips_for_checkpoints():
+    a = AnomalyDetector(window=20, min_history=5)
+    for step in range(30):
+        a.observe(step, {"train/loss": 2.0 + 0.01 * (step % 3), "train/grad_norm": 1.0})
+    b = AnomalyDetector(window=20, min_history=5)
+    b.load_state(a.state())
+    assert b.observe(30, {"train/loss": 9.0}) == a.observe(30, {"train/loss": 9.0})
+
+
+@pytest.fixture(scope="module")
+def bias_jump_run(tiny_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("watch") / "bias"
+    result = run_train(out, tiny_dataset, config=WATCH, env={"GLASSROOM_FAULTS": "router_bias@500:5"})
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_a_run_whose_router_bias_jumps_at_step_500_explains_it(bias_jump_run):
+    with StoreReader(bias_jump_run) as reader:
+        anomalies = [e for e in reader.events(kinds=["anomaly"]) if e["data"]["metric"] == "norm/param/total"]
+    assert [e["step"] for e in anomalies] == [500], anomalies
+    text = anomalies[0]["text"]
+    assert "param norm +" in text and "at step 500" in text
+    assert "the MoE router bias (layers 1-2), which the load balancer sets, not the gradient" in text
+    attribution = anomalies[0]["data"]["attribution"]
+    assert max(attribution, key=attribution.get) == "router_bias" and attribution["router_bias"] > 0.5
+
+
+def test_a_planted_loss_spike_is_named_as_the_loss(tiny_dataset, tmp_path):
+    # One step at 2000x the learning rate (a broken schedule): the next loss jumps.
+    out = tmp_path / "spike"
+    result = run_train(out, tiny_dataset, "train.steps=60", config=WATCH, env={"GLASSROOM_FAULTS": "lr@50:2000"})
+    assert result.returncode == 0, result.stderr
+    with StoreReader(out) as reader:
+        loss_events = [e for e in reader.events(kinds=["anomaly"]) if e["data"]["metric"] == "train/loss"]
+        losses = reader.series("train/loss")[1]
+    assert losses[50] > 1.5 * losses[:50].min()
+    assert [e["step"] for e in loss_events] == [51]
+    assert loss_events[0]["text"].startswith("loss ") and "at step 51" in loss_events[0]["text"]
+    assert "training loss rose most in" in loss_events[0]["text"]
