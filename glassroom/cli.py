@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "glassroom.commands.data",
     "glassroom.commands.train",
     "glassroom.commands.metrics",
+    "glassroom.commands.runs",
+    "glassroom.commands.note",
     "glassroom.commands.run",
     "glassroom.commands.show",
     "glassroom.commands.serve",

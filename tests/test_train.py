@@ -163,3 +163,33 @@ def test_bad_run_configs_are_one_line_errors(tiny_dataset, tmp_path, setting, me
 def test_missing_dataset_is_a_clear_error(tmp_path):
     result = run_train(tmp_path / "run", tmp_path / "no-such-data")
     assert result.returncode == 2 and "not a built dataset" in result.stderr
+
+
+def glassroom(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_metrics_runs_and_note_commands(reference_run, tmp_path):
+    listing = glassroom("metrics", str(reference_run))
+    assert listing.returncode == 0 and "train/loss" in listing.stdout
+    series = json.loads(glassroom("metrics", str(reference_run), "--name", "train/loss").stdout)
+    assert [s for s, _ in series] == list(range(1, 13))
+    assert [v for _, v in series] == list(losses(reference_run))
+    wrong = glassroom("metrics", str(reference_run), "--name", "train/los")
+    assert wrong.returncode == 2 and "did you mean train/loss" in wrong.stderr
+    runs = glassroom("runs", str(reference_run.parent))
+    assert runs.returncode == 0
+    assert any(line.split()[:3] == ["reference", "finished", "12"] for line in runs.stdout.splitlines())
+    copy = tmp_path / "noted"
+    shutil.copytree(reference_run, copy)
+    noted = glassroom("note", str(copy), "loss looks fine; continuing")
+    assert noted.returncode == 0
+    with StoreReader(copy) as reader:
+        notes = [e for e in reader.events() if e["kind"] == "note"]
+        assert [(n["step"], n["text"]) for n in notes] == [(12, "loss looks fine; continuing")]
+        assert reader.status()["state"] == "finished"
+    for args in (["note", str(tmp_path), "x"], ["note", str(copy), "  "], ["runs", str(tmp_path / "none")],
+                 ["metrics", str(tmp_path)]):
+        result = glassroom(*args)
+        assert result.returncode == 2 and result.stderr.startswith("error: "), args

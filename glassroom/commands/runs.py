@@ -1,0 +1,52 @@
+"""`glassroom runs DIR`: list the runs below a folder with status, step and last loss."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from glassroom.commands import new_command
+
+DESCRIPTION = """\
+List every run below DIR (a folder holding store.sqlite) with its state (running, finished,
+failed; 'stalled?' when a running run has not written for 5 minutes), its step, its last training
+loss and its last macro bits per byte. Reads only; safe while runs train.
+
+example:
+  glassroom runs lab
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "runs", "list the runs below a folder", DESCRIPTION)
+    p.add_argument("root", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from glassroom.errors import GlassroomError
+    from glassroom.observe.runs import find_runs, summarize
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise GlassroomError(f"{root}: no such folder")
+    runs = find_runs(root)
+    if not runs:
+        raise GlassroomError(f"{root}: no runs below this folder (a run is a folder with store.sqlite)")
+    rows = [summarize(run_id, path) for run_id, path in sorted(runs.items())]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    width = max(len(r["id"]) for r in rows)
+    print(f"{'run':{width}s}  {'state':9s} {'step':>8s} {'loss':>8s} {'eval bpb':>9s}")
+    for r in rows:
+        state = "stalled?" if r.get("stale") else r["state"]
+        latest = r.get("latest", {})
+        loss, bpb = latest.get("loss"), latest.get("eval_bpb")
+        print(f"{r['id']:{width}s}  {state:9s} {r['step'] or 0:>8d} "
+              f"{'' if loss is None else f'{loss:.4f}':>8s} {'' if bpb is None else f'{bpb:.4f}':>9s}")
+    return 0
