@@ -70,6 +70,9 @@ class Trainer:
         tc = cfg.train
         self.device = resolve_device(tc.device)
         self.info = parallel.setup(self.device.type)
+        from glassroom.observe.sinks import mirrors
+
+        self.mirrors = mirrors(cfg, self.run_dir, self.info.is_main)  # a missing package fails before RUN_DIR is made
         if self.device.type == "cuda":
             self.device = torch.device("cuda", self.info.local_rank)
         per_rank, rest = divmod(tc.batch_size, self.info.world_size)
@@ -121,9 +124,7 @@ class Trainer:
 
         # Objects with on_step(trainer, step, metrics), state() and load_state(state).
         self.observers = [AnomalyObserver(cfg.observe)]
-        from glassroom.observe.sinks import mirrors
-
-        self.observers += mirrors(cfg, self.run_dir, self.info.is_main)  # wandb, TensorBoard; may have close()
+        self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
 
     def _flops_per_token(self) -> int:
