@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 bash scripts/install-system.sh
-python3 -m pip install -q -e '.[test,ray]'
+python3 -m pip install -q -e '.[test,ray,wandb,tensorboard]'
 python3 -m pytest -q "$@"
