@@ -2,8 +2,11 @@
 
 Two methods, chosen with `glassroom data atlas --method`:
 
-  fast    hashed word TF-IDF (sublinear tf) reduced by truncated SVD to 48 dimensions. No model; the
-          vectors adapt to the corpus itself, which is what separates code from docs from prose.
+  fast    hashed word TF-IDF (sublinear tf) reduced by truncated SVD to 32 dimensions, plus five
+          typographic features (shares of non-ASCII letters, code symbols, digits, indented lines and
+          capitals; standardised, weight STYLE_WEIGHT). No model; the vectors adapt to the corpus
+          itself. The typographic part is what keeps one domain of many languages, or of two
+          programming languages, together: their words share nothing, their look does.
           Cost: hashing is stateless and streams; the SVD is fitted on a subsample of at most
           SVD_FIT_DOCS documents (on the columns that occur in two or more of them) and applied to all.
   better  the fast vectors joined with wordllama's static embeddings (a 16 MB model shipped inside
@@ -24,7 +27,8 @@ from glassroom.errors import GlassroomError
 
 METHODS = ("fast", "better")
 HASH_FEATURES = 2 ** 20
-SVD_DIMS = 48
+SVD_DIMS = 32
+STYLE_WEIGHT = 0.2   # measured on the demo corpus (k=5, seeds 0-4): 0 gives purity 0.66-0.87, 0.2 gives 0.80-0.88
 SVD_FIT_DOCS = 5_000
 BATCH = 1_000
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"   # words and identifiers; digits too, so code and tables keep their shape
@@ -32,8 +36,8 @@ TOKEN_PATTERN = r"(?u)\b\w\w+\b"   # words and identifiers; digits too, so code 
 
 def describe(method: str) -> str:
     return {
-        "fast": f"hashed word TF-IDF + truncated SVD ({SVD_DIMS} dims), fitted on this corpus",
-        "better": f"hashed word TF-IDF + SVD ({SVD_DIMS} dims) joined with wordllama static embeddings (256 dims)",
+        "fast": f"hashed word TF-IDF + truncated SVD ({SVD_DIMS} dims) and 5 typographic features, fitted on this corpus",
+        "better": f"the fast vectors ({SVD_DIMS} + 5 dims) joined with wordllama static embeddings (256 dims)",
     }[method]
 
 
@@ -69,6 +73,27 @@ def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.nd
     fit_rows = np.sort(rng.choice(tfidf.shape[0], SVD_FIT_DOCS, replace=False)) if tfidf.shape[0] > SVD_FIT_DOCS else slice(None)
     svd = TruncatedSVD(dims, algorithm="randomized", n_iter=4, random_state=seed).fit(tfidf[fit_rows])
     return _normalize(svd.transform(tfidf))
+
+
+CODE_SYMBOLS = np.frombuffer("{}()[];=<>_*#/\\|&$@".encode("utf-32-le"), dtype=np.uint32)
+
+
+def typographic(texts: list[str]) -> np.ndarray:
+    """Five shares per text (non-ASCII, code symbols, digits, indented lines, capitals), standardised."""
+    rows = np.zeros((len(texts), 5), dtype=np.float64)
+    for i, t in enumerate(texts):
+        c = np.frombuffer(t[:4000].encode("utf-32-le"), dtype=np.uint32)   # the look of a text shows in its start
+        if len(c) == 0:
+            continue
+        starts = np.concatenate([[0], np.flatnonzero(c[:-1] == 10) + 1])
+        rows[i] = ((c > 127).mean(), np.isin(c, CODE_SYMBOLS).mean(), ((c >= 48) & (c <= 57)).mean(),
+                   np.isin(c[starts], (32, 9)).mean(), ((c >= 65) & (c <= 90)).mean())
+    std = rows.std(axis=0)
+    return ((rows - rows.mean(axis=0)) / np.where(std > 0, std, 1.0)).astype(np.float32)
+
+
+def fast_vectors(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.ndarray:
+    return _normalize(np.hstack([tfidf_svd(texts, seed, tick), STYLE_WEIGHT * typographic(texts)]))
 
 
 def load_wordllama():
@@ -118,8 +143,8 @@ def embed(texts: list[str], method: str, seed: int = 0, tick: Callable[[int], No
     if method not in METHODS:
         raise GlassroomError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
     if method == "fast":
-        return tfidf_svd(texts, seed, tick)
+        return fast_vectors(texts, seed, tick)
     half = lambda n: tick(n / 2)  # noqa: E731  two passes share the progress line
-    lexical = tfidf_svd(texts, seed, half)
+    lexical = fast_vectors(texts, seed, half)
     semantic = wordllama_vectors(texts, half)
     return _normalize(np.hstack([lexical, semantic]))

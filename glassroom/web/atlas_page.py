@@ -1,0 +1,187 @@
+"""The data atlas pages, for `glassroom serve` (routes) and `glassroom publish` (static copies).
+
+A dataset is any folder below the served root that holds manifest.json; its atlas is
+DATA_DIR/atlas/atlas.json, written by `glassroom data atlas`. Datasets are named by their path
+relative to the root (`data/demo`), found by a bounded walk that skips hidden folders and the
+insides of datasets and runs, and looked up only in that list: a request never turns into a path.
+
+Served (mounted by glassroom.web.server):
+  /atlas                     the list of datasets and whether each has an atlas
+  /atlas/<dataset>           one dataset's atlas page (frontend/atlas.html, atlas.js, atlas.css)
+  /api/atlas/list            that list as JSON
+  /api/atlas?dataset=<id>    the dataset's atlas.json
+Published (publish_atlases): SITE/atlas/index.html, SITE/atlas/datasets.json,
+SITE/atlas/d/<dataset>/index.html and SITE/atlas/d/<dataset>/atlas.json, each written under a temporary
+name and renamed; the script and style sheet go to SITE/static/ like the dashboard's.
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+FRONTEND = Path(__file__).parent / "frontend"
+MAX_DEPTH = 5
+SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__"}
+
+
+def find_datasets(root: str | Path) -> dict[str, Path]:
+    """{relative id: folder} of every dataset (a folder with manifest.json) below root, root included."""
+    root = Path(root)
+    found: dict[str, Path] = {}
+
+    def walk(folder: Path, depth: int) -> None:
+        if (folder / "manifest.json").is_file():
+            found[folder.relative_to(root).as_posix() if folder != root else "."] = folder
+            return   # a dataset's own folders hold no datasets
+        if depth >= MAX_DEPTH or (folder / "store.sqlite").exists():
+            return
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return
+        for child in children:
+            if not child.name.startswith(".") and child.name not in SKIP_DIRS:
+                walk(child, depth + 1)
+
+    if root.is_dir():
+        walk(root, 0)
+    return found
+
+
+def dataset_summary(ds_id: str, folder: Path) -> dict:
+    """One line of the dataset list: name, size, and the atlas's k, method and date if there is one."""
+    entry = {"id": ds_id, "name": folder.name, "atlas": False}
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        entry.update(name=manifest.get("name", folder.name), domains=list(manifest.get("domains", {})),
+                     train_tokens=manifest.get("totals", {}).get("train", {}).get("tokens"))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        entry["unreadable"] = True
+    atlas = folder / "atlas" / "atlas.json"
+    if atlas.is_file():
+        entry.update(atlas=True, atlas_bytes=atlas.stat().st_size, atlas_modified=atlas.stat().st_mtime)
+    return entry
+
+
+def render(page_boot: dict) -> str:
+    """frontend/atlas.html with its boot data and base URL filled in (the dashboard's placeholders)."""
+    text = (FRONTEND / "atlas.html").read_text(encoding="utf-8")
+    payload = json.dumps(page_boot).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    base = page_boot.get("base", "/").replace('"', "%22").replace("<", "%3C")
+    return text.replace("{{BOOT}}", payload).replace("{{BASE}}", base)
+
+
+class _Datasets:
+    """The dataset list, re-walked at most every 5 s."""
+
+    def __init__(self, root: Path):
+        self.root, self._lock, self._at, self._found = root, threading.Lock(), 0.0, {}
+
+    def all(self) -> dict[str, Path]:
+        with self._lock:
+            if time.monotonic() - self._at > 5.0:
+                self._found, self._at = find_datasets(self.root), time.monotonic()
+            return dict(self._found)
+
+    def get(self, ds_id: str) -> Path:
+        from starlette.exceptions import HTTPException
+
+        found = self.all()
+        if ds_id not in found:
+            with self._lock:
+                self._at = 0.0
+            found = self.all()
+        if ds_id not in found:
+            raise HTTPException(404, f"no dataset {ds_id!r} below the served folder")
+        return found[ds_id]
+
+
+def atlas_routes(root: str | Path) -> list:
+    """Starlette routes for the atlas pages and JSON of every dataset below `root` (read-only).
+    The page's script and style come from the dashboard's /static mount (frontend/)."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import FileResponse, HTMLResponse, JSONResponse
+    from starlette.routing import Route
+
+    root = Path(root)
+    datasets = _Datasets(root)
+    no_cache = {"Cache-Control": "no-cache"}
+
+    def listing() -> dict:
+        return {"root": root.resolve().name, "datasets": [dataset_summary(i, p) for i, p in sorted(datasets.all().items())]}
+
+    async def index_page(request: Request):
+        return HTMLResponse(render({"mode": "live", "base": "/", "page": "atlas-index"}), headers=no_cache)
+
+    async def dataset_page(request: Request):
+        ds_id = request.path_params["dataset"].strip("/") or "."
+        await run_in_threadpool(datasets.get, ds_id)
+        return HTMLResponse(render({"mode": "live", "base": "/", "page": "atlas", "dataset": ds_id}), headers=no_cache)
+
+    async def api_list(request: Request):
+        return JSONResponse(await run_in_threadpool(listing), headers=no_cache)
+
+    async def api_atlas(request: Request):
+        values = request.query_params.getlist("dataset")
+        if len(values) != 1 or not values[0]:
+            raise HTTPException(400, "expected exactly one dataset= parameter")
+        folder = await run_in_threadpool(datasets.get, values[0])
+        path = folder / "atlas" / "atlas.json"
+        if not path.is_file():
+            raise HTTPException(404, f"dataset {values[0]!r} has no atlas yet; run: glassroom data atlas {values[0]}")
+        return FileResponse(path, media_type="application/json", headers=no_cache)
+
+    return [
+        Route("/atlas", index_page),
+        Route("/atlas/{dataset:path}", dataset_page),
+        Route("/api/atlas/list", api_list),
+        Route("/api/atlas", api_atlas),
+    ]
+
+
+def _replace(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
+    """Static copies of every dataset's atlas below `root` into SITE/atlas/; returns the dataset ids
+    published (datasets without an atlas are listed but get no page)."""
+    root, site = Path(root), Path(site_dir)
+    found = find_datasets(root)
+    out = site / "atlas"
+    published = []
+    summaries = []
+    for ds_id, folder in sorted(found.items()):
+        entry = dataset_summary(ds_id, folder)
+        summaries.append(entry)
+        if not entry["atlas"]:
+            continue
+        dest = out / "d" / ds_id if ds_id != "." else out / "d" / "_root"
+        _replace(dest / "atlas.json", (folder / "atlas" / "atlas.json").read_bytes())
+        depth = len(dest.relative_to(site).parts)
+        _replace(dest / "index.html", render({"mode": "static", "base": "../" * depth, "page": "atlas", "dataset": ds_id,
+                                              "data": "atlas.json"}).encode("utf-8"))
+        entry["href"] = dest.relative_to(out).as_posix() + "/"
+        published.append(ds_id)
+    _replace(out / "datasets.json", json.dumps({"root": root.resolve().name, "datasets": summaries}).encode("utf-8"))
+    _replace(out / "index.html", render({"mode": "static", "base": "../", "page": "atlas-index", "data": "datasets.json"}).encode("utf-8"))
+    for name in ("atlas.js", "atlas.css"):
+        _replace(site / "static" / name, (FRONTEND / name).read_bytes())
+    stale = out / "d"
+    if stale.is_dir():   # datasets that were removed since the last publish
+        keep = {((out / "d" / i) if i != "." else out / "d" / "_root").resolve() for i in published}
+        for page in stale.rglob("index.html"):
+            if page.parent.resolve() not in keep:
+                shutil.rmtree(page.parent, ignore_errors=True)
+    return published
