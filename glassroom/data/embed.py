@@ -8,7 +8,7 @@ Two methods, chosen with `glassroom data atlas --method`:
           itself. The typographic part is what keeps one domain of many languages, or of two
           programming languages, together: their words share nothing, their look does.
           Cost: hashing is stateless and streams; the SVD is fitted on a subsample of at most
-          SVD_FIT_DOCS documents (on the columns that occur in two or more of them) and applied to all.
+          SVD_FIT_DOCS documents (on the MAX_WORDS most widespread words that occur in two or more documents) and applied to all.
   better  the fast vectors joined with wordllama's static embeddings (a 16 MB model shipped inside
           the `wordllama` wheel: 256 dimensions, loaded from its own package folder with downloads
           disabled), each half unit-length. wordllama adds meaning (synonyms, related words)
@@ -30,6 +30,7 @@ HASH_FEATURES = 2 ** 20
 SVD_DIMS = 32
 STYLE_WEIGHT = 0.2   # measured on the demo corpus (k=5, seeds 0-4): 0 gives purity 0.66-0.87, 0.2 gives 0.80-0.88
 SVD_FIT_DOCS = 5_000
+MAX_WORDS = 50_000
 BATCH = 1_000
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"   # words and identifiers; digits too, so code and tables keep their shape
 
@@ -62,8 +63,11 @@ def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.nd
     counts = sp.vstack(parts).tocsr()
     # Keep the words seen in at least two documents: the rest cannot shape a direction shared by documents,
     # and dropping them makes the SVD's dense factors a few tens of thousands of rows instead of a million.
+    # Of those, the MAX_WORDS most widespread: the SVD's cost grows with the columns, its top directions hardly do.
     df = np.bincount(counts.indices, minlength=counts.shape[1])
     keep = np.flatnonzero(df >= 2) if (df >= 2).sum() >= 2 else np.flatnonzero(df >= 1)
+    if len(keep) > MAX_WORDS:
+        keep = np.sort(keep[np.argsort(-df[keep], kind="stable")[:MAX_WORDS]])
     counts = counts[:, keep]
     tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts).astype(np.float32)
     dims = min(SVD_DIMS, tfidf.shape[0] - 1, tfidf.shape[1] - 1)
