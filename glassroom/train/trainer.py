@@ -332,6 +332,8 @@ class Trainer:
     def run_eval(self) -> dict[str, float]:
         results = evaluate(self.model, self.validation, self.cfg.train.micro_batch_size, self.device,
                            self.autocast_dtype, self.info)
+        for observer in self.observers:  # mirrors get the evaluation too
+            observer.on_step(self, self.step, results)
         if self.store is not None and results:
             self.store.log(self.step, results)
             summary = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in results.items() if k.endswith("/bpb"))
