@@ -1,0 +1,247 @@
+"""The hero's whole loss curve, predicted from the rungs' curves, preregistered once in its run store.
+
+The law (Tissue et al. 2024, "Scaling Law with Learning Rate Annealing", arXiv 2408.11029), with a
+size term in Chinchilla's additive form so that one fit covers every rung:
+
+    L(N, s) = E + B * N^-beta + A * S1(s)^-alpha - C * S2(s)
+
+  m_i     the lr multiplier of step i (glassroom.train.optim.lr_multiplier, exactly as training);
+          relative to each run's own peak lr, since the scaling rules give each size its own peak
+  S1(s)   forward area in tokens: tokens_per_step * sum_{i<s} m_i (constant lr: S1 = tokens seen)
+  S2(s)   annealing area: sum_{i<s} mom_i, mom_i = lambda * mom_{i-1} + max(0, m_{i-1} - m_i), in
+          steps (lambda = fit.momentum, 0.999 as in the paper; warmup's increases count as zero)
+
+The value at store step s (after s optimizer steps) is compared with the metric logged at s.
+Points before fit.skip_fraction of each run are left out (the early transient is not a power law).
+The band is the bootstrap's (fit.py) quantiles at fit.confidence, each replicate's curve also
+shifted by one draw of the hero's own seed noise, N(0, noise_floor) in log loss: a predictive
+interval for the one run that will be observed.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from glassroom.errors import GlassroomError
+from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, leave_largest_out
+
+CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
+                (Term("E"), Term("B", "power", "N", "beta"), Term("A", "power", "S1", "alpha"),
+                 Term("C", "linear", "S2", None, -1.0)))
+BAND_POINTS = 500
+
+
+def lr_multipliers(train: Any) -> np.ndarray:
+    """m_i for i in 0..steps-1 of a `train:` section (TrainSection or mapping)."""
+    from glassroom.config import build_section
+    from glassroom.train.config import TrainSection
+    from glassroom.train.optim import lr_multiplier
+
+    if isinstance(train, dict):
+        train = build_section(TrainSection, train, "train")
+    f = lr_multiplier(train)
+    return np.array([f(i) for i in range(train.steps)], dtype=float)
+
+
+def schedule_areas(multipliers: np.ndarray, momentum: float = 0.999) -> tuple[np.ndarray, np.ndarray]:
+    """(S1, S2) in steps at s = 0..len(multipliers): after s optimizer steps."""
+    m = np.asarray(multipliers, float)
+    s1 = np.r_[0.0, np.cumsum(m)]
+    drops = np.r_[0.0, np.maximum(0.0, m[:-1] - m[1:])]  # drop_i = m_{i-1} - m_i, none at i = 0
+    mom = np.zeros_like(m)
+    acc = 0.0
+    for i, d in enumerate(drops):
+        acc = momentum * acc + d
+        mom[i] = acc
+    s2 = np.r_[0.0, np.cumsum(mom)]
+    return s1, s2
+
+
+def curve_features(params: float, tokens_per_step: float, multipliers: np.ndarray, steps: np.ndarray,
+                   momentum: float) -> dict[str, np.ndarray]:
+    s1, s2 = schedule_areas(multipliers, momentum)
+    steps = np.asarray(steps, int)
+    return {"N": np.full(len(steps), float(params)), "S1": tokens_per_step * s1[steps], "S2": s2[steps]}
+
+
+def _rung_points(rungs, metric: str, fit_cfg) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    X, y, groups = {"N": [], "S1": [], "S2": []}, [], []
+    for g, rung in enumerate(rungs):
+        steps, values = rung.series(metric)
+        keep = (steps >= max(1, math.ceil(fit_cfg.skip_fraction * rung.steps))) & (steps <= rung.steps)
+        if keep.sum() < 2:
+            raise GlassroomError(f"{rung.run_dir}: fewer than 2 values of {metric} after {fit_cfg.skip_fraction:.0%} "
+                                 "of the run; evaluate more often (eval_fraction)")
+        feats = curve_features(rung.params, rung.tokens_per_step, lr_multipliers(rung.config["train"]),
+                               steps[keep], fit_cfg.momentum)
+        for k in X:
+            X[k].extend(feats[k])
+        y.extend(values[keep])
+        groups.extend([g] * int(keep.sum()))
+    return {k: np.asarray(v) for k, v in X.items()}, np.asarray(y), np.asarray(groups)
+
+
+def fit_curves(rungs, metric: str, fit_cfg) -> Fit:
+    """The curve law fitted jointly on every rung's curve of `metric`, with bootstrap replicates."""
+    if len(rungs) < 2:
+        raise GlassroomError("the curve law needs at least two rungs")
+    X, y, groups = _rung_points(rungs, metric, fit_cfg)
+    pinned = {} if fit_cfg.irreducible == "free" else {"E": float(fit_cfg.irreducible)}
+    fit = fit_law(CURVE_LAW, X, y, pinned)
+    return bootstrap(fit, X, y, groups, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+
+
+def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, fit_cfg,
+                  points: int = BAND_POINTS) -> dict[str, Any]:
+    """steps, mean, lo, hi of the law for one run, from skip_fraction of its steps to the end."""
+    m = lr_multipliers(train)
+    total = len(m)
+    first = max(1, math.ceil(fit_cfg.skip_fraction * total))
+    steps = np.unique(np.linspace(first, total, min(points, total - first + 1)).round().astype(int))
+    X = curve_features(params, tokens_per_step, m, steps, fit_cfg.momentum)
+    mean = fit.predict(X)
+    if fit.boot:
+        rng = np.random.default_rng(fit_cfg.seed + 1)
+        draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, fit_cfg.noise_floor)) for b in fit.boot])
+        lo = np.quantile(draws, (1 - fit_cfg.confidence) / 2, axis=0)
+        hi = np.quantile(draws, (1 + fit_cfg.confidence) / 2, axis=0)
+    else:
+        lo, hi = mean.copy(), mean.copy()
+    return {"steps": steps.tolist(), "mean": mean.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
+            "final_loss": float(mean[-1]), "final_interval": [float(lo[-1]), float(hi[-1])]}
+
+
+def _code_version() -> dict:
+    import glassroom
+    from glassroom.pipeline.provenance import git_state
+
+    state = git_state(Path(glassroom.__file__).parent)
+    return {"glassroom": glassroom.__version__, "commit": state.get("commit"), "dirty": state.get("dirty")}
+
+
+def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, param_count: Optional[str] = None) -> dict:
+    """The hero's prediction from the rungs in DIR/rungs/ (rungs.py), ready for `preregister`.
+
+    hero_config is the hero's RunConfig mapping (as ladder.spec.expand gives it).
+    """
+    from glassroom.ladder.rungs import load_rungs, read_spec_settings
+    from glassroom.model.accounting import count_params
+    from glassroom.train.config import run_config_from_mapping
+    from glassroom.units import model_name
+
+    settings, spec_count = read_spec_settings(ladder_dir)
+    fit_cfg = fit_cfg or settings
+    param_count = param_count or spec_count
+    rungs = load_rungs(ladder_dir, param_count)
+    cfg = run_config_from_mapping(hero_config, "hero")
+    counts = count_params(cfg.model)
+    n = counts.active if param_count == "active" else counts.non_embedding_active
+    tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
+    fit = fit_curves(rungs, fit_cfg.metric, fit_cfg)
+    band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg)
+    endpoint = None
+    if len(rungs) >= (2 if fit_cfg.irreducible != "free" else 3):
+        from glassroom.ladder.fit import fit_endpoints, predict_interval
+        from glassroom.model.accounting import flops_per_token
+
+        C = [r.flops for r in rungs]
+        L = [r.final(fit_cfg.metric) for r in rungs]
+        pinned = None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible)
+        efit = fit_endpoints(C, L, pinned, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        hero_c = float(flops_per_token(cfg.model, cfg.train.seq_len)) * cfg.train.steps * tokens_per_step
+        mean, lo, hi = predict_interval(efit, {"C": [hero_c]}, fit_cfg.confidence)
+        endpoint = {"law": efit.to_json(), "compute": hero_c, "final_loss": float(mean[0]),
+                    "final_interval": [float(lo[0]), float(hi[0])]}
+    now = time.time()
+    return {
+        "created": now, "created_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "metric": fit_cfg.metric, "law": fit.to_json(), "params": fit.params, "confidence": fit_cfg.confidence,
+        "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {fit_cfg.noise_floor:g} (log loss)",
+        "settings": {"momentum": fit_cfg.momentum, "skip_fraction": fit_cfg.skip_fraction,
+                     "noise_floor": fit_cfg.noise_floor, "bootstrap": fit_cfg.bootstrap, "seed": fit_cfg.seed,
+                     "irreducible": fit_cfg.irreducible, "param_count": param_count},
+        "rungs": [r.identity() for r in rungs], "code": _code_version(),
+        "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
+                 "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule},
+        **band, "endpoint_check": endpoint,
+    }
+
+
+def preregister(run_dir: str | Path, prediction: dict) -> None:
+    """Write `prediction` into RUN_DIR's store as artifact "prediction", with a "prediction" event.
+
+    Written once: a second call, or one on a store that already holds a prediction, raises
+    GlassroomError and changes nothing (one SQLite transaction; the artifact's name is its key).
+    """
+    import json
+
+    from glassroom.observe.store import StoreWriter
+
+    writer = StoreWriter(run_dir)
+    try:
+        conn = writer.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", ("prediction", time.time(), json.dumps(prediction)))
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK")
+            raise GlassroomError(f"{run_dir}: already holds a preregistered prediction; it is never changed "
+                                 "(predict into a new hero run folder instead)") from None
+        text = (f"preregistered {prediction['metric']} {prediction['final_loss']:.4f} "
+                f"[{prediction['final_interval'][0]:.4f}, {prediction['final_interval'][1]:.4f}] at step {prediction['steps'][-1]}")
+        conn.execute("INSERT INTO events (time, step, kind, text, data) VALUES (?, ?, ?, ?, ?)",
+                     (time.time(), 0, "prediction", text,
+                      json.dumps({k: prediction[k] for k in ("metric", "final_loss", "final_interval", "created")})))
+        conn.execute("COMMIT")
+    finally:
+        writer.close()
+
+
+def deviation(prediction: dict, step: int, loss: float) -> Optional[float]:
+    """(loss - mean) / sigma at `step`; sigma = the band's half-width on loss's side / z, with z the
+    normal quantile of the confidence (1.96 at 95%), so the band's edges are +-2 sigma (1.96).
+    None outside the band's steps or where the band has no width."""
+    from statistics import NormalDist
+
+    steps = prediction["steps"]
+    if not steps or step < steps[0] or step > steps[-1] or not math.isfinite(loss):
+        return None
+    mean = float(np.interp(step, steps, prediction["mean"]))
+    edge = float(np.interp(step, steps, prediction["hi"] if loss >= mean else prediction["lo"]))
+    z = NormalDist().inv_cdf((1 + prediction.get("confidence", 0.95)) / 2)
+    sigma = abs(edge - mean) / z
+    return None if sigma <= 0 else (loss - mean) / sigma
+
+
+def backtest(ladder_dir: str | Path, fit_cfg=None) -> dict:
+    """Fit on all rungs but the largest, predict the largest's curve and final loss."""
+    from glassroom.ladder.rungs import load_rungs, read_spec_settings
+
+    settings, param_count = read_spec_settings(ladder_dir)
+    fit_cfg = fit_cfg or settings
+    rungs = load_rungs(ladder_dir, param_count)
+    if len(rungs) < 3:
+        raise GlassroomError(f"{ladder_dir}: a backtest needs at least 3 rungs (fit on 2, predict 1), have {len(rungs)}")
+    held, train = rungs[-1], rungs[:-1]
+    fit = fit_curves(train, fit_cfg.metric, fit_cfg)
+    band = predict_curve(fit, held.params, held.config["train"], held.tokens_per_step, fit_cfg)
+    actual = held.final(fit_cfg.metric)
+    steps, values = held.series(fit_cfg.metric)
+    seen = np.isin(steps, band["steps"])
+    predicted_at = np.interp(steps[seen], band["steps"], band["mean"])
+    curve_error = float(np.mean(np.abs(predicted_at / values[seen] - 1))) if seen.any() else None
+    lo, hi = band["final_interval"]
+    endpoint = leave_largest_out([r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs],
+                                 None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible),
+                                 fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+    return {"metric": fit_cfg.metric, "held_out": held.name, "fitted_on": [r.name for r in train],
+            "predicted_loss": band["final_loss"], "actual_loss": actual,
+            "relative_error": (band["final_loss"] - actual) / actual, "interval": [lo, hi],
+            "covered": bool(lo <= actual <= hi), "curve_mean_abs_relative_error": curve_error,
+            "law": fit.to_json(), "endpoint_check": endpoint}
