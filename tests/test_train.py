@@ -53,12 +53,13 @@ def test_run_store_has_the_metrics_events_and_evaluations(reference_run):
 
 def test_sigkill_then_resume_continues_bit_for_bit(tiny_dataset, reference_run, tmp_path):
     out = tmp_path / "killed"
-    process = subprocess.Popen(train_cmd(out, tiny_dataset), cwd=ROOT, stdout=subprocess.DEVNULL,
+    # keep_last=10 keeps step 4 on disk until we see it; it does not change what is trained.
+    process = subprocess.Popen(train_cmd(out, tiny_dataset, "train.keep_last=10"), cwd=ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (out / "checkpoints" / "step_0000004").exists():
         assert process.poll() is None and time.time() < deadline, "training ended before its first checkpoint"
-        time.sleep(0.05)
+        time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert len(losses(out)) < 12  # it really was interrupted

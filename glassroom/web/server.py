@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 
 from glassroom.observe.runs import find_runs, summarize
 from glassroom.web import data
+from glassroom.web.atlas_page import atlas_routes
 
 FRONTEND = Path(__file__).parent / "frontend"
 POLL_SECONDS = 0.25
@@ -236,6 +237,7 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
         Route("/api/vectors", api(vectors)),
         Route("/api/events", api(events)),
         Route("/api/stream", stream),
+        *atlas_routes(root),
         Mount("/static", StaticFiles(directory=FRONTEND, follow_symlink=False), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
