@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "glassroom.commands.runs",
     "glassroom.commands.note",
     "glassroom.commands.run",
+    "glassroom.commands.ladder",
     "glassroom.commands.show",
     "glassroom.commands.serve",
     "glassroom.commands.publish",

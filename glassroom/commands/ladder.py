@@ -1,0 +1,138 @@
+"""`glassroom ladder ...`: plan a scaling ladder, fit the rungs, backtest the fit.
+
+`ladder` is a group: each sub-subcommand is a (register, run) pair in SUBCOMMANDS below. To add
+one (e.g. `run`), write register_X(sub) and run_X(args) and append (register_X, run_X).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
+
+DESCRIPTION = """\
+A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
+
+  plan      SPEC: every rung and the hero: name, parameters, tokens, FLOPs, time on your hardware
+  fit       DIR: scaling laws fitted on the finished rungs, with bootstrap intervals
+  backtest  DIR: fit on all rungs but the largest and predict it
+
+docs/ladder.md explains the spec, the laws, the fitting method and the folder layout.
+
+example:
+  glassroom ladder plan experiments/ladder-demo.yaml
+  glassroom ladder plan experiments/ladder-story.yaml --gpu h200 --gpus 704 --mfu 0.22
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "ladder", "plan, fit and backtest scaling ladders", DESCRIPTION)
+    p.set_defaults(run=lambda args: _no_subcommand(p))
+    ladder_sub = p.add_subparsers(dest="ladder_command", metavar="SUBCOMMAND")
+    for reg, _ in SUBCOMMANDS:
+        reg(ladder_sub)
+
+
+def _no_subcommand(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def register_plan(sub) -> None:
+    from glassroom.model.accounting import GPU_PEAK_BF16
+
+    p = new_command(sub, "plan", "rungs and hero of a ladder spec: size, tokens, FLOPs, time",
+                    "Expand a ladder spec by its rules and report each rung and the hero: name (total-Aactive\n"
+                    "parameters), layers, N, tokens, FLOPs, steps, batch, lr and the estimated time. Without\n"
+                    "--gpu the time is for this CPU (measured matmul peak x MFU 0.15, or --cpu-flops).\n\n"
+                    "example:\n  glassroom ladder plan experiments/ladder-story.yaml --gpu h200 --gpus 704 --mfu 0.22")
+    p.add_argument("spec", metavar="SPEC", help="ladder spec YAML (see experiments/ladder-*.yaml)")
+    p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16), help="GPU type (default: this CPU)")
+    p.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    p.add_argument("--mfu", type=float, help="model FLOP utilisation, 0-1 (default 0.4 on GPUs, 0.15 on CPU)")
+    p.add_argument("--cpu-flops", type=float, metavar="F", help="CPU peak FLOP/s instead of measuring it")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from glassroom.ladder.plan import format_plan, plan_ladder
+    from glassroom.ladder.spec import load_spec
+
+    if args.gpus < 1:
+        raise GlassroomError(f"--gpus: must be at least 1, got {args.gpus}")
+    if args.mfu is not None and not 0 < args.mfu <= 1:
+        raise GlassroomError(f"--mfu: must be above 0 and at most 1, got {args.mfu}")
+    if args.cpu_flops is not None and args.cpu_flops <= 0:
+        raise GlassroomError(f"--cpu-flops: must be positive, got {args.cpu_flops}")
+    report = plan_ladder(load_spec(args.spec), args.gpu, args.gpus, args.mfu, args.cpu_flops)
+    print(json.dumps(report) if args.json else format_plan(report))
+    return 0
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+def register_fit(sub) -> None:
+    p = new_command(sub, "fit", "fit scaling laws on a ladder's finished rungs",
+                    "Fit L(C) = E + A*C^-alpha on every rung's final value of the spec's metric, of\n"
+                    "eval/macro/bpb and of each domain's loss and bpb; L(N, D) when the rungs vary N and D\n"
+                    "separately; and the schedule-aware curve law on the whole curves. Parameters come with\n"
+                    "bootstrap intervals, and L(C) with its leave-largest-out extrapolation error.\n"
+                    "DIR holds DIR/rungs/<name>/ (config.yaml + store.sqlite) and optionally DIR/spec.yaml.\n\n"
+                    "example:\n  glassroom ladder fit ladders/demo")
+    p.add_argument("dir", metavar="DIR", help="ladder folder (docs/ladder.md: layout)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_fit)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from glassroom.ladder.report import fit_report, format_fit
+
+    report = fit_report(args.dir)
+    print(json.dumps(report) if args.json else format_fit(report))
+    return 0
+
+
+# ----------------------------------------------------------------------------- backtest
+
+
+def register_backtest(sub) -> None:
+    p = new_command(sub, "backtest", "fit on all rungs but the largest and predict it",
+                    "Fit the curve law on every rung but the largest, predict the largest's whole curve and\n"
+                    "final value, and compare: predicted_loss, actual_loss, relative_error, covered (the\n"
+                    "interval holds the actual value); with the L(C) endpoint fit as a cross-check.\n\n"
+                    "example:\n  glassroom ladder backtest ladders/demo --json")
+    p.add_argument("dir", metavar="DIR", help="ladder folder with at least 3 finished rungs")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_backtest)
+
+
+def run_backtest(args: argparse.Namespace) -> int:
+    from glassroom.ladder.predict import backtest
+
+    result = backtest(args.dir)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    lo, hi = result["interval"]
+    print(f"backtest {args.dir}: fit on {', '.join(result['fitted_on'])}; predict {result['held_out']}")
+    print(f"  {result['metric']}: predicted {result['predicted_loss']:.4f} [{lo:.4f}, {hi:.4f}], "
+          f"actual {result['actual_loss']:.4f}, error {result['relative_error']:+.2%}, "
+          f"{'covered' if result['covered'] else 'NOT covered'}")
+    if result["curve_mean_abs_relative_error"] is not None:
+        print(f"  whole curve: mean |error| {result['curve_mean_abs_relative_error']:.2%}")
+    e = result["endpoint_check"]
+    if e:
+        print(f"  L(C) endpoint fit: predicted {e['predicted_loss']:.4f}, error {e['relative_error']:+.2%}, "
+              f"{'covered' if e['covered'] else 'not covered'}")
+    return 0
+
+
+SUBCOMMANDS = [(register_plan, run_plan), (register_fit, run_fit), (register_backtest, run_backtest)]

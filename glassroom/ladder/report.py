@@ -1,0 +1,107 @@
+"""`glassroom ladder fit DIR`: every law fitted on a ladder's rungs, as one JSON-ready report.
+
+- L(C) = E + A*C^-alpha on each rung's final value of the spec's metric (E pinned when the spec
+  says so), of eval/macro/bpb, and of every domain's eval loss and bpb (E free), each with its
+  leave-largest-out error (for the spec's metric and macro bpb). With only 2 rungs E is pinned to 0 (3 parameters need 3 points).
+- L(N, D) only when the rungs vary N and D separately (fit.identifiable_nd); otherwise the reason.
+- The schedule-aware curve law (predict.py) on the whole curves of the spec's metric.
+Secondary metrics (all but the spec's) use at most SECONDARY_REPLICATES bootstrap replicates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glassroom.ladder.fit import LAW_ND, bootstrap, fit_endpoints, fit_law, identifiable_nd, leave_largest_out
+from glassroom.ladder.predict import fit_curves
+from glassroom.ladder.rungs import load_rungs, read_spec_settings
+
+SECONDARY_REPLICATES = 50
+
+
+def _metrics(rungs, main: str) -> list[str]:
+    names = set(rungs[0].metrics())
+    for rung in rungs[1:]:
+        names &= set(rung.metrics())
+    if main not in names:
+        raise_missing(rungs[0], main)
+    extra = sorted(n for n in names if n.startswith("eval/") and n.endswith(("/loss", "/bpb")) and n != main)
+    extra.sort(key=lambda n: (not n.startswith("eval/macro/"), n))
+    return [main] + extra
+
+
+def raise_missing(rung, metric: str) -> None:
+    from glassroom.errors import GlassroomError
+
+    raise GlassroomError(f"{rung.run_dir}: no {metric} values (the spec's fit.metric); check the metric name")
+
+
+def fit_report(ladder_dir: str | Path) -> dict:
+    fit_cfg, param_count = read_spec_settings(ladder_dir)
+    rungs = load_rungs(ladder_dir, param_count)
+    C = [r.flops for r in rungs]
+    report = {"dir": str(ladder_dir), "metric": fit_cfg.metric, "param_count": param_count,
+              "rungs": [{**r.identity(), "final": r.final(fit_cfg.metric)} for r in rungs],
+              "settings": {"bootstrap": fit_cfg.bootstrap, "noise_floor": fit_cfg.noise_floor,
+                           "confidence": fit_cfg.confidence, "irreducible": fit_cfg.irreducible,
+                           "seed": fit_cfg.seed}, "notes": [], "compute": {}}
+    if len(rungs) < 3:
+        report["notes"].append("2 rungs: E pinned to 0 in L(C) (3 parameters need at least 3 rungs)")
+    for metric in _metrics(rungs, fit_cfg.metric):
+        main = metric == fit_cfg.metric
+        pinned = 0.0 if len(rungs) < 3 else None
+        if main and fit_cfg.irreducible != "free":
+            pinned = float(fit_cfg.irreducible)
+        reps = fit_cfg.bootstrap if main else min(fit_cfg.bootstrap, SECONDARY_REPLICATES)
+        L = [r.final(metric) for r in rungs]
+        fit = fit_endpoints(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        llo = None
+        if main or metric == "eval/macro/bpb":
+            llo = leave_largest_out(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        if llo is not None:
+            llo.pop("fit")
+        report["compute"][metric] = {**fit.to_json(), "leave_largest_out": llo}
+    N, D = [r.params for r in rungs], [r.tokens for r in rungs]
+    ok, why = identifiable_nd(N, D)
+    if ok:
+        L = [r.final(fit_cfg.metric) for r in rungs]
+        nd = fit_law(LAW_ND, {"N": N, "D": D}, L)
+        bootstrap(nd, {"N": N, "D": D}, L, None, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        report["params_tokens"] = nd.to_json()
+    else:
+        report["params_tokens"] = None
+        report["notes"].append(f"L(N,D) not fitted: {why}")
+    report["curve"] = fit_curves(rungs, fit_cfg.metric, fit_cfg).to_json()
+    return report
+
+
+def _param_line(fit: dict) -> str:
+    parts = []
+    for name, value in fit["params"].items():
+        if name in fit["pinned"]:
+            parts.append(f"{name} = {value:.4g} (pinned)")
+        else:
+            lo, hi = fit["intervals"].get(name, (value, value))
+            parts.append(f"{name} = {value:.4g} [{lo:.4g}, {hi:.4g}]")
+    return ", ".join(parts)
+
+
+def format_fit(report: dict) -> str:
+    conf = report["settings"]["confidence"]
+    lines = [f"ladder {report['dir']}: {len(report['rungs'])} rungs, N = {report['param_count'].replace('_', ' ')} "
+             f"parameters; intervals: {conf:.0%} bootstrap"]
+    for r in report["rungs"]:
+        lines.append(f"  {r['name']:>14}  N {r['params']:.3g}  tokens {r['tokens']:.3g}  FLOPs {r['flops']:.3g}  "
+                     f"{report['metric']} {r['final']:.4f}")
+    for metric, fit in report["compute"].items():
+        lines.append(f"{metric}: L(C) = {fit['formula']}: {_param_line(fit)}  (dof {fit['dof']})")
+        llo = fit["leave_largest_out"]
+        if llo:
+            lines.append(f"    leave-largest-out: predicted {llo['predicted_loss']:.4f}, actual {llo['actual_loss']:.4f}, "
+                         f"error {llo['relative_error']:+.2%}, {'covered' if llo['covered'] else 'not covered'}")
+    if report["params_tokens"]:
+        lines.append(f"L(N,D) = {report['params_tokens']['formula']}: {_param_line(report['params_tokens'])}")
+    curve = report["curve"]
+    lines.append(f"curve law {curve['formula']} ({curve['n_points']} points): {_param_line(curve)}")
+    lines.extend(f"note: {n}" for n in report["notes"])
+    return "\n".join(lines)
