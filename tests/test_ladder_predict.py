@@ -1,0 +1,112 @@
+"""The curve law, the hero prediction, preregistration, deviation, and `ladder fit` / `ladder backtest`."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from glassroom.errors import GlassroomError
+from glassroom.ladder.predict import (deviation, fit_curves, lr_multipliers, make_prediction, predict_curve,
+                                      preregister, schedule_areas)
+from glassroom.ladder.rungs import load_rungs
+from glassroom.observe.store import StoreReader
+from ladder_helpers import ROOT, TRUTH, true_curve, write_ladder
+
+FAST = {"fit": {"bootstrap": 40}}
+
+
+def glassroom(*args):
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_schedule_areas_match_the_definition():
+    m = np.array([0.5, 1.0, 1.0, 0.8, 0.5, 0.5])
+    s1, s2 = schedule_areas(m, momentum=0.9)
+    assert s1.tolist() == pytest.approx([0, 0.5, 1.5, 2.5, 3.3, 3.8, 4.3])
+    # drops: 0 (warmup rise counts as 0), 0, 0.2, 0.3, 0; mom: 0, 0, 0, .2, .48, .432
+    assert s2.tolist() == pytest.approx([0, 0, 0, 0, 0.2, 0.68, 1.112])
+    constant = lr_multipliers({"steps": 50, "batch_size": 8, "micro_batch_size": 8, "seq_len": 16, "lr": 1e-3,
+                               "schedule": "constant"})
+    assert schedule_areas(constant)[1][-1] == 0
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ladder")
+    spec, rungs, hero = write_ladder(out, noise=0.001, seed=0, schedules=("cosine", "wsd"), spec_overrides=FAST)
+    return out, spec, rungs, hero
+
+
+def test_curve_law_predicts_a_held_out_schedule(ladder):
+    """Rungs trained under cosine and WSD; the hero, 2.4x the largest rung, under a linear schedule."""
+    out, spec, _, hero = ladder
+    fit = fit_curves(load_rungs(out), "eval/macro/loss", spec.fit)
+    for name in ("alpha", "beta"):
+        lo, hi = fit.intervals[name]
+        assert lo <= TRUTH[name] <= hi
+    train = copy.deepcopy(hero.config["train"])
+    train["schedule"] = "linear"
+    tps = train["batch_size"] * train["seq_len"]
+    band = predict_curve(fit, hero.params, train, tps, spec.fit)
+    truth = true_curve(hero.params, train, tps, band["steps"])
+    assert np.max(np.abs(np.array(band["mean"]) / truth - 1)) < 0.005
+    lo, hi = band["final_interval"]
+    assert lo < truth[-1] < hi and lo < band["final_loss"] < hi
+    assert all(a <= b <= c for a, b, c in zip(band["lo"], band["mean"], band["hi"]))
+
+
+def test_prediction_is_preregistered_once(ladder, tmp_path):
+    out, spec, rungs, hero = ladder
+    prediction = make_prediction(out, hero.config)
+    assert prediction["hero"]["steps"] == hero.steps and len(prediction["rungs"]) == 4
+    assert all(len(r["config_sha256"]) == 64 for r in prediction["rungs"])
+    assert prediction["code"]["commit"] and prediction["steps"][-1] == hero.steps
+    assert prediction["endpoint_check"]["final_loss"] > 0
+    run_dir = tmp_path / "hero"
+    preregister(run_dir, prediction)
+    with pytest.raises(GlassroomError, match="already holds a preregistered prediction"):
+        preregister(run_dir, {**prediction, "final_loss": 0.0})
+    with StoreReader(run_dir) as reader:
+        stored = reader.artifact("prediction")
+        events = reader.events(kinds=["prediction"])
+    assert stored == json.loads(json.dumps(prediction))  # the first one, unchanged
+    assert len(events) == 1 and "preregistered eval/macro/loss" in events[0]["text"]
+
+    # deviation: 0 on the mean, +-1.96 sigma at the band's edges, None outside the band's steps
+    i = len(prediction["steps"]) // 2
+    step, mean, hi, lo = (prediction[k][i] for k in ("steps", "mean", "hi", "lo"))
+    assert deviation(prediction, step, mean) == pytest.approx(0, abs=1e-9)
+    assert deviation(prediction, step, hi) == pytest.approx(1.96, rel=1e-3)
+    assert deviation(prediction, step, lo) == pytest.approx(-1.96, rel=1e-3)
+    assert deviation(prediction, 0, mean) is None
+
+
+def test_fit_and_backtest_commands(ladder):
+    out = ladder[0]
+    result = glassroom("ladder", "backtest", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    bt = json.loads(result.stdout)
+    assert {"predicted_loss", "actual_loss", "relative_error", "covered"} <= set(bt)
+    assert abs(bt["relative_error"]) < 0.01 and bt["covered"]
+    assert bt["held_out"] == "897K"
+    result = glassroom("ladder", "fit", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report["compute"]) >= {"eval/macro/loss", "eval/macro/bpb", "eval/prose/bpb", "eval/code/loss"}
+    main = report["compute"]["eval/macro/loss"]
+    assert main["leave_largest_out"]["actual_loss"] > 0 and main["dof"] == 1
+    assert report["params_tokens"] is None and any("L(N,D)" in n for n in report["notes"])
+    assert report["curve"]["intervals"]["alpha"][0] <= TRUTH["alpha"] <= report["curve"]["intervals"]["alpha"][1]
+    text = glassroom("ladder", "fit", str(out))
+    assert "leave-largest-out" in text.stdout and "curve law" in text.stdout
+
+
+def test_fit_errors_are_one_line(tmp_path):
+    for args, message in (([str(tmp_path / "nope")], "no such ladder folder"), ([str(tmp_path)], "no rungs/ folder")):
+        result = glassroom("ladder", "fit", *args)
+        assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,92 @@
+"""Ladder specs: expansion by the rules, and the `glassroom ladder plan` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glassroom.ladder.spec import expand, load_spec, spec_from_mapping
+from glassroom.train.config import run_config_from_mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "experiments" / "ladder-demo.yaml"
+STORY = ROOT / "experiments" / "ladder-story.yaml"
+
+
+def glassroom(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_demo_expansion_follows_the_written_rules():
+    spec = load_spec(DEMO)
+    rungs, hero = expand(spec)
+    assert [r.dial for r in rungs] == [16, 24, 32, 48] and hero.dial == 64
+    for run in rungs + [hero]:
+        model, train = run.config["model"], run.config["train"]
+        assert model["n_layers"] == max(1, round(run.dial / 16))
+        assert model["n_heads"] == run.dial // 8 and model["d_ff"] == 4 * run.dial
+        assert train["steps"] == round(run.params * 1 / (train["batch_size"] * 128))
+        assert run.tokens == train["steps"] * train["batch_size"] * 128
+        c = run.flops_per_token * run.params  # the compute the rules were evaluated at
+        assert train["lr"] == pytest.approx(0.3118 * c ** -0.125, rel=2e-3)
+        assert train["batch_size"] % 8 == 0
+        assert train["warmup_steps"] == round(0.05 * train["steps"])
+        assert train["eval_every"] == max(1, round(0.05 * train["steps"]))
+        run_config_from_mapping(run.config)  # a valid `glassroom train` config
+    assert [r.name for r in rungs] == ["266K", "412K", "557K", "897K"]
+    flops = [r.flops for r in rungs]
+    assert flops == sorted(flops) and hero.flops > flops[-1]
+
+
+def test_story_names_and_tokens_are_story_shaped():
+    rungs, hero = expand(load_spec(STORY))
+    assert [r.name for r in rungs] == ["1.8B-A255M", "3.9B-A400M", "12.1B-A825M", "28.8B-A1.6B"]
+    assert hero.name.startswith("530B-A")
+    ratios = {round(r.tokens / r.params) for r in rungs}
+    assert max(ratios) - min(ratios) <= 2  # a fixed tokens-per-parameter ratio (to whole steps)
+    assert hero.config["model"]["n_layers"] == 48 and hero.config["model"]["moe"]["d_expert"] == 1536
+
+
+def test_compute_budgets_pick_the_nearest_dial_values():
+    raw = yaml.safe_load(DEMO.read_text())
+    del raw["rungs"]
+    raw["rung_budgets"] = [1e11, 5e11, 1.6e12]
+    rungs, _ = expand(spec_from_mapping(raw))
+    assert [r.dial for r in rungs] == [16, 32, 48]
+
+
+def test_plan_prints_rungs_and_hero_with_time():
+    result = glassroom("ladder", "plan", str(STORY), "--gpu", "h200", "--gpus", "704", "--mfu", "0.22")
+    assert result.returncode == 0, result.stderr
+    assert "28.8B-A1.6B" in result.stdout and "hero" in result.stdout and "days" in result.stdout
+    result = glassroom("ladder", "plan", str(DEMO), "--cpu-flops", "1e11", "--json")
+    report = json.loads(result.stdout)
+    assert [r["name"] for r in report["rungs"]] == ["266K", "412K", "557K", "897K"]
+    hero = report["hero"]
+    assert hero["seconds"] == pytest.approx(hero["flops"] / (1e11 * 0.15))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.update(rungz=[1]), "bad.yaml: rungz: unknown key (did you mean rungs?)"),
+    (lambda r: r.pop("dial"), "dial: missing required key"),
+    (lambda r: r.update(rungs=[]), "rungs: needs at least two rungs, got none"),
+    (lambda r: r.update(rungs=[16, 32, 24]), "rungs[2]: rungs must increase, got 32 then 24"),
+    (lambda r: r["base"]["model"].update(d_model=64), "base.model.d_model: set by the dial"),
+    (lambda r: r.update(rungs=[16, 20]), "dial 20: d_model must be a multiple of shape.head_dim"),
+    (lambda r: r["scaling"].update(lr={"preset": "deepseek", "base": 1.0}), "scaling.lr: set exactly one"),
+])
+def test_bad_specs_are_one_line_errors(tmp_path, edit, message):
+    raw = yaml.safe_load(DEMO.read_text())
+    edit(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = glassroom("ladder", "plan", str(path), "--cpu-flops", "1e11")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert "Traceback" not in result.stderr
