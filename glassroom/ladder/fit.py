@@ -170,7 +170,7 @@ class _Problem:
             cols = self.columns(exps)
             target = self.y - sum(cols[c] * self.pinned[c] / self._unit(c, exps) for c in self.pinned)
             M = np.stack([cols[c] for c in self.free_coefs], axis=1)
-            # Negative-sign terms: fit with a flipped column so NNLS keeps the coefficient >= 0.
+            # Columns carry their sign (-S2), so NNLS keeps every coefficient >= 0.
             coefs, _ = nnls(M, target)
             theta = np.r_[coefs, combo]
             scored.append((self.value(theta)[0], tuple(theta)))
