@@ -101,3 +101,11 @@ def test_counts_read_and_print_with_suffixes():
     assert format_count(535e9) == "535B"
     assert model_name(46.7e9, 12.9e9) == "46.7B-A12.9B"
     assert model_name(8e9, 8e9) == "8.0B"
+
+
+def test_a_tied_head_still_costs_its_matmul():
+    untied = count_params(BASE)
+    tied = count_params(dataclasses.replace(BASE, tie_embeddings=True))
+    assert tied.total == untied.total - BASE.vocab_size * BASE.d_model
+    assert tied.active_matmul == untied.active_matmul
+    assert flops_per_token(dataclasses.replace(BASE, tie_embeddings=True), 64) == flops_per_token(BASE, 64)

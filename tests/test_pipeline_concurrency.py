@@ -152,8 +152,9 @@ def test_heartbeat_renews_and_reports_a_lost_lease(tmp_path, monkeypatch):
     with Heartbeat(on_lost=lost.append, interval=0.05) as hb:
         hb.add("step", lease)
         _wait_for(lambda: read_lease(out)["heartbeat"] > first, timeout=5, what="a heartbeat")
-        atomic_write_json(out / ".lease", {**read_lease(out), "token": "thief"})
-        _wait_for(lambda: lost, timeout=5, what="the lost lease to be noticed")
+        with _guard(out):  # a takeover holds the lock, as try_acquire does; a renewal cannot interleave
+            atomic_write_json(out / ".lease", {**read_lease(out), "token": "thief"})
+        _wait_for(lambda: lost, timeout=10, what="the lost lease to be noticed")
     assert lost == [lease]
 
 

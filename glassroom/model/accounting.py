@@ -10,7 +10,8 @@ Conventions:
   experts of each MoE layer.
 - embedding parameters are the input embedding table; the output head (tied or not) counts as a
   matmul, so it is part of the non-embedding active parameters.
-- training FLOPs per token = 6 * active matmul parameters (non-embedding active minus norm weights)
+- training FLOPs per token = 6 * active matmul parameters (non-embedding active minus norm weights,
+  plus the embedding table again when the head is tied to it, since it is still a matmul)
   + 12 * sum over layers of (n_heads * head_dim * context), context the sequence length, or the
   sliding window where smaller (the PaLM / Chinchilla attention term, causal masking not halved).
 """
@@ -45,6 +46,7 @@ class ParamCounts:
     active: int
     embedding: int
     norm_weights: int
+    tied_head: bool = False
 
     @property
     def non_embedding_active(self) -> int:
@@ -52,7 +54,8 @@ class ParamCounts:
 
     @property
     def active_matmul(self) -> int:
-        return self.non_embedding_active - self.norm_weights
+        """Weights every token multiplies by: the tied head reuses the embedding table as a matmul."""
+        return self.non_embedding_active - self.norm_weights + (self.embedding if self.tied_head else 0)
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
@@ -80,7 +83,8 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
             dense = 3 * d * cfg.d_ff
             total += dense
             active += dense
-    return ParamCounts(total=total, active=active, embedding=embedding, norm_weights=norms)
+    return ParamCounts(total=total, active=active, embedding=embedding, norm_weights=norms,
+                       tied_head=cfg.tie_embeddings)
 
 
 def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
