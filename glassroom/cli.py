@@ -17,6 +17,7 @@ from glassroom.errors import GlassroomError
 
 # Order is the order of `glassroom --help`.
 COMMAND_MODULES = [
+    "glassroom.commands.demo",
     "glassroom.commands.plan",
     "glassroom.commands.data",
     "glassroom.commands.train",

@@ -17,6 +17,7 @@ DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
 
   plan      SPEC: every rung and the hero: name, parameters, tokens, FLOPs, time on your hardware
+  run       SPEC --out DIR: train the rungs as cached pipeline steps (--hero: and the hero)
   fit       DIR: scaling laws fitted on the finished rungs, with bootstrap intervals
   backtest  DIR: fit on all rungs but the largest and predict it
 
@@ -135,4 +136,54 @@ def run_backtest(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [(register_plan, run_plan), (register_fit, run_fit), (register_backtest, run_backtest)]
+# ----------------------------------------------------------------------------- run
+
+
+def register_run(sub) -> None:
+    p = new_command(sub, "run", "train a ladder's rungs as cached pipeline steps",
+                    "Train every rung of a ladder spec, each an ordinary run (watch them with glassroom serve\n"
+                    "DIR), as pipeline steps in DIR: a finished rung is reused, an interrupted one resumes from\n"
+                    "its checkpoints, a changed rule retrains only the rungs it changes. Then DIR holds\n"
+                    "spec.yaml and ladder.json for `ladder fit DIR` and `ladder backtest DIR`. With --hero it\n"
+                    "also fits, preregisters the hero's predicted curve in its run store, and trains the hero.\n\n"
+                    "example:\n  glassroom ladder run experiments/ladder-demo.yaml --out lab/ladder --data lab/data/demo")
+    p.add_argument("spec", metavar="SPEC", help="ladder spec YAML")
+    p.add_argument("--out", required=True, metavar="DIR", help="the ladder folder (pipeline workspace)")
+    p.add_argument("--data", metavar="DATA_DIR", help="dataset folder (default: the spec's base data.path)")
+    p.add_argument("--hero", action="store_true", help="also fit, preregister and train the hero")
+    p.add_argument("--jobs", type=int, default=1, help="rungs trained at once (default 1)")
+    p.add_argument("--force", action="append", default=[], metavar="NAME", help="retrain this step and what follows")
+    p.set_defaults(run=run_run)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from glassroom.config import load_yaml
+    from glassroom.data.shards import read_manifest
+    from glassroom.ladder.run import run_experiment, write_experiment, write_ladder_folder
+    from glassroom.ladder.spec import load_spec
+
+    if args.jobs < 1:
+        raise GlassroomError(f"--jobs: must be at least 1, got {args.jobs}")
+    spec = load_spec(args.spec)
+    raw = load_yaml(args.spec)
+    data = str(Path(args.data).resolve()) if args.data else None
+    read_manifest(data or spec.base.get("data", {}).get("path", ""))  # a clear error before anything trains
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise GlassroomError(f"--out {out}: is a file, expected a folder")
+    experiment = write_experiment(out, Path(args.spec), data, args.hero)
+    graph, result = run_experiment(experiment, out, args.jobs, args.force or None)
+    rungs = [node for node in graph if node.step.kind == "rungs"]
+    write_ladder_folder(out, raw, [node.output for node in rungs])
+    if not result.ok:
+        print(f"ladder: {len(result.failed)} step(s) failed, {len(result.blocked)} blocked; rerun to retry",
+              file=sys.stderr)
+        return 1
+    print(f"ladder: {len(rungs)} rungs in {out}; next: glassroom ladder fit {out}")
+    return 0
+
+
+SUBCOMMANDS = [(register_plan, run_plan), (register_run, run_run), (register_fit, run_fit),
+               (register_backtest, run_backtest)]

@@ -30,6 +30,7 @@ import numpy as np
 
 from glassroom.errors import GlassroomError
 from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, leave_largest_out
+from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
 
 CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
                 (Term("E"), Term("B", "power", "N", "beta"), Term("A", "power", "S1", "alpha"),
@@ -201,22 +202,6 @@ def preregister(run_dir: str | Path, prediction: dict) -> None:
         conn.execute("COMMIT")
     finally:
         writer.close()
-
-
-def deviation(prediction: dict, step: int, loss: float) -> Optional[float]:
-    """(loss - mean) / sigma at `step`; sigma = the band's half-width on loss's side / z, with z the
-    normal quantile of the confidence (1.96 at 95%), so the band's edges are +-2 sigma (1.96).
-    None outside the band's steps or where the band has no width."""
-    from statistics import NormalDist
-
-    steps = prediction["steps"]
-    if not steps or step < steps[0] or step > steps[-1] or not math.isfinite(loss):
-        return None
-    mean = float(np.interp(step, steps, prediction["mean"]))
-    edge = float(np.interp(step, steps, prediction["hi"] if loss >= mean else prediction["lo"]))
-    z = NormalDist().inv_cdf((1 + prediction.get("confidence", 0.95)) / 2)
-    sigma = abs(edge - mean) / z
-    return None if sigma <= 0 else (loss - mean) / sigma
 
 
 def backtest(ladder_dir: str | Path, fit_cfg=None) -> dict:

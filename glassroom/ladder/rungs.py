@@ -4,6 +4,8 @@ Layout (what `glassroom ladder run` writes and `ladder fit` / `ladder backtest` 
 
   DIR/spec.yaml              the ladder spec the rungs came from (optional: its fit: section
                              and param_count are used; defaults otherwise)
+  DIR/ladder.json            optional: {"rungs": [paths relative to DIR]}, the current rungs (written
+                             by `ladder run`, whose pipeline keeps older versions beside them)
   DIR/rungs/<name>/          one finished training run per rung, named by model_name (e.g. 1.1M):
       config.yaml            the resolved RunConfig (written by the trainer)
       store.sqlite           its run store: train/loss, train/lr, eval/<domain>/loss|bpb, eval/macro/...
@@ -27,6 +29,19 @@ from glassroom.errors import GlassroomError
 
 RUNGS_DIR = "rungs"
 SPEC_FILE = "spec.yaml"
+LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DIR/rungs/ holds old versions
+
+
+def rung_dirs(ladder_dir: Path) -> list[Path]:
+    """The rungs' run folders: those DIR/ladder.json lists (relative to DIR), else every DIR/rungs/*."""
+    listing = ladder_dir / LISTING_FILE
+    if listing.is_file():
+        try:
+            names = json.loads(listing.read_text())["rungs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise GlassroomError(f"{listing}: unreadable; rerun `glassroom ladder run`") from None
+        return [ladder_dir / name for name in names]
+    return [p for p in sorted((ladder_dir / RUNGS_DIR).iterdir()) if p.is_dir()]
 
 
 @dataclass
@@ -118,11 +133,11 @@ def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> lis
     if not ladder_dir.is_dir():
         raise GlassroomError(f"{ladder_dir}: no such ladder folder")
     root = ladder_dir / RUNGS_DIR
-    if not root.is_dir():
+    if not root.is_dir() and not (ladder_dir / LISTING_FILE).is_file():
         raise GlassroomError(f"{ladder_dir}: no {RUNGS_DIR}/ folder; run `glassroom ladder run SPEC --out {ladder_dir}` first")
     if param_count is None:
         param_count = read_spec_settings(ladder_dir)[1]
-    rungs = [load_rung(p, param_count) for p in sorted(root.iterdir()) if p.is_dir()]
+    rungs = [load_rung(p, param_count) for p in rung_dirs(ladder_dir)]
     if len(rungs) < 2:
         raise GlassroomError(f"{root}: {len(rungs)} rung(s); a fit needs at least two finished rungs")
     return sorted(rungs, key=lambda r: r.flops)

@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 
 from glassroom.errors import GlassroomError
-from glassroom.observe.store import STORE_FILE
 
 CONFIG_FILE = "config.yaml"
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
@@ -63,7 +62,8 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool) -> str:
             )
         state = "resumed"
     else:
-        if (run_dir / STORE_FILE).exists() or (run_dir / CONFIG_FILE).exists():
+        # A store without a config is a run not yet started: it may hold a preregistered prediction.
+        if (run_dir / CONFIG_FILE).exists():
             raise GlassroomError(
                 f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
             )

@@ -124,8 +124,22 @@ class Trainer:
 
         # Objects with on_step(trainer, step, metrics), state() and load_state(state).
         self.observers = [AnomalyObserver(cfg.observe)]
+        prediction = self._preregistered()
+        if prediction is not None:
+            from glassroom.observe.prediction import BandWatcher
+
+            self.observers.append(BandWatcher(prediction))
         self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
+
+    def _preregistered(self):
+        """The prediction preregistered in this run's store before it started, if any."""
+        from glassroom.observe.store import StoreReader, store_path
+
+        if not store_path(self.run_dir).is_file():
+            return None
+        with StoreReader(self.run_dir) as reader:
+            return reader.artifact("prediction")
 
     def _flops_per_token(self) -> int:
         from glassroom.model.accounting import flops_per_token

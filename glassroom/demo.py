@@ -1,0 +1,134 @@
+"""`glassroom demo`: the whole story end to end on one small machine.
+
+Build the demo corpus (five real domains), train a ladder of small models, fit it and preregister
+the hero's predicted loss curve, train the hero while `glassroom serve` shows it live, publish the
+static site, and print where everything is with the hero's predicted and achieved loss. The work is
+the experiment experiments/demo.py run through the pipeline, so running the demo again reuses
+every finished step.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from glassroom.errors import GlassroomError
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def demo_steps(experiments: Path = EXPERIMENTS) -> list:
+    """The demo's steps: the corpus, the ladder's rungs, the fit and prediction, the hero."""
+    from glassroom.config import load_yaml
+    from glassroom.ladder.run import ladder_steps
+    from glassroom.ladder.spec import load_spec
+    from glassroom.pipeline.steps import data_build_step
+
+    data = data_build_step("demo-data", experiments / "data-demo.yaml")
+    spec_path = experiments / "ladder-demo.yaml"
+    rungs, later = ladder_steps(load_spec(spec_path), load_yaml(spec_path), data / "dataset", with_hero=True)
+    return [data, *rungs, *later]
+
+
+def _free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise GlassroomError("no free port for the dashboard")
+
+
+def _start_dashboard(out: Path, port: int) -> tuple[subprocess.Popen, int]:
+    port = _free_port(port)
+    server = subprocess.Popen([sys.executable, "-m", "glassroom", "serve", str(out), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return server, port
+
+
+def _final(run_dir: Path, metric: str) -> Optional[float]:
+    from glassroom.observe.store import StoreReader
+
+    with StoreReader(run_dir) as reader:
+        latest = reader.latest(metric)
+    return None if latest is None else latest[1]
+
+
+def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict:
+    from glassroom.ladder.run import run_experiment
+    from glassroom.pipeline.experiment import load_experiment
+    from glassroom.web.publish import publish
+
+    experiment = EXPERIMENTS / "demo.py"
+    if not experiment.is_file():
+        raise GlassroomError(f"{experiment}: missing; run the demo from a glassroom checkout")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    graph = load_experiment(experiment).graph(out)  # load errors (e.g. corpora not installed) come first
+    hero_dir = graph.nodes["hero"].output
+    rung_dirs = [n.output for n in graph if n.step.kind == "rungs"]
+    server = None
+    if serve:
+        server, port = _start_dashboard(out, port)
+        base = f"http://127.0.0.1:{port}"
+        log(f"dashboard: {base}/  (the hero: {base}/runs/{hero_dir.relative_to(out)}, the rungs together: "
+            f"{base}/compare?" + "&".join(f"run={d.relative_to(out)}" for d in rung_dirs + [hero_dir]) + ")")
+    try:
+        graph, result = run_experiment(experiment, out, jobs=1)
+        if not result.ok:
+            raise GlassroomError(f"demo: {', '.join(result.failed) or 'some steps'} failed; see their log.txt "
+                                 "under " + str(out) + ", then run the demo again (finished steps are reused)")
+        trained = time.time()
+        site = out / "site"
+        publish(out, site)
+        published = time.time()
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+
+    fit_dir = graph.nodes["demo-fit"].output
+    prediction = json.loads((fit_dir / "prediction.json").read_text())
+    achieved = _final(hero_dir, prediction["metric"])
+    lo, hi = prediction["final_interval"]
+    summary = {
+        "dataset": str(graph.nodes["demo-data"].output / "dataset"),
+        "rungs": [str(d) for d in rung_dirs], "ladder": str(fit_dir), "hero": str(hero_dir), "site": str(site),
+        "metric": prediction["metric"], "predicted": prediction["final_loss"], "interval": [lo, hi],
+        "achieved": achieved, "relative_error": None if achieved is None else (prediction["final_loss"] - achieved) / achieved,
+        "inside": None if achieved is None else bool(lo <= achieved <= hi),
+        "preregistered": prediction["created_iso"], "seconds": {"train": trained - started, "publish": published - trained},
+    }
+    backtest = fit_dir / "backtest.json"
+    if backtest.is_file():
+        check = json.loads(backtest.read_text())
+        summary["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss", "relative_error", "covered")}
+    return summary
+
+
+def format_summary(s: dict) -> str:
+    lines = [
+        f"dataset:  {s['dataset']}",
+        f"ladder:   {len(s['rungs'])} rungs, fit and prediction in {s['ladder']}",
+    ]
+    if "backtest" in s:
+        b = s["backtest"]
+        lines.append(f"backtest: fitted without {b['held_out']}, predicted {b['predicted_loss']:.4f}, it reached "
+                     f"{b['actual_loss']:.4f} ({b['relative_error']:+.2%}, {'inside' if b['covered'] else 'outside'} the interval)")
+    lines.append(f"hero:     {s['hero']}")
+    if s["achieved"] is not None:
+        lines.append(f"hero {s['metric']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, {s['interval'][1]:.4f}] "
+                     f"(preregistered {s['preregistered']}), achieved {s['achieved']:.4f} "
+                     f"({s['relative_error']:+.2%} off, {'inside' if s['inside'] else 'outside'} the interval)")
+    lines.append(f"site:     {s['site']}/index.html (serve it with any static file server); "
+                 f"`glassroom serve {Path(s['site']).parent}` to watch again")
+    lines.append(f"time:     {s['seconds']['train'] / 60:.1f} min to build, train and fit; "
+                 f"{s['seconds']['publish']:.0f} s to publish")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Running a ladder as pipeline steps: one cached, resumable training step per rung, a fit step that
+predicts the hero, and the hero's step, which preregisters that prediction before it trains.
+
+Step functions run in the pipeline's worker processes (glassroom/pipeline): a rung is an ordinary
+training run in its step's output folder (`<workspace>/rungs/<name>-<version>`), so the dashboard
+shows it like any run; an interrupted rung resumes from its checkpoints on the next attempt. The fit
+step's output is a ladder folder (spec.yaml + ladder.json listing the rungs) that `glassroom ladder
+fit` and `backtest` read, holding prediction.json and backtest.json.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from glassroom.pipeline.context import StepContext
+from glassroom.pipeline.step import Input, Resources, Step
+
+
+class _Progress:
+    """Trainer observer that reports the step count as the pipeline step's own progress."""
+
+    def __init__(self, ctx: StepContext, total: int):
+        self.ctx, self.total = ctx, total
+
+    def on_step(self, trainer, step: int, metrics: dict) -> None:
+        loss = metrics.get("train/loss")
+        self.ctx.progress(step, self.total, unit="steps", message="" if loss is None else f"loss {loss:.3f}")
+
+    def state(self) -> None:
+        return None
+
+    def load_state(self, state) -> None:
+        pass
+
+
+def train_in_step(ctx: StepContext, config: dict[str, Any], run_dir: Path) -> dict:
+    """Train `config` (a RunConfig mapping) into run_dir, resuming what an earlier attempt left."""
+    from glassroom.train.config import run_config_from_mapping
+    from glassroom.train.trainer import Trainer
+
+    cfg = run_config_from_mapping(config, ctx.name)
+    trainer = Trainer(cfg, run_dir, resume=(run_dir / "config.yaml").is_file())
+    trainer.observers.append(_Progress(ctx, cfg.train.steps))
+    final = trainer.run()
+    return {"run_dir": str(run_dir), "steps": trainer.step, **final}
+
+
+def train_rung(ctx: StepContext) -> dict:
+    return train_in_step(ctx, ctx.config["run"], ctx.output)
+
+
+def fit_and_predict(ctx: StepContext) -> dict:
+    """Write a ladder folder over the finished rungs, fit it, predict the hero, backtest."""
+    from glassroom.ladder.predict import backtest, make_prediction
+
+    ctx.write_text("spec.yaml", yaml.safe_dump(ctx.config["spec"], sort_keys=False))
+    rungs = [str(Path(p).resolve()) for p in ctx.config["rungs"]]
+    ctx.write_json("ladder.json", {"rungs": rungs})
+    prediction = make_prediction(ctx.output, ctx.config["hero"])
+    ctx.write_json("prediction.json", prediction)
+    result = {"final_loss": prediction["final_loss"], "final_interval": prediction["final_interval"],
+              "metric": prediction["metric"]}
+    if len(rungs) >= 3:
+        check = backtest(ctx.output)
+        ctx.write_json("backtest.json", check)
+        result["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss",
+                                                    "relative_error", "covered")}
+    return result
+
+
+def train_hero(ctx: StepContext) -> dict:
+    """Preregister the prediction in the hero's store (once), then train the hero."""
+    from glassroom.ladder.predict import preregister
+    from glassroom.observe.store import StoreReader, store_path
+
+    prediction = json.loads(Path(ctx.config["prediction"]).read_text())
+    already = False
+    if store_path(ctx.output).is_file():
+        with StoreReader(ctx.output) as reader:
+            already = reader.artifact("prediction") is not None
+    if not already:
+        preregister(ctx.output, prediction)
+    return train_in_step(ctx, ctx.config["run"], ctx.output)
+
+
+def _with_data(config: dict, data: Any) -> dict:
+    config = copy.deepcopy(config)
+    if data is not None:
+        config["data"]["path"] = data
+    return config
+
+
+def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bool = True,
+                 cpus: float = 2) -> tuple[list[Step], list[Step]]:
+    """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
+    replaces the spec's data.path."""
+    from glassroom.ladder.spec import expand
+
+    rungs, hero = expand(spec)
+    rung_steps = [
+        Step(run.name, train_rung, {"run": _with_data(run.config, data)}, kind="rungs",
+             resources=Resources(cpus=cpus), description=f"ladder rung {run.name} ({run.steps} steps)")
+        for run in rungs
+    ]
+    if not with_hero:
+        return rung_steps, []
+    hero_config = _with_data(hero.config, data)
+    fit = Step(f"{spec.name}-fit", fit_and_predict,
+               {"spec": spec_raw, "rungs": [Input(s) for s in rung_steps], "hero": hero_config},
+               kind="ladders", description="fit the rungs and predict the hero")
+    hero_step = Step("hero", train_hero, {"run": hero_config, "prediction": fit / "prediction.json"},
+                     kind="runs", resources=Resources(cpus=cpus), description=f"the hero, {hero.name}")
+    return rung_steps, [fit, hero_step]
+
+
+def ladder_experiment(spec_path: str, data: Optional[str] = None, hero: bool = False) -> list[Step]:
+    """The steps of a ladder, for an experiment file (`steps = ladder_experiment(...)`)."""
+    from glassroom.config import load_yaml
+    from glassroom.ladder.spec import load_spec
+
+    rungs, later = ladder_steps(load_spec(spec_path), load_yaml(spec_path), data, with_hero=hero)
+    return rungs + later
+
+
+EXPERIMENT_TEMPLATE = """\
+# Written by `glassroom ladder run`: this ladder as an experiment file, so that
+#   glassroom run {name} --workspace .
+# reruns it (cached: finished rungs are reused).
+from glassroom.ladder.run import ladder_experiment
+
+steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r})
+"""
+
+
+def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], hero: bool) -> Path:
+    import os
+
+    ladder_dir.mkdir(parents=True, exist_ok=True)
+    path = ladder_dir / "ladder_experiment.py"
+    tmp = ladder_dir / ".ladder_experiment.py.tmp"
+    tmp.write_text(EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero))
+    os.replace(tmp, path)
+    return path
+
+
+def run_experiment(experiment: Path, workspace: Path, jobs: int = 1, force: Optional[list[str]] = None,
+                   progress_every: float = 5.0):
+    """Run an experiment file with the local runner in `workspace`; returns (graph, RunResult)."""
+    from glassroom.pipeline.experiment import load_experiment
+    from glassroom.pipeline.provenance import run_context
+    from glassroom.pipeline.runner_local import LocalBackend
+    from glassroom.pipeline.scheduler import run_graph
+
+    workspace.mkdir(parents=True, exist_ok=True)
+    loaded = load_experiment(experiment)
+    graph = loaded.graph(workspace)
+    selected, forced = graph.select(None, force)
+    result = run_graph(graph, LocalBackend(jobs), selected, forced, experiment_path=loaded.path,
+                       context=run_context(loaded.path, loaded.sha256, loaded.source), progress_every=progress_every)
+    return graph, result
+
+
+def write_ladder_folder(ladder_dir: Path, spec_raw: dict, rung_outputs: list[Path]) -> None:
+    """DIR/spec.yaml and DIR/ladder.json (rung folders relative to DIR), written atomically."""
+    import os
+
+    ladder_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (("spec.yaml", yaml.safe_dump(spec_raw, sort_keys=False)),
+                       ("ladder.json", json.dumps({"rungs": [os.path.relpath(p, ladder_dir) for p in rung_outputs]},
+                                                  indent=2))):
+        tmp = ladder_dir / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, ladder_dir / name)
