@@ -17,3 +17,20 @@ def new_command(sub, name: str, help: str, description: str) -> argparse.Argumen
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors"
     )
     return parser
+
+
+def positive_count(text: str | None, option: str) -> float | None:
+    """A count option such as `--tokens 18.75T`, or None when not given; a GlassroomError names the
+    option when the text is not a positive count."""
+    from glassroom.errors import GlassroomError
+    from glassroom.units import parse_count
+
+    if text is None:
+        return None
+    try:
+        value = parse_count(text)
+    except ValueError as exc:
+        raise GlassroomError(f"{option}: {exc}") from None
+    if value <= 0:
+        raise GlassroomError(f"{option}: must be positive, got {text}")
+    return value

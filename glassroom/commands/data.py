@@ -10,9 +10,9 @@ import argparse
 import json
 import sys
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, positive_count
 from glassroom.errors import GlassroomError
-from glassroom.units import format_count, parse_count
+from glassroom.units import format_count
 
 DESCRIPTION = """\
 Turn raw text into a dataset that `glassroom train` reads, and report on it.
@@ -137,12 +137,7 @@ def parse_weights(text: str) -> dict[str, float]:
 def run_mixture(args: argparse.Namespace) -> int:
     from glassroom.data.mixture import Mixture
 
-    try:
-        tokens = parse_count(args.tokens)
-    except ValueError as exc:
-        raise GlassroomError(f"--tokens: {exc}") from None
-    if tokens <= 0:
-        raise GlassroomError(f"--tokens: must be positive, got {args.tokens}")
+    tokens = positive_count(args.tokens, "--tokens")
     mixture = Mixture(args.dataset, parse_weights(args.weights), seq_len=args.seq_len, batch_size=1, max_epochs=args.max_epochs)
     print(f"{'domain':<14}{'weight':>8}{'tokens':>10}{'train tokens':>14}{'epochs':>8}")
     for name, r in mixture.epochs(tokens).items():
@@ -188,14 +183,7 @@ def register_atlas(sub) -> None:
 def run_atlas(args: argparse.Namespace) -> int:
     from glassroom.data.atlas import build_atlas, summary
 
-    tokens = None
-    if args.tokens is not None:
-        try:
-            tokens = parse_count(args.tokens)
-        except ValueError as exc:
-            raise GlassroomError(f"--tokens: {exc}") from None
-        if tokens <= 0:
-            raise GlassroomError(f"--tokens: must be positive, got {args.tokens}")
+    tokens = positive_count(args.tokens, "--tokens")
     atlas = build_atlas(args.dataset, k=args.k, sample=args.sample, sampling=args.sampling, method=args.method,
                         fine=args.fine, seed=args.seed, max_tokens=args.max_tokens,
                         weights=parse_weights(args.weights) if args.weights else None, total_tokens=tokens)

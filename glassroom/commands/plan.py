@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, positive_count
 from glassroom.errors import GlassroomError
-from glassroom.units import format_count, parse_count
+from glassroom.units import format_count
 
 DESCRIPTION = """\
 Report a model's size and training cost from its config alone, without allocating it:
@@ -40,14 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.model.accounting import plan
     from glassroom.model.config import load_model_config
 
-    tokens = None
-    if args.tokens is not None:
-        try:
-            tokens = parse_count(args.tokens)
-        except ValueError as exc:
-            raise GlassroomError(f"--tokens: {exc}") from None
-        if tokens <= 0:
-            raise GlassroomError(f"--tokens: must be positive, got {args.tokens}")
+    tokens = positive_count(args.tokens, "--tokens")
     if args.gpus < 1:
         raise GlassroomError(f"--gpus: must be at least 1, got {args.gpus}")
     if not 0 < args.mfu <= 1:
