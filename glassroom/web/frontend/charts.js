@@ -177,7 +177,8 @@ GR.LineChart = class {
 
   // The newest value of the first line, and with a band, how far it is from the prediction.
   _readout() {
-    const l = this.lines[0];
+    // With a band, the line of the predicted metric (e.g. eval/macro/loss), else the first line.
+    const l = (this.band && this.band.metric && this.lines.find((x) => x.name === this.band.metric)) || this.lines[0];
     const r = l && this.raw[l.key];
     if (!r || !r[0].length) { this.readout.textContent = ""; return; }
     const step = r[0][r[0].length - 1], value = r[1][r[1].length - 1];
@@ -188,7 +189,13 @@ GR.LineChart = class {
       if (mean !== null) {
         const dev = (value - mean) / mean * 100;
         const inside = value >= lo && value <= hi;
-        text += ` · predicted ${GR.fmt(mean)} [${GR.fmt(lo)}, ${GR.fmt(hi)}] · ${dev >= 0 ? "+" : ""}${dev.toFixed(1)}% ${inside ? "inside" : "outside"} the band`;
+        // The band's edges are +-z sigma (z = 1.96 for a 95% band).
+        const z = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}[this.band.confidence] || 1.96;
+        const edge = value >= mean ? hi : lo;
+        const sigmas = edge !== mean ? (value - mean) / Math.abs(edge - mean) * z : 0;
+        const name = l.name && l.name !== "train/loss" ? `${l.name} ` : "";
+        text = `${name}${text} · predicted ${GR.fmt(mean)} [${GR.fmt(lo)}, ${GR.fmt(hi)}] · ${dev >= 0 ? "+" : ""}${dev.toFixed(1)}%, ` +
+          `${sigmas >= 0 ? "+" : ""}${sigmas.toFixed(1)} sigma, ${inside ? "inside" : "outside"} the band`;
         this.readout.classList.toggle("outside", !inside);
         this.deviation = {step, value, mean, lo, hi, percent: dev, inside};
       }

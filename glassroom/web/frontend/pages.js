@@ -74,6 +74,9 @@ GR.planCharts = function (names, vectorNames, meta) {
   const lossLines = [has.has("train/loss") && line("train/loss", "train", "#111827", {width: 1.5})];
   for (const d of domains) if (has.has(`eval/${d}/loss`)) lossLines.push(line(`eval/${d}/loss`, `eval ${d}`, GR.palette[d], {width: 1.75}));
   const prediction = meta && meta.artifacts && meta.artifacts.prediction;
+  // The predicted metric (e.g. eval/macro/loss) is drawn over its band.
+  if (prediction && prediction.metric && has.has(prediction.metric) && !lossLines.some((l) => l && l.name === prediction.metric))
+    lossLines.push(line(prediction.metric, prediction.metric.replace(/^eval\//, "eval ").replace(/\/loss$/, ""), "#111827", {dash: [6, 4], width: 2.25}));
   if (lossLines.some(Boolean)) train.push(chart("Loss", lossLines, {wide: true, band: prediction && prediction.steps ? prediction : null, height: 280}));
   const bpb = domains.filter((d) => has.has(`eval/${d}/bpb`)).map((d) => line(`eval/${d}/bpb`, d, GR.palette[d]));
   if (has.has("eval/macro/bpb")) bpb.unshift(line("eval/macro/bpb", "macro", "#111827", {width: 2, dash: [5, 3]}));
