@@ -20,7 +20,7 @@ from glassroom.observe.store import StoreWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SPEC = ROOT / "experiments" / "ladder-demo.yaml"
-# With the demo spec: N (non-embedding active parameters) 1e5 .. 8e5, S1 tokens 1e5 .. 8e5, S2 steps.
+# With the demo spec: N (non-embedding active parameters) 2e4 .. 2.6e5, S1 tokens 2e5 .. 2.6e6, S2 steps.
 TRUTH = {"E": 2.0, "B": 30.0, "beta": 0.3, "A": 20.0, "alpha": 0.2, "C": 2e-4}
 DOMAINS = {"prose": 1.05, "code": 0.85, "docs": 0.95}  # each domain's loss = factor * law
 

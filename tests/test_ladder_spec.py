@@ -25,20 +25,20 @@ def glassroom(*args, cwd=ROOT):
 def test_demo_expansion_follows_the_written_rules():
     spec = load_spec(DEMO)
     rungs, hero = expand(spec)
-    assert [r.dial for r in rungs] == [16, 24, 32, 48] and hero.dial == 64
+    assert [r.dial for r in rungs] == [16, 24, 32, 48] and hero.dial == 56
     for run in rungs + [hero]:
         model, train = run.config["model"], run.config["train"]
         assert model["n_layers"] == max(1, round(run.dial / 16))
         assert model["n_heads"] == run.dial // 8 and model["d_ff"] == 4 * run.dial
-        assert train["steps"] == round(run.params * 1 / (train["batch_size"] * 128))
+        assert train["steps"] == round(run.params * 10 / (train["batch_size"] * 128))
         assert run.tokens == train["steps"] * train["batch_size"] * 128
-        c = run.flops_per_token * run.params  # the compute the rules were evaluated at
-        assert train["lr"] == pytest.approx(0.3118 * c ** -0.125, rel=2e-3)
-        assert train["batch_size"] % 8 == 0
+        c = run.flops_per_token * run.params * 10  # the compute the rules were evaluated at
+        assert train["lr"] == pytest.approx(0.5 * 0.3118 * c ** -0.125, rel=2e-3)
+        assert train["batch_size"] % 4 == 0
         assert train["warmup_steps"] == round(0.05 * train["steps"])
         assert train["eval_every"] == max(1, round(0.05 * train["steps"]))
         run_config_from_mapping(run.config)  # a valid `glassroom train` config
-    assert [r.name for r in rungs] == ["266K", "412K", "557K", "897K"]
+    assert [r.name for r in rungs] == ["36.9K", "67.7K", "98.5K", "209K"]
     flops = [r.flops for r in rungs]
     assert flops == sorted(flops) and hero.flops > flops[-1]
 
@@ -55,7 +55,7 @@ def test_story_names_and_tokens_are_story_shaped():
 def test_compute_budgets_pick_the_nearest_dial_values():
     raw = yaml.safe_load(DEMO.read_text())
     del raw["rungs"]
-    raw["rung_budgets"] = [1e11, 5e11, 1.6e12]
+    raw["rung_budgets"] = [3e10, 3e11, 2e12]
     rungs, _ = expand(spec_from_mapping(raw))
     assert [r.dial for r in rungs] == [16, 32, 48]
 
@@ -66,7 +66,7 @@ def test_plan_prints_rungs_and_hero_with_time():
     assert "28.8B-A1.6B" in result.stdout and "hero" in result.stdout and "days" in result.stdout
     result = glassroom("ladder", "plan", str(DEMO), "--cpu-flops", "1e11", "--json")
     report = json.loads(result.stdout)
-    assert [r["name"] for r in report["rungs"]] == ["266K", "412K", "557K", "897K"]
+    assert [r["name"] for r in report["rungs"]] == ["36.9K", "67.7K", "98.5K", "209K"]
     hero = report["hero"]
     assert hero["seconds"] == pytest.approx(hero["flops"] / (1e11 * 0.15))
 
