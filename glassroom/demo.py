@@ -69,6 +69,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     experiment = EXPERIMENTS / "demo.py"
     if not experiment.is_file():
         raise GlassroomError(f"{experiment}: missing; run the demo from a glassroom checkout")
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     graph = load_experiment(experiment).graph(out)  # load errors (e.g. corpora not installed) come first
