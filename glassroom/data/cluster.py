@@ -36,7 +36,7 @@ def _plus_plus(x: np.ndarray, k: int, rng: np.random.Generator, w: np.ndarray) -
     return x[centres].copy()
 
 
-def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 5, max_iter: int = 50,
+def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 20, max_iter: int = 50,
                      weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Cluster unit rows of x (each of mass `weights`, default 1) into k groups by cosine similarity;
     returns (labels, unit centroids).
