@@ -85,6 +85,12 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return tensor
 
 
+def barrier(info: DistInfo) -> None:
+    """Wait for every rank (a no-op for one process)."""
+    if info.enabled:
+        dist.barrier()
+
+
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:
     """Skip the gradient reduction on all but the last micro-batch of a step."""
     if hasattr(model, "set_requires_gradient_sync"):  # FSDP2

@@ -46,8 +46,9 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool) -> str:
-    """'new' or 'resumed'; writes RUN_DIR/config.yaml (resolved config) on the main rank."""
+def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lambda: None) -> str:
+    """'new' or 'resumed'; writes RUN_DIR/config.yaml (resolved config) on the main rank. Under
+    torchrun every rank checks first and `barrier` holds the write until all have checked."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise GlassroomError(f"--out {run_dir}: is a file, not a folder")
@@ -68,6 +69,7 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool) -> str:
                 f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
             )
         state = "new"
+    barrier()
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         tmp = run_dir / f".{CONFIG_FILE}.tmp"
