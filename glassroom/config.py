@@ -194,6 +194,13 @@ def require_positive(path: str, **values: Optional[float]) -> None:
             raise ConfigError(f"{path}.{key}: must be positive, got {value}")
 
 
+def require_non_negative(path: str, **values: Optional[float]) -> None:
+    """ConfigError naming the first of `values` (key=value) that is present and below zero."""
+    for key, value in values.items():
+        if value is not None and value < 0:
+            raise ConfigError(f"{path}.{key}: must be zero or more, got {value}")
+
+
 def as_dict(section: Any) -> dict[str, Any]:
     """A plain mapping of a config section, as it is saved with a run (resolved config)."""
     return dataclasses.asdict(section)

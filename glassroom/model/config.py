@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from glassroom.config import apply_overrides, build_section, load_yaml, require_positive
+from glassroom.config import apply_overrides, build_section, load_yaml, require_non_negative, require_positive
 from glassroom.errors import ConfigError, GlassroomError
 
 
@@ -33,12 +33,10 @@ class MoEConfig:
             raise ConfigError(
                 f"{path}.top_k: {self.top_k} is larger than n_experts ({self.n_experts})"
             )
-        for key in ("n_shared_experts", "first_dense_layers"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{path}.{key}: must be zero or more, got {getattr(self, key)}")
-        for key in ("bias_update_rate", "aux_loss_coef", "z_loss_coef"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{path}.{key}: must be zero or more, got {getattr(self, key)}")
+        require_non_negative(
+            path, n_shared_experts=self.n_shared_experts, first_dense_layers=self.first_dense_layers,
+            bias_update_rate=self.bias_update_rate, aux_loss_coef=self.aux_loss_coef, z_loss_coef=self.z_loss_coef,
+        )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from glassroom.config import apply_overrides, build_section, load_yaml, require_positive
+from glassroom.config import apply_overrides, build_section, load_yaml, require_non_negative, require_positive
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.model.config import ModelConfig, model_config_from_mapping
 
@@ -89,9 +89,7 @@ class TrainSection:
         for key in ("beta1", "beta2"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{path}.{key}: must be in [0, 1), got {getattr(self, key)}")
-        for key in ("weight_decay", "z_loss_coef"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"{path}.{key}: must be zero or more, got {getattr(self, key)}")
+        require_non_negative(path, weight_decay=self.weight_decay, z_loss_coef=self.z_loss_coef)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -98,7 +97,8 @@ class Trainer:
             raise GlassroomError(
                 f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer ({vocab})"
             )
-        self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main)
+        self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
+                                              barrier=lambda: parallel.barrier(self.info))
 
         from glassroom.model.transformer import build_model
 
@@ -294,10 +294,10 @@ class Trainer:
 
         step_tokens = tc.batch_size * tc.seq_len
         self.state.tokens_seen += step_tokens
-        global_domains, _ = self.mixture.locate(np.arange(step * tc.batch_size, (step + 1) * tc.batch_size))
-        for index, n in zip(*np.unique(global_domains, return_counts=True)):
-            domain = self.mixture.domains[index]
-            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + int(n) * tc.seq_len
+        # Sequences per domain of the global batch: the counts already reduced across ranks above.
+        for d, domain in enumerate(self.mixture.domains):
+            sequences = int(domain_loss[1, d])
+            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + sequences * tc.seq_len
         tokens_per_s = step_tokens / elapsed
         metrics["throughput/tokens_per_s"] = tokens_per_s
         metrics["throughput/mfu"] = tokens_per_s * self.flops_per_token / self.peak
