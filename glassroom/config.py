@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from glassroom import yaml_io
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.units import parse_count
 
@@ -38,12 +39,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise GlassroomError(f"{path}: not a text file, expected a YAML config") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or "cannot be parsed"
-        raise GlassroomError(f"{path}: not valid YAML{where}: {problem}") from None
+        data = yaml_io.safe_load(text)
+    except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
+        raise GlassroomError(f"{path}: {yaml_io.describe_error(exc)}") from None
     if not isinstance(data, dict):
         raise GlassroomError(f"{path}: expected a YAML mapping of sections (model:, train:, ...)")
     return data

@@ -1,0 +1,99 @@
+"""Reading YAML that a user (or a stranger) wrote, without letting it blow up: one bounded reader
+for every command that takes YAML (train, data build, ladder, serve, publish).
+
+PyYAML's safe loader refuses code, but not size: a few hundred bytes of nested aliases
+("billion laughs") expand into millions of nodes when constructed or dumped again. `safe_load`
+composes the node graph first (aliases stay shared references, so composing is cheap), counts the
+nodes the document would have once every alias is expanded, and refuses it when that count, the
+nesting depth or the text's size passes a limit. Only then is the document constructed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_BYTES = 4 * 1024 * 1024        # a config is a few KB; a ladder spec or recipe a few tens
+MAX_NODES = 200_000                # nodes after alias expansion
+MAX_DEPTH = 64                     # nesting of mappings and sequences
+
+
+class YamlLimitError(ValueError):
+    """The document is bigger, deeper or more aliased than any config needs."""
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes in the document with every alias expanded, computed on the shared graph (memoised),
+    stopping as soon as the limits are passed. Raises YamlLimitError."""
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk: (node, depth, children_done)
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    on_path: set[int] = set()
+    while stack:
+        node, depth, done = stack.pop()
+        key = id(node)
+        if depth > MAX_DEPTH:
+            raise YamlLimitError(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = list(node.value)
+        if not done:
+            if key in sizes:
+                continue
+            if key in on_path:    # a recursive alias (&a [*a]): infinite once expanded
+                raise YamlLimitError("an alias refers to itself")
+            on_path.add(key)
+            stack.append((node, depth, True))
+            for child in children:
+                if id(child) not in sizes:
+                    stack.append((child, depth + 1, False))
+            continue
+        on_path.discard(key)
+        total = 1
+        for child in children:
+            total += sizes.get(id(child), 1)
+            if total > MAX_NODES:
+                raise YamlLimitError(f"expands to more than {MAX_NODES:,} values (aliases)")
+        sizes[key] = total
+    return sizes.get(id(root), 0)
+
+
+def safe_load(text: str) -> Any:
+    """Like yaml.safe_load, with the limits above. Raises yaml.YAMLError or YamlLimitError."""
+    if len(text) > MAX_BYTES:
+        raise YamlLimitError(f"{len(text):,} characters, more than the {MAX_BYTES:,} a config may have")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def describe_error(exc: Exception) -> str:
+    """One line for a YAML problem: where and what."""
+    if isinstance(exc, YamlLimitError):
+        return f"refused: {exc}"
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    problem = getattr(exc, "problem", None) or "cannot be parsed"
+    return f"not valid YAML{where}: {problem}"
+
+
+def load_file(path: str | Path) -> Any:
+    """The document in `path`; OSError, UnicodeDecodeError, yaml.YAMLError or YamlLimitError.
+    The size is checked before the file is read whole."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise YamlLimitError(f"{size:,} bytes, more than the {MAX_BYTES:,} a config may have")
+    return safe_load(path.read_text(encoding="utf-8"))
