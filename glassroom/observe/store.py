@@ -9,7 +9,8 @@ Layout (RUN_DIR/store.sqlite):
 - metrics(name_id, step, value, time): one scalar per (name, step). A resumed run that logs a step
   again replaces the value, so a curve continues cleanly after a restart.
 - vectors(name_id, step, value): a JSON list per (name, step), e.g. tokens per expert of a layer.
-- events(id, time, step, kind, text, data): start, resume, checkpoint, eval, anomaly, note, end, error.
+- events(id, time, step, kind, text, data, digest): start, resume, checkpoint, eval, anomaly, note, end,
+  error; `digest` chains each event to the one before (journal.py).
 - artifacts(name, time, value): JSON documents such as the resolved config, status, prediction.
 
 The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
@@ -28,7 +29,10 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from glassroom.observe import journal
+
 STORE_FILE = "store.sqlite"
+WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS names (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL);
@@ -40,7 +44,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     PRIMARY KEY (name_id, step)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, step INTEGER,
-    kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT);
+    kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT, digest TEXT);
 CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, time REAL NOT NULL, value TEXT NOT NULL);
 """
 
@@ -64,6 +68,7 @@ class StoreWriter:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(SCHEMA)
+        journal.migrate(self.conn)  # events.digest for stores made before the chained journal
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self._name_ids: dict[str, int] = dict(
@@ -114,13 +119,32 @@ class StoreWriter:
     def event(self, kind: str, text: str, step: Optional[int] = None, data: Any = None) -> int:
         """Record an event now (buffered metrics are committed first, so the order holds)."""
         self.flush()
-        cursor = self.conn.execute(
-            "INSERT INTO events (time, step, kind, text, data) VALUES (?, ?, ?, ?, ?)",
-            (time.time(), step, kind, text, None if data is None else json.dumps(data)),
-        )
-        return int(cursor.lastrowid)
+        # Chained to the previous event's digest (journal.py), in one write transaction.
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            id_ = journal.append_event(self.conn, time.time(), step, kind, text,
+                                       None if data is None else json.dumps(data))
+        except BaseException:
+            if own:
+                self.conn.execute("ROLLBACK")
+            raise
+        if own:
+            self.conn.execute("COMMIT")
+        return id_
 
     def set_artifact(self, name: str, value: Any) -> None:
+        """Write (or replace) an artifact; the sealed "prediction" is written once and never replaced."""
+        if name in WRITE_ONCE_ARTIFACTS:
+            try:
+                self.conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", (name, time.time(), json.dumps(value)))
+            except sqlite3.IntegrityError:
+                from glassroom.errors import GlassroomError
+
+                raise GlassroomError(f"{self.path}: artifact {name!r} is sealed and never replaced "
+                                     "(preregister into a new run folder instead)") from None
+            return
         self.conn.execute(
             "INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?)", (name, time.time(), json.dumps(value))
         )
