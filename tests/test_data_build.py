@@ -153,7 +153,7 @@ def test_large_vocabularies_are_stored_as_uint32(tmp_path):
     writer = ShardWriter(tmp_path, "d", "train", token_dtype(100_000))
     ids = np.array([70_000, 5, 0, 99_999, 0], dtype=np.int64)
     writer.add(ids, np.array([0, 3, 5]), [{"id": "a", "source": "s", "bytes": 9}, {"id": "b", "source": "s", "bytes": 4}], {"s": 0})
-    assert writer.close() == {"documents": 2, "tokens": 5, "bytes": 13}
+    assert writer.close() == {"documents": 2, "tokens": 5, "bytes": 13, "max_token_id": 99_999}
     shard = Shard(tmp_path, "d", "train", "uint32")
     assert shard.tokens.tolist() == ids.tolist() and shard.doc_ids() == ["a", "b"]
     assert shard.doc_tokens(1).tolist() == [99_999]

