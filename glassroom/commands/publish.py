@@ -13,9 +13,12 @@ DESCRIPTION = """\
 Export every run below DIR as a static site (HTML, JSON data, JS; uPlot included) that any static
 file server can host: the run list, each run's charts, journal and config, and a compare page.
 With --watch SECONDS it re-exports at that interval, so a public copy follows a live run; each
-export switches over atomically (site.json), so a reader never sees half a site. Config values
-whose keys look like tokens, keys, passwords or secrets are redacted; environment variables are
-never exported. docs/publish.md has the details.
+export switches over atomically (site.json), so a reader never sees half a site. Secrets are
+redacted everywhere (config values under secret-looking keys, KEY=VALUE pairs, URL credentials and
+token shapes inside any string, notes and event texts); environment variables are never exported;
+runs and notes marked private (glassroom note --private-run / --private) are left out; files that
+resolve outside DIR are not read. SITE may be inside DIR (lab/site for lab), not DIR itself.
+docs/publish.md has the details.
 
 example:
   glassroom publish lab/runs --out lab/site --watch 60
@@ -47,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     root, out = Path(args.dir), Path(args.out)
     interval = None if args.watch is None else parse_interval(args.watch)
     if not root.is_dir():
-        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
-    check_site_folder(out)
+        what = "is not a folder" if root.exists() else "no such folder"
+        raise GlassroomError(f"{root}: {what}; give the folder that holds your runs")
+    check_site_folder(out, root)
     if interval is None:
         publish(root, out, log=lambda m: print(m, flush=True))
         print(f"open {out / 'index.html'} through a static server, e.g. python -m http.server -d {out}")

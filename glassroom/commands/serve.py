@@ -16,7 +16,9 @@ a run list with status and latest values; per run, charts of loss and per-domain
 learning rate, grad/update/param norms in total, by group and by layer, expert load per MoE layer,
 router-bias trajectories, throughput, MFU and tokens per domain, with the journal of events and the
 config; and several runs on shared charts. Pages update live (a new point shows within 2 s).
-GET and HEAD only; binds 127.0.0.1 unless --host says otherwise. docs/serve.md has the details.
+GET and HEAD only; binds 127.0.0.1 unless --host says otherwise; answers only Host headers naming
+the loopback, the --host address or an --allow-host name. Secrets are redacted; bound to any other
+address than the loopback, runs and notes marked private are hidden. docs/serve.md has the details.
 
 example:
   glassroom serve lab/runs --port 8080     # then open http://127.0.0.1:8080/
@@ -28,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("dir", metavar="DIR", help="folder holding runs (searched recursively), or one run")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests whose Host header names NAME (e.g. the machine's DNS name "
+                        "behind a proxy); repeatable")
     p.set_defaults(run=run)
 
 
@@ -52,17 +57,22 @@ def check_port(host: str, port: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glassroom.observe.runs import find_runs
-    from glassroom.web.server import serve
+    from glassroom.web.server import is_loopback_name, serve
 
     root = Path(args.dir)
     if not root.is_dir():
-        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
+        what = "is not a folder" if root.exists() else "no such folder"
+        raise GlassroomError(f"{root}: {what}; give the folder that holds your runs")
+    for name in args.allow_host:
+        if not name or any(c in name for c in "/ :@") and not name.startswith("["):
+            raise GlassroomError(f"--allow-host: {name!r} is not a host name (give a name like lab.example.org, no port)")
     check_port(args.host, args.port)
     runs = find_runs(root)
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     print(f"serving {len(runs)} run{'s' if len(runs) != 1 else ''} below {root} at http://{shown}:{args.port}/ "
           "(read-only; Ctrl-C stops)", flush=True)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"note: bound to {args.host}: other machines can read these runs", flush=True)
-    serve(root, host=args.host, port=args.port)
+    if not is_loopback_name(args.host.lower()):
+        print(f"note: bound to {args.host}: other machines can read these runs (private runs and notes "
+              "are hidden)", flush=True)
+    serve(root, host=args.host, port=args.port, allow_hosts=tuple(args.allow_host))
     return 0

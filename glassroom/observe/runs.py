@@ -3,18 +3,20 @@
 Used by the dashboard (`glassroom serve`) and the static site (`glassroom publish`); never writes and
 never imports torch. A run is a folder holding `store.sqlite`; its id is its path relative to the
 folder being watched (`hero`, `ladders/l1/rung-2`), or its own folder name when the watched folder is
-itself a run. Config values whose keys look like secrets are redacted before anyone sees them.
+itself a run. Every file is opened only when it resolves inside the watched folder (`inside`), and
+configs are read with the bounded YAML reader and redacted (glassroom.observe.redact; `redact`,
+`key_is_secret` and REDACTED are re-exported here) before anyone sees them.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+from glassroom.observe.redact import REDACTED, key_is_secret, redact, redact_text  # noqa: F401 (re-exported)
 from glassroom.observe.store import STORE_FILE, StoreReader
 
 # Folders never searched for runs: checkpoints can hold thousands of files, and hidden folders
@@ -30,32 +32,40 @@ SUMMARY_METRICS = {
     "mfu": ("throughput/mfu",),
 }
 
-REDACTED = "<redacted>"
-_SECRET_WORDS = {
-    "token", "secret", "secrets", "password", "passwd", "pwd", "passphrase", "apikey", "credential",
-    "credentials", "auth", "authorization", "cookie", "key", "keys", "privatekey", "accesskey",
-    "secretkey", "bearer", "signature", "dsn",
-}
-# Whole sections that hold the machine's environment are never shown.
-_ENV_KEYS = {"env", "environ", "environment", "env_vars", "envvars"}
-# Values that are secrets whatever their key is called (API tokens of well-known services).
-_SECRET_VALUE = re.compile(
-    r"^(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}"
-    r"|xox[abpr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY-----.*)$",
-    re.S,
-)
+# Config trees bigger than this once YAML aliases are expanded are not shown (a few hundred bytes
+# of aliases can stand for gigabytes of JSON).
+MAX_CONFIG_CHARS = 2_000_000
+VISIBILITY = "visibility"   # store artifact {"private": bool}, set by `glassroom note --private-run`
+
+
+def inside(root: str | Path, path: str | Path) -> Optional[Path]:
+    """`path` with every symlink resolved, when that lies inside `root` (also resolved) and exists;
+    else None. Every file the dashboard or the site opens goes through this, so a symlink in the
+    served folder that points elsewhere is treated as absent."""
+    try:
+        base = Path(root).resolve(strict=True)
+        real = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError):   # missing, a symlink loop, unreadable
+        return None
+    return real if real == base or base in real.parents else None
+
+
+def _is_store(root: Path, folder: Path) -> bool:
+    path = inside(root, folder / STORE_FILE)
+    return path is not None and path.is_file()
 
 
 def find_runs(root: str | Path, max_depth: int = 6) -> dict[str, Path]:
-    """Run id -> run folder for every run at or below `root` (symlinked folders are not followed)."""
+    """Run id -> run folder for every run at or below `root`. Symlinked folders are not followed,
+    and a run whose store.sqlite is a symlink that leaves `root` is not a run here."""
     root = Path(root)
     runs: dict[str, Path] = {}
-    if (root / STORE_FILE).is_file():
+    if _is_store(root, root):
         runs[root.resolve().name or "run"] = root
     base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
-        if here != root and STORE_FILE in filenames:
+        if here != root and STORE_FILE in filenames and _is_store(root, here):
             runs[here.relative_to(root).as_posix()] = here
         dirnames[:] = sorted(
             d for d in dirnames
@@ -64,42 +74,48 @@ def find_runs(root: str | Path, max_depth: int = 6) -> dict[str, Path]:
     return runs
 
 
-def key_is_secret(key: Any) -> bool:
-    """True for keys like `api_key`, `hf_token`, `wandbApiKey`, `db-password`, `secret`."""
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key)).lower()
-    parts = [p for p in re.split(r"[^a-z0-9]+", text) if p]
-    if any(p in _SECRET_WORDS for p in parts):
-        return True
-    joined = "".join(parts)
-    return any(w in joined for w in ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd"))
+def _expanded_chars(tree: Any, limit: int) -> int:
+    """About how many characters `tree` takes as JSON with shared parts (YAML aliases) written out
+    in full, counted on the shared graph (each distinct object once), stopping past `limit`."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if depth > 100:
+            return limit + 1
+        if isinstance(node, dict):
+            total = 2 + sum(size(k, depth + 1) + size(v, depth + 1) + 2 for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            total = 2 + sum(size(v, depth + 1) + 1 for v in node)
+        else:
+            total = len(str(node)) + 2
+        total = min(total, limit + 1)
+        sizes[key] = total
+        return total
+
+    return size(tree, 0)
 
 
-def redact(value: Any, key: Any = None) -> Any:
-    """A copy of a config tree with secret-looking values replaced by `<redacted>`."""
-    if key is not None and str(key).lower() in _ENV_KEYS:
-        return REDACTED
-    if key is not None and key_is_secret(key) and not isinstance(value, (dict, list)):
-        return REDACTED if value not in (None, "") else value
-    if isinstance(value, dict):
-        return {k: redact(v, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    if isinstance(value, str) and _SECRET_VALUE.match(value.strip()):
-        return REDACTED
-    return value
-
-
-def read_config(run_dir: str | Path) -> tuple[Any, str]:
+def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[Any, str]:
     """The run's resolved config (config.yaml, else the store's `config` artifact), redacted, as
-    (tree, YAML text). (None, "") when there is none; a broken file is reported, not raised."""
+    (tree, YAML text). (None, "") when there is none; a broken, oversized or alias-bomb file is
+    reported in the text, never raised. With `root`, a config.yaml that resolves outside it (a
+    symlink out of the served folder) is treated as absent."""
     import yaml
 
-    path = Path(run_dir) / "config.yaml"
+    from glassroom import yaml_io
+
+    run_dir = Path(run_dir)
+    path = inside(root if root is not None else run_dir, run_dir / "config.yaml")
     tree: Any = None
-    if path.is_file():
+    if path is not None and path.is_file():
         try:
-            tree = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
+            tree = yaml_io.load_file(path)
+        except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
+            return None, f"# config.yaml could not be read: {yaml_io.describe_error(exc)}"
+        except (UnicodeDecodeError, OSError, ValueError, RecursionError) as exc:
             return None, f"# config.yaml could not be read: {type(exc).__name__}"
     else:
         try:
@@ -109,8 +125,31 @@ def read_config(run_dir: str | Path) -> tuple[Any, str]:
             tree = None
     if tree is None:
         return None, ""
+    chars = _expanded_chars(tree, MAX_CONFIG_CHARS)
+    if chars > MAX_CONFIG_CHARS:
+        return None, (f"# config.yaml could not be read: refused: more than {MAX_CONFIG_CHARS:,} characters "
+                      "once its aliases are expanded")
     tree = redact(tree)
     return tree, yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def store_error(exc: BaseException) -> str:
+    """A run store that cannot be read, in words: `store unreadable: file is not a database`."""
+    text = str(exc).strip() or type(exc).__name__
+    return f"store unreadable: {text}"
+
+
+def is_private(run_dir: str | Path) -> bool:
+    """True when the run was marked private (`glassroom note RUN_DIR --private-run`)."""
+    with StoreReader(run_dir) as reader:
+        value = reader.artifact(VISIBILITY)
+    return bool(isinstance(value, dict) and value.get("private"))
+
+
+def event_is_private(event: dict) -> bool:
+    """A note added with `glassroom note --private`: kept out of the published site."""
+    data = event.get("data")
+    return isinstance(data, dict) and data.get("private") is True
 
 
 def _finite(x: Optional[float]) -> Optional[float]:
@@ -145,9 +184,11 @@ def summarize(run_id: str, run_dir: Path, now: Optional[float] = None) -> dict:
             events = reader.conn.execute(
                 "SELECT COUNT(*), SUM(kind = 'anomaly') FROM events").fetchone()
             out["events"], out["anomalies"] = int(events[0] or 0), int(events[1] or 0)
+            visibility = reader.artifact(VISIBILITY)
+            out["private"] = bool(isinstance(visibility, dict) and visibility.get("private"))
     except Exception as exc:  # a half-created or foreign file must not break the run list
         out["state"] = "unreadable"
-        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["error"] = store_error(exc)
     # A run that says it is running but has not written for 5 minutes is probably dead.
     out["stale"] = out["state"] == "running" and (out["age_s"] or 0) > 300
     return out

@@ -6,8 +6,9 @@ trainer adds on the main rank when `observe.wandb` / `observe.tensorboard` are t
 packages are optional extras, imported only when a mirror is switched on; a missing one is a
 GlassroomError that says which extra to install. See docs/mirrors.md.
 
-Nothing from the environment is sent: the wandb run gets the resolved config with secret-looking
-values redacted, with code saving, git and host metadata switched off and console capture off.
+Nothing from the environment is sent: the wandb run gets the resolved config redacted by
+glassroom.observe.redact (the same rules as the dashboard and the published site), with code
+saving, git and host metadata switched off and console capture off.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class WandbSink:
     def _start(self) -> None:
         import wandb
 
-        from glassroom.observe.runs import redact
+        from glassroom.observe.redact import redact
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:

@@ -13,6 +13,10 @@ Served (mounted by glassroom.web.server):
 Published (publish_atlases): SITE/atlas/index.html, SITE/atlas/datasets.json,
 SITE/atlas/d/<dataset>/index.html and SITE/atlas/d/<dataset>/atlas.json, each written under a temporary
 name and renamed; the script and style sheet go to SITE/static/ like the dashboard's.
+Every file (manifest.json, atlas/atlas.json) is read only when it resolves inside the root after
+symlinks (glassroom.observe.runs.inside); one that leads elsewhere counts as absent. The atlas's
+document excerpts are corpus text: token shapes, URL credentials and private keys in them are
+redacted (glassroom.observe.redact.redact_text with pairs=False) before they are served or published.
 This module never imports torch.
 """
 
@@ -24,6 +28,10 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any, Optional
+
+from glassroom.observe.redact import redact_text
+from glassroom.observe.runs import inside
 
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
@@ -36,7 +44,8 @@ def find_datasets(root: str | Path) -> dict[str, Path]:
     found: dict[str, Path] = {}
 
     def walk(folder: Path, depth: int) -> None:
-        if (folder / "manifest.json").is_file():
+        manifest = inside(root, folder / "manifest.json")
+        if manifest is not None and manifest.is_file():
             found[folder.relative_to(root).as_posix() if folder != root else "."] = folder
             return   # a dataset's own folders hold no datasets
         if depth >= MAX_DEPTH or (folder / "store.sqlite").exists():
@@ -54,19 +63,45 @@ def find_datasets(root: str | Path) -> dict[str, Path]:
     return found
 
 
-def dataset_summary(ds_id: str, folder: Path) -> dict:
+def atlas_file(root: Path, folder: Path) -> Optional[Path]:
+    """DATA_DIR/atlas/atlas.json when it exists and resolves inside `root`, else None."""
+    path = inside(root, folder / "atlas" / "atlas.json")
+    return path if path is not None and path.is_file() else None
+
+
+def dataset_summary(ds_id: str, folder: Path, root: Optional[Path] = None) -> dict:
     """One line of the dataset list: name, size, and the atlas's k, method and date if there is one."""
-    entry = {"id": ds_id, "name": folder.name, "atlas": False}
+    root = folder if root is None else root
+    entry: dict[str, Any] = {"id": ds_id, "name": folder.name, "atlas": False}
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        entry.update(name=manifest.get("name", folder.name), domains=list(manifest.get("domains", {})),
+        path = inside(root, folder / "manifest.json")
+        if path is None:
+            raise OSError("manifest.json is outside the served folder")
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        entry.update(name=redact_text(str(manifest.get("name", folder.name))), domains=list(manifest.get("domains", {})),
                      train_tokens=manifest.get("totals", {}).get("train", {}).get("tokens"))
-    except (OSError, json.JSONDecodeError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         entry["unreadable"] = True
-    atlas = folder / "atlas" / "atlas.json"
-    if atlas.is_file():
+    atlas = atlas_file(root, folder)
+    if atlas is not None:
         entry.update(atlas=True, atlas_bytes=atlas.stat().st_size, atlas_modified=atlas.stat().st_mtime)
     return entry
+
+
+def _redact_excerpts(node: Any, key: Any = None) -> Any:
+    """The atlas with every string under a `text` key (hover texts, cluster excerpts) redacted."""
+    if isinstance(node, dict):
+        return {k: _redact_excerpts(v, k) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_redact_excerpts(v, key) for v in node]
+    if isinstance(node, str) and key == "text":
+        return redact_text(node, pairs=False)
+    return node
+
+
+def atlas_bytes(path: Path) -> bytes:
+    """atlas.json as served and published: its excerpts redacted."""
+    return json.dumps(_redact_excerpts(json.loads(path.read_text(encoding="utf-8")))).encode("utf-8")
 
 
 def render(page_boot: dict) -> str:
@@ -108,7 +143,7 @@ def atlas_routes(root: str | Path) -> list:
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
-    from starlette.responses import FileResponse, HTMLResponse, JSONResponse
+    from starlette.responses import HTMLResponse, JSONResponse, Response
     from starlette.routing import Route
 
     root = Path(root)
@@ -116,7 +151,8 @@ def atlas_routes(root: str | Path) -> list:
     no_cache = {"Cache-Control": "no-cache"}
 
     def listing() -> dict:
-        return {"root": root.resolve().name, "datasets": [dataset_summary(i, p) for i, p in sorted(datasets.all().items())]}
+        return {"root": root.resolve().name,
+                "datasets": [dataset_summary(i, p, root) for i, p in sorted(datasets.all().items())]}
 
     async def index_page(request: Request):
         return HTMLResponse(render({"mode": "live", "base": "/", "page": "atlas-index"}), headers=no_cache)
@@ -134,10 +170,15 @@ def atlas_routes(root: str | Path) -> list:
         if len(values) != 1 or not values[0]:
             raise HTTPException(400, "expected exactly one dataset= parameter")
         folder = await run_in_threadpool(datasets.get, values[0])
-        path = folder / "atlas" / "atlas.json"
-        if not path.is_file():
+        path = atlas_file(root, folder)
+        if path is None:
             raise HTTPException(404, f"dataset {values[0]!r} has no atlas yet; run: glassroom data atlas {values[0]}")
-        return FileResponse(path, media_type="application/json", headers=no_cache)
+        try:
+            body = await run_in_threadpool(atlas_bytes, path)
+        except (OSError, ValueError) as exc:
+            raise HTTPException(503, f"dataset {values[0]!r}: atlas/atlas.json cannot be read ({type(exc).__name__}); "
+                                     f"rebuild it with glassroom data atlas {values[0]}") from None
+        return Response(body, media_type="application/json", headers=no_cache)
 
     return [
         Route("/atlas", index_page),
@@ -163,12 +204,18 @@ def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
     published = []
     summaries = []
     for ds_id, folder in sorted(found.items()):
-        entry = dataset_summary(ds_id, folder)
+        entry = dataset_summary(ds_id, folder, root)
         summaries.append(entry)
-        if not entry["atlas"]:
+        path = atlas_file(root, folder) if entry["atlas"] else None
+        if path is None:
+            continue
+        try:
+            body = atlas_bytes(path)
+        except (OSError, ValueError):   # a damaged atlas: listed, no page
+            entry["atlas"] = False
             continue
         dest = out / "d" / ds_id if ds_id != "." else out / "d" / "_root"
-        _replace(dest / "atlas.json", (folder / "atlas" / "atlas.json").read_bytes())
+        _replace(dest / "atlas.json", body)
         depth = len(dest.relative_to(site).parts)
         _replace(dest / "index.html", render({"mode": "static", "base": "../" * depth, "page": "atlas", "dataset": ds_id,
                                               "data": "atlas.json"}).encode("utf-8"))

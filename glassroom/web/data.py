@@ -5,6 +5,11 @@ Series are downsampled here, on the server side: at most `points` buckets of equ
 the requested range, each with its min and max (so a one-step spike survives every zoom level) and
 the newest point kept exactly (observe.store.downsample). Vectors (tokens per expert, router bias)
 are averaged per bucket for the heatmaps and trajectories.
+
+Everything that carries text a person or a process wrote (events and notes, the config, artifacts)
+goes through glassroom.observe.redact here, so the live API, the live stream and the static site
+show the same redacted values. With `public=True` (the published site, or a server bound to a
+non-loopback address) notes marked private are left out.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from glassroom.observe.runs import read_config, summarize
+from glassroom.observe.redact import redact, redact_event
+from glassroom.observe.runs import event_is_private, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
@@ -68,19 +74,25 @@ def vector_payload(reader: StoreReader, name: str, start: Optional[int] = None,
     return {"name": name, "steps": steps.tolist(), "values": [_json_floats(r) for r in matrix], "width": width}
 
 
-def events_payload(reader: StoreReader, after_id: int = 0) -> list[dict]:
-    return reader.events(after_id)
+def shown_events(events: list[dict], public: bool = False) -> list[dict]:
+    """Events as the outside sees them: redacted, and without private notes when `public`."""
+    return [redact_event(e) for e in events if not (public and event_is_private(e))]
 
 
-def run_meta(run_id: str, run_dir: Path) -> dict:
-    """Everything a run page needs besides the series: status, names, events, config, prediction."""
+def events_payload(reader: StoreReader, after_id: int = 0, public: bool = False) -> list[dict]:
+    return shown_events(reader.events(after_id), public)
+
+
+def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bool = False) -> dict:
+    """Everything a run page needs besides the series: status, names, events, config, prediction.
+    `root`: the served folder (files resolving outside it are not read)."""
     with StoreReader(run_dir) as reader:
         names = reader.names()
         vector_names = reader.vector_names()
-        events = reader.events()
-        artifacts = {name: reader.artifact(name) for name in EXPORTED_ARTIFACTS}
+        events = shown_events(reader.events(), public)
+        artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
         status = reader.status()
-    config, config_text = read_config(run_dir)
+    config, config_text = read_config(run_dir, root)
     return {
         "id": run_id,
         "status": {k: status.get(k) for k in ("state", "step", "updated")},
@@ -100,9 +112,16 @@ class Cursor:
 
     MAX_NEW = 5_000   # more new points than this for one series: tell the page to reload instead
 
-    def __init__(self, run_id: str, run_dir: Path):
-        self.run_id, self.run_dir = run_id, run_dir
+    def __init__(self, run_id: str, run_dir: Path, public: bool = False):
+        self.run_id, self.run_dir, self.public = run_id, run_dir, public
         self.reader = StoreReader(run_dir)
+        try:
+            self._start()
+        except BaseException:
+            self.reader.close()
+            raise
+
+    def _start(self) -> None:
         self.last_step: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.vector_last: dict[int, int] = {}
@@ -158,6 +177,7 @@ class Cursor:
         events = self.reader.events(self.last_event)
         if events:
             self.last_event = events[-1]["id"]
+            events = shown_events(events, self.public)
         status = self.reader.status()
         status_changed = status != self.status
         self.status = status

@@ -14,7 +14,10 @@ Each export writes a new generation into a temporary folder, renames it into pla
 replaces site.json (an atomic rename), so a reader sees the old site or the new one, never half of
 one; pages read site.json first and take all their data from that generation. The previous
 generation is kept for readers still on it; older ones are removed. Only what the pages show is
-exported: config values whose keys look like secrets are redacted, and no environment variable is.
+exported, through the same redaction as the live server (glassroom.observe.redact: secret keys,
+secrets inside strings, notes and event texts), and no environment variable is. Runs marked private
+(`glassroom note RUN --private-run`) and private notes are left out entirely; files that resolve
+outside DIR (symlinks) are never read; a run whose store cannot be read is skipped with a message.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from glassroom.errors import GlassroomError
-from glassroom.observe.runs import find_runs, summarize
+from glassroom.observe.runs import find_runs, inside, is_private, store_error, summarize
 from glassroom.observe.store import StoreReader
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
@@ -60,9 +63,9 @@ def _file_key(name: str) -> str:
     return hashlib.sha1(name.encode("utf-8")).hexdigest()[:16]
 
 
-def export_run(run_id: str, run_dir: Path, dest: Path) -> dict:
+def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None) -> dict:
     """Writes one run's meta, series and vectors below `dest`; returns its meta."""
-    meta = data.run_meta(run_id, run_dir)
+    meta = data.run_meta(run_id, run_dir, root=root, public=True)
     meta["files"], meta["vector_files"] = {}, {}
     with StoreReader(run_dir) as reader:
         for name in meta["names"]:
@@ -78,11 +81,20 @@ def export_run(run_id: str, run_dir: Path, dest: Path) -> dict:
     return meta
 
 
-def check_site_folder(out: Path) -> None:
-    """Refuse to write into a folder that holds something other than a glassroom site."""
+def check_site_folder(out: Path, root: Optional[Path] = None) -> None:
+    """Refuse to write into a folder that holds something other than a glassroom site, or into DIR
+    itself or a folder above it (a site inside DIR, e.g. lab/site for lab, is fine)."""
     if out.exists() and not out.is_dir():
-        raise GlassroomError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / SITE_MARKER).is_file():
+        raise GlassroomError(f"--out {out}: exists and is not a folder; give a new or empty folder")
+    if root is not None and root.is_dir():
+        real_root, real_out = root.resolve(), out.resolve()
+        if real_out == real_root or real_out in real_root.parents:
+            raise GlassroomError(f"--out {out}: is DIR or a folder above it; give a folder of its own, e.g. {root / 'site'}")
+    try:
+        busy = out.is_dir() and any(out.iterdir())
+    except OSError as exc:
+        raise GlassroomError(f"--out {out}: cannot be read ({exc.strerror}); give a folder you can write") from None
+    if busy and not (out / SITE_MARKER).is_file():
         raise GlassroomError(f"--out {out}: folder is not empty and is not a glassroom site; give a new or empty folder")
 
 
@@ -91,9 +103,13 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     """One export of every run below `root` into the site folder `out`; returns site.json's content."""
     root, out = Path(root), Path(out)
     if not root.is_dir():
-        raise GlassroomError(f"{root}: no such folder; give the folder that holds your runs")
-    check_site_folder(out)
-    out.mkdir(parents=True, exist_ok=True)
+        what = "is not a folder" if root.exists() else "no such folder"
+        raise GlassroomError(f"{root}: {what}; give the folder that holds your runs")
+    check_site_folder(out, root)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GlassroomError(f"--out {out}: cannot be created ({exc.strerror}); give a folder you can write") from None
     generation = f"g{time.time_ns() // 1_000_000}"
     data_dir = out / "data"
     tmp = data_dir / f".tmp-{generation}-{os.getpid()}"
@@ -102,10 +118,16 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     summaries, exported = [], []
     try:
         for run_id, run_dir in sorted(runs.items()):
+            if inside(root, run_dir) is None:   # an id that leads out of DIR (never, via find_runs)
+                continue
             try:
-                export_run(run_id, run_dir, tmp / "runs" / run_id)
+                if is_private(run_dir):
+                    log(f"left out {run_id}: marked private")
+                    continue
+                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root)
             except Exception as exc:   # one unreadable run must not stop the others being published
-                log(f"skipped {run_id}: {type(exc).__name__}: {exc}")
+                shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
+                log(f"skipped {run_id}: {store_error(exc)}")
                 continue
             summaries.append(summarize(run_id, run_dir, now))
             exported.append(run_id)

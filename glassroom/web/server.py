@@ -6,16 +6,22 @@ Pages: `/` (run list), `/runs/<run>` (one run's charts, events, config), `/compa
 page well within 2 s of its commit). Series are downsampled here (glassroom.web.data).
 
 Safety: GET and HEAD only (anything else gets 405); a run is named by its id from the run list,
-never by a path, so nothing outside DIR (or under it but not a run store) can be read; static files
-come only from the frontend folder; a malformed query gets 400 and an unknown run 404. Bound to
-127.0.0.1 by default, and then only Host headers naming the loopback are answered (no DNS
-rebinding). This module never imports torch.
+never by a path, and every file is opened only when it resolves (symlinks followed) inside DIR, so
+nothing outside DIR (or under it but not a run store) can be read; static files come only from the
+frontend folder; a malformed query gets 400, an unknown run 404, a run whose store cannot be read
+503 with one line. Only Host headers on an exact allow-list are answered (421 otherwise: no DNS
+rebinding); one request may ask for a bounded amount of work (MAX_RAW_NAMES, data.MAX_NAMES,
+MAX_WORK); every response carries a Content-Security-Policy. Text is redacted in glassroom.web.data.
+Bound to a non-loopback address, runs and notes marked private are hidden. Never imports torch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -29,7 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, S
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from glassroom.observe.runs import find_runs, summarize
+from glassroom.observe.runs import find_runs, is_private, store_error, summarize
 from glassroom.web import data
 from glassroom.web.atlas_page import atlas_routes
 
@@ -37,49 +43,120 @@ FRONTEND = Path(__file__).parent / "frontend"
 POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 15.0
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
+MAX_RAW_NAMES = 2_000        # name= parameters in one query, repeats included
+MAX_WORK = 1_000_000         # distinct names x points in one series request
+REQUEST_SECONDS = 20.0       # a series request that takes longer than this is cut off with 503
+# Pages and data come from this server only; no inline script (the boot data is a JSON block).
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
 
 
 def render_page(page: str, boot: dict) -> str:
-    """A frontend page with its boot data (mode, base URL, run ids) filled in, safely escaped."""
+    """A frontend page with its boot data (mode, base URL, run ids) filled in, safely escaped. A
+    static page also gets the Content-Security-Policy as a meta tag (no server sends the header)."""
     text = (FRONTEND / f"{page}.html").read_text(encoding="utf-8")
     payload = json.dumps(boot).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     base = boot.get("base", "/").replace('"', "%22").replace("<", "%3C")
+    if boot.get("mode") == "static":
+        meta_csp = CSP.replace("; frame-ancestors 'none'", "")
+        text = text.replace('<meta charset="utf-8">',
+                            f'<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="{meta_csp}">', 1)
     return text.replace("{{BOOT}}", payload).replace("{{BASE}}", base)
 
 
-class MethodAndHostGuard:
-    """GET and HEAD only (405 otherwise); on a loopback bind, only loopback Host headers (421)."""
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `127.0.0.1:8080` -> `127.0.0.1`, `[::1]:80` -> `[::1]`."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
-    def __init__(self, app, loopback_only: bool):
+
+def is_loopback_name(name: str) -> bool:
+    """`localhost`, `::1`, `[::1]`, or an exact dotted quad in 127.0.0.0/8 (not `127.evil.com`)."""
+    if name in LOOPBACK_HOSTS:
+        return True
+    parts = name.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and len(p) <= 3 for p in parts):
+        return False
+    try:
+        return ipaddress.IPv4Address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> set[str]:
+    """Host header names answered: the loopback names, the bound address, `extra` (`--allow-host`),
+    and on a wildcard bind (0.0.0.0, ::) this machine's name and addresses."""
+    names = set(LOOPBACK_HOSTS) | {bind.lower()} | {e.lower() for e in extra}
+    if ":" in bind and not bind.startswith("["):
+        names.add(f"[{bind.lower()}]")
+    if bind in WILDCARD_HOSTS:
+        try:
+            hostname = socket.gethostname()
+            names |= {hostname.lower(), socket.getfqdn().lower()}
+            for info in socket.getaddrinfo(hostname, None):
+                addr = info[4][0]
+                names.add(f"[{addr}]" if ":" in addr else addr)
+        except OSError:
+            pass
+    return {n for n in names if n and n not in WILDCARD_HOSTS}
+
+
+class MethodAndHostGuard:
+    """GET and HEAD only (405 otherwise); only Host headers on the allow-list (421); the security
+    headers (Content-Security-Policy, nosniff, no referrer, no framing) on every response."""
+
+    def __init__(self, app, hosts: set[str]):
         self.app = app
-        self.loopback_only = loopback_only
+        self.hosts = hosts
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            if scope["method"] not in ("GET", "HEAD"):
-                response = PlainTextResponse("read-only: GET and HEAD only", 405, headers={"Allow": "GET, HEAD"})
-                return await response(scope, receive, send)
-            if self.loopback_only:
-                host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
-                name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-                if name not in LOOPBACK_HOSTS and not name.startswith("127."):
-                    return await PlainTextResponse("unknown host", 421)(scope, receive, send)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_secured(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        if scope["method"] not in ("GET", "HEAD"):
+            response = PlainTextResponse("read-only: GET and HEAD only", 405, headers={"Allow": "GET, HEAD"})
+            return await response(scope, receive, send_secured)
+        host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+        name = host_name(host)
+        if name not in self.hosts and not is_loopback_name(name):
+            return await PlainTextResponse("unknown host", 421)(scope, receive, send_secured)
+        await self.app(scope, receive, send_secured)
 
 
 class Runs:
-    """The runs below DIR, re-listed at most every 2 s (a new run shows up without a restart)."""
+    """The runs below DIR, re-listed at most every 2 s (a new run shows up without a restart). With
+    `public`, runs marked private, and runs whose store cannot be read (they might be), are left out."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, public: bool = False):
         self.root = root
+        self.public = public
         self._lock = threading.Lock()
         self._at = 0.0
         self._runs: dict[str, Path] = {}
 
+    def _shown(self, run_dir: Path) -> bool:
+        try:
+            return not is_private(run_dir)
+        except Exception:
+            return False
+
     def all(self) -> dict[str, Path]:
         with self._lock:
             if time.monotonic() - self._at > 2.0:
-                self._runs = find_runs(self.root)
+                found = find_runs(self.root)
+                if self.public:
+                    found = {i: p for i, p in found.items() if self._shown(p)}
+                self._runs = found
                 self._at = time.monotonic()
             return dict(self._runs)
 
@@ -122,9 +199,32 @@ def _one(request: Request, key: str) -> str:
     return values[0]
 
 
-def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
+def _distinct(request: Request, key: str, most: int) -> list[str]:
+    """The distinct non-empty values of a repeated parameter, in order; 400 past `most` distinct
+    ones or MAX_RAW_NAMES in all (so repeating one name hundreds of times costs nothing)."""
+    raw = request.query_params.getlist(key)
+    if len(raw) > MAX_RAW_NAMES:
+        raise HTTPException(400, f"at most {MAX_RAW_NAMES} {key}= parameters in one request")
+    values = list(dict.fromkeys(v for v in raw if v))
+    if not 1 <= len(values) <= most:
+        raise HTTPException(400, f"give 1 to {most} distinct {key}= parameters")
+    return values
+
+
+class StoreUnreadable(HTTPException):
+    """A run whose store.sqlite cannot be read (corrupt, truncated, not a database): 503, one line."""
+
+    def __init__(self, run_id: str, exc: BaseException):
+        super().__init__(503, f"run {run_id}: store.sqlite cannot be read: {store_error(exc).split(': ', 1)[1]}")
+
+
+def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | None = None,
+               public: bool | None = None) -> Starlette:
+    """The dashboard app over `root`. `hosts`: the Host names answered besides the loopback ones
+    (default: loopback only). `public` (default: not loopback_only) hides private runs and notes."""
     root = Path(root)
-    runs = Runs(root)
+    public = (not loopback_only) if public is None else public
+    runs = Runs(root, public=public)
 
     def page(name: str, **boot):
         return HTMLResponse(render_page(name, {"mode": "live", "base": "/", "page": name, **boot}),
@@ -139,16 +239,17 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
         return page("run", runs=[run_id])
 
     async def compare_page(request: Request):
-        ids = request.query_params.getlist("run")
-        if not 1 <= len(ids) <= 12:
-            raise HTTPException(400, "compare takes 1 to 12 run= parameters")
+        ids = _distinct(request, "run", 12)
         for run_id in ids:
             runs.get(run_id)
         return page("compare", runs=ids)
 
     def api(fn):
         async def endpoint(request: Request):
-            payload = await run_in_threadpool(fn, request)
+            try:
+                payload = await run_in_threadpool(fn, request)
+            except (sqlite3.DatabaseError, OSError) as exc:   # a damaged store: one line, no traceback
+                raise StoreUnreadable(request.query_params.get("run", "?")[:200], exc) from None
             return JSONResponse(payload, headers={"Cache-Control": "no-cache"})
         return endpoint
 
@@ -159,17 +260,25 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
 
     def run_meta(request: Request):
         run_id = _one(request, "run")
-        return data.run_meta(run_id, runs.get(run_id))
+        return data.run_meta(run_id, runs.get(run_id), root=root, public=public)
 
     def series(request: Request):
         run_dir = runs.get(_one(request, "run"))
-        names = [n for n in request.query_params.getlist("name") if n]
-        if not 1 <= len(names) <= data.MAX_NAMES:
-            raise HTTPException(400, f"give 1 to {data.MAX_NAMES} name= parameters")
+        names = _distinct(request, "name", data.MAX_NAMES)
         start, end = _range(request)
         points = _int_param(request, "points", data.DEFAULT_POINTS, 2, data.MAX_POINTS)
+        if len(names) * points > MAX_WORK:
+            raise HTTPException(400, f"{len(names)} names x {points} points is more than {MAX_WORK:,}; "
+                                     "ask for fewer names or points")
+        started = time.monotonic()
+        out: dict = {}
         with data.StoreReader(run_dir) as reader:
-            return data.series_payload(reader, names, start, end, points)
+            for name in names:
+                if time.monotonic() - started > REQUEST_SECONDS:
+                    raise HTTPException(503, f"this request asks for too much at once (over {REQUEST_SECONDS:g} s); "
+                                             "ask for fewer names or a shorter range")
+                out.update(data.series_payload(reader, [name], start, end, points)["series"])
+        return {"series": out, "start": start, "end": end, "points": points}
 
     def vectors(request: Request):
         run_dir = runs.get(_one(request, "run"))
@@ -183,29 +292,62 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
         run_dir = runs.get(_one(request, "run"))
         after = _int_param(request, "after", 0, 0, 2**62)
         with data.StoreReader(run_dir) as reader:
-            return {"events": data.events_payload(reader, after)}
+            return {"events": data.events_payload(reader, after, public=public)}
 
     async def stream(request: Request):
-        ids = request.query_params.getlist("run")
+        raw = request.query_params.getlist("run")
+        if len(raw) > MAX_RAW_NAMES:
+            raise HTTPException(400, f"at most {MAX_RAW_NAMES} run= parameters in one request")
+        ids = list(dict.fromkeys(i for i in raw if i))
         if len(ids) > 12:
             raise HTTPException(400, "a stream follows at most 12 runs")
         dirs = [(i, runs.get(i)) for i in ids]
         return StreamingResponse(_events(dirs), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    def _open_cursors(dirs) -> tuple[list, str]:
+        cursors: list = []
+        for run_id, run_dir in dirs:
+            try:
+                cursors.append(data.Cursor(run_id, run_dir, public=public))
+            except (sqlite3.DatabaseError, OSError) as exc:
+                for c in cursors:
+                    c.close()
+                return [], StoreUnreadable(run_id, exc).detail
+        return cursors, ""
+
+    def _poll(cursors) -> tuple[list, str]:
+        updates = []
+        for c in cursors:
+            try:
+                update = c.poll()
+            except (sqlite3.DatabaseError, OSError) as exc:
+                return updates, StoreUnreadable(c.run_id, exc).detail
+            if update:
+                updates.append(update)
+        return updates, ""
+
     async def _events(dirs):
         """One page's stream: `hello` once the cursors are set (the page loads its data after that,
-        so nothing falls between), then `update` messages, or `runs` summaries on the run list."""
-        cursors = await run_in_threadpool(lambda: [data.Cursor(i, p) for i, p in dirs])
+        so nothing falls between), then `update` messages, or `runs` summaries on the run list.
+        A run store that cannot be read ends the stream with one `error` event (the page then stops
+        reconnecting and shows the message)."""
+        cursors, failed = await run_in_threadpool(_open_cursors, dirs)
+        if failed:
+            yield f"retry: 60000\nevent: error\ndata: {json.dumps({'error': failed})}\n\n"
+            return
         try:
             yield f"event: hello\ndata: {json.dumps({'runs': [c.run_id for c in cursors], 'time': time.time()})}\n\n"
             last_sent, last_summary = time.monotonic(), ""
             while True:
                 if cursors:
-                    updates = await run_in_threadpool(lambda: [u for u in (c.poll() for c in cursors) if u])
+                    updates, failed = await run_in_threadpool(_poll, cursors)
                     for update in updates:
                         yield f"event: update\ndata: {json.dumps(update)}\n\n"
                         last_sent = time.monotonic()
+                    if failed:
+                        yield f"retry: 60000\nevent: error\ndata: {json.dumps({'error': failed})}\n\n"
+                        return
                     await asyncio.sleep(POLL_SECONDS)
                 else:
                     listing = await run_in_threadpool(list_runs, None)
@@ -241,14 +383,15 @@ def create_app(root: str | Path, loopback_only: bool = True) -> Starlette:
         Mount("/static", StaticFiles(directory=FRONTEND, follow_symlink=False), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
-    return MethodAndHostGuard(app, loopback_only)
+    return MethodAndHostGuard(app, hosts if hosts is not None else set(LOOPBACK_HOSTS))
 
 
-def serve(root: str | Path, host: str = "127.0.0.1", port: int = 8080, log_level: str = "warning") -> None:
+def serve(root: str | Path, host: str = "127.0.0.1", port: int = 8080, log_level: str = "warning",
+          allow_hosts: tuple[str, ...] = ()) -> None:
     """Run the dashboard until interrupted (the command checks DIR and the port first)."""
     import uvicorn
 
-    loopback = host in LOOPBACK_HOSTS or host.startswith("127.")
-    uvicorn.run(create_app(root, loopback_only=loopback), host=host, port=port, log_level=log_level,
-                timeout_graceful_shutdown=1, access_log=False)
+    loopback = is_loopback_name(host.lower())
+    app = create_app(root, loopback_only=loopback, hosts=allowed_hosts(host, allow_hosts))
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=1, access_log=False)
 

@@ -1,0 +1,175 @@
+"""Redaction: what every path that shows a run to the outside passes its text through.
+
+Used by `glassroom serve` (run meta, events, the live stream), `glassroom publish` (meta.json,
+config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). Two entry points:
+
+- `redact(tree)`: a copy of a config-like tree (dicts, lists, scalars). A value under a key that
+  looks secret (`api_key`, `hf_token`, `db-password`, `auth`, ...) becomes `<redacted>`, and so does a
+  whole dict or list under such a key (`auth: {user: .., pass: ..}`) or under an environment section
+  (`env`, `environment`, `env_vars`, ...); every other string goes through `redact_text`.
+- `redact_text(text)`: a copy of a string with, anywhere inside it, credentials in URLs
+  (`https://user:pass@host` -> `https://<redacted>@host`), PEM private key blocks, well-known token
+  shapes (AWS key ids and secret keys, `hf_`, `sk-`, `ghp_`.., `github_pat_`, `xox?-`, JWTs, ...),
+  `Bearer ...` credentials, and the values of `KEY=VALUE`, `KEY: VALUE`, `--key=value` and
+  `--key value` pairs whose key looks secret, replaced by `<redacted>`.
+
+Key rule (`key_is_secret`): the key is split into words on `_`, `-`, `.`, spaces and camelCase; it is
+secret when a word is one of SECRET_WORDS or the joined words contain `password`, `apikey`,
+`accesskey`, `secretkey` or `privatekey`. The word `token` is the exception that counts: a key where
+`token` stands next to a count word (`max_token`, `token_budget`, `token_count`, `eos_token_id`) is
+not secret, and `tokens`, `tokenizer`, `tokens_per_step` never contain the word `token` at all.
+Ordinary values survive: plain URLs, hex digests (commit shas, sha256), model names, paths, numbers.
+The limits (a 40-hex wandb key under an innocent name, a password inside free prose) are listed in
+docs/publish.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+
+SECRET_WORDS = {
+    "token", "secret", "secrets", "password", "passwd", "pwd", "pass", "passphrase", "apikey", "credential",
+    "credentials", "creds", "auth", "oauth", "authorization", "cookie", "cookies", "key", "keys", "privatekey",
+    "accesskey", "secretkey", "bearer", "signature", "dsn", "sessionid", "pat",
+}
+_SECRET_JOINED = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd")
+# Words that make `token` a count or a vocabulary entry rather than a credential.
+_COUNT_WORDS = {
+    "max", "min", "num", "n", "count", "counts", "total", "budget", "limit", "per", "len", "length", "size",
+    "rate", "step", "steps", "batch", "seq", "window", "seen", "id", "ids", "index", "share", "frac",
+    "fraction", "bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "end", "start",
+}
+# Whole sections that hold the machine's environment are never shown.
+ENV_WORDS = {"env", "environ", "environment", "envvars"}
+
+# Token shapes found anywhere inside a string, whatever their key.
+_B = r"(?<![A-Za-z0-9_\-])"          # a token starts at a word edge
+_TOKENS = [
+    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])",   # AWS access key ids
+    _B + r"hf_[A-Za-z0-9]{16,}",                                     # Hugging Face
+    _B + r"sk-[A-Za-z0-9_\-]{16,}",                                  # OpenAI, Anthropic (sk-proj-, sk-ant-)
+    _B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",                    # Stripe
+    _B + r"gh[pousr]_[A-Za-z0-9]{20,}",                              # GitHub tokens
+    _B + r"github_pat_[A-Za-z0-9_]{20,}",
+    _B + r"glpat-[A-Za-z0-9_\-]{20,}",                               # GitLab
+    _B + r"xox[abprs]-[A-Za-z0-9\-]{10,}",                           # Slack
+    _B + r"npm_[A-Za-z0-9]{30,}",
+    _B + r"AIza[0-9A-Za-z_\-]{35}",                                  # Google API keys
+    _B + r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",   # JWTs
+]
+_TOKEN_RE = re.compile("|".join(f"(?:{p})" for p in _TOKENS))
+_PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
+# An AWS secret access key: 40 base64-ish characters (not all lowercase hex, so a commit sha is
+# kept) within 60 characters after the word aws or secret.
+_AWS_SECRET_RE = re.compile(
+    r"(?i:aws|secret)[^\n]{0,60}?(?<![A-Za-z0-9/+])(?![0-9a-f]{40}(?![A-Za-z0-9/+]))([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
+_URL_CREDS_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#@\"'<>]+)@")
+_BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
+# KEY=VALUE and KEY: VALUE (the key optionally quoted), and --key=value / --key value. Only the key
+# and separator are matched first, so a harmless pair never swallows a secret that follows it.
+_VALUE_RE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>]+")
+_PAIR_RE = re.compile(
+    r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|\s+(?=[^\s\-]))"
+    r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
+
+
+def _words(key: Any) -> list[str]:
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key))
+    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text).lower()
+    return [p for p in re.split(r"[^a-z0-9]+", text) if p]
+
+
+def key_is_secret(key: Any) -> bool:
+    """True for keys like `api_key`, `hf_token`, `wandbApiKey`, `db-password`, `secret`, `auth`;
+    False for `tokens`, `tokenizer`, `max_tokens`, `tokens_per_step`, `token_budget`, `lr`."""
+    parts = _words(key)
+    hits = [p for p in parts if p in SECRET_WORDS]
+    if hits and not (set(hits) == {"token"} and any(p in _COUNT_WORDS for p in parts)):
+        return True
+    joined = "".join(parts)
+    return any(w in joined for w in _SECRET_JOINED)
+
+
+def key_is_environment(key: Any) -> bool:
+    """`env`, `environment`, `env_vars`, `extra_env`: a section holding the machine's environment."""
+    parts = _words(key)
+    return any(p in ENV_WORDS for p in parts) or "".join(parts) in {"envvars", "environmentvariables"}
+
+
+def _bearer(match: re.Match) -> str:
+    cred = match.group(2)
+    if match.group(1) == "Basic" and not re.search(r"[A-Z0-9+/=]", cred):
+        return match.group(0)   # "Basic authentication": a word, not a credential
+    return f"{match.group(1)} {REDACTED}"
+
+
+def _redact_pairs(text: str) -> str:
+    out, pos = [], 0
+    for m in _PAIR_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        key = m.group("flag") or m.group("key")
+        if not key_is_secret(key):
+            continue
+        value = _VALUE_RE.match(text, m.end())
+        if value is None or value.group(0) in ('""', "''"):
+            continue
+        quote = value.group(0)[0] if value.group(0)[0] in "\"'" else ""
+        out.append(text[pos:m.end()] + f"{quote}{REDACTED}{quote}")
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def redact_text(text: str, pairs: bool = True) -> str:
+    """`text` with secrets found anywhere inside it replaced by `<redacted>` (see the module's
+    docstring). `pairs=False` leaves `key: value` pairs alone (for corpus excerpts, which are prose
+    and code rather than configs) but still removes token shapes, URL credentials and PEM blocks."""
+    if not isinstance(text, str) or not text:
+        return text
+    out = _PEM_RE.sub(REDACTED, text)
+    out = _URL_CREDS_RE.sub(lambda m: f"{m.group(1)}{REDACTED}@", out)
+    out = _TOKEN_RE.sub(REDACTED, out)
+    out = _AWS_SECRET_RE.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + REDACTED, out)
+    out = _BEARER_RE.sub(_bearer, out)
+    return _redact_pairs(out) if pairs else out
+
+
+def _scalar_under_secret(value: Any) -> Any:
+    """A value under a secret key: gone, except None, "" and booleans, which hold no secret."""
+    if value is None or value == "" or isinstance(value, bool):
+        return value
+    return REDACTED
+
+
+def redact(value: Any, key: Any = None) -> Any:
+    """A copy of a config-like tree with secret-looking values replaced by `<redacted>`; strings
+    everywhere (dict keys too) go through redact_text. Tuples come back as lists."""
+    if key is not None:
+        if key_is_environment(key) and value not in (None, "", {}, []):
+            return REDACTED
+        if key_is_secret(key):
+            if isinstance(value, (dict, list, tuple)):
+                return REDACTED if value else value
+            return _scalar_under_secret(value)
+    if isinstance(value, dict):
+        return {(redact_text(k) if isinstance(k, str) else k): redact(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_event(event: dict) -> dict:
+    """A journal event (note, anomaly, ...) with its text and data redacted; other fields (id, time,
+    step, kind, digest) unchanged."""
+    out = dict(event)
+    if isinstance(out.get("text"), str):
+        out["text"] = redact_text(out["text"])
+    if out.get("data") is not None:
+        out["data"] = redact(out["data"])
+    return out
