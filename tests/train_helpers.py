@@ -32,3 +32,27 @@ def run_train(out: Path, dataset: Path, *sets: str, resume: bool = False, env: d
 def losses(run_dir: Path, name: str = "train/loss") -> np.ndarray:
     with StoreReader(run_dir) as reader:
         return reader.series(name)[1]
+
+
+TIMING = ("throughput/",)  # metrics that measure the machine, not the run: they differ between runs
+
+
+def store_contents(run_dir: Path) -> dict:
+    """What a run's store says about the run, timing aside: every series (steps and values), every
+    vector, and the kinds of the journal's events in order, with the resume's own events left out."""
+    with StoreReader(run_dir) as reader:
+        series = {name: tuple(map(list, reader.series(name))) for name in reader.names()
+                  if not name.startswith(TIMING)}
+        vectors = {name: reader.vectors(name) for name in reader.vector_names()}
+        kinds = [e["kind"] for e in reader.events() if e["kind"] not in ("resume", "checkpoint_damaged")]
+    return {"series": series, "vectors": vectors, "kinds": kinds}
+
+
+def assert_same_store(run: Path, reference: Path) -> None:
+    got, want = store_contents(run), store_contents(reference)
+    assert sorted(got["series"]) == sorted(want["series"])
+    for name, (steps, values) in want["series"].items():
+        assert got["series"][name][0] == steps, name
+        np.testing.assert_array_equal(got["series"][name][1], values, err_msg=name)
+    assert got["vectors"] == want["vectors"]
+    assert got["kinds"] == want["kinds"]

@@ -116,6 +116,24 @@ class StoreWriter:
             self._rows, self._vectors = [], []
         self._last_flush = time.monotonic()
 
+    def discard_after(self, step: int) -> int:
+        """Delete the metric and vector rows of steps after `step` (buffered ones too); returns how many
+        were committed. A resumed run calls this with its checkpoint's step: it redoes those steps and
+        logs them again. Events are never deleted (the journal is append-only)."""
+        self._rows = [row for row in self._rows if row[1] <= step]
+        self._vectors = [row for row in self._vectors if row[1] <= step]
+        self.flush()
+        with self.conn:
+            self.conn.execute("BEGIN")
+            removed = self.conn.execute("DELETE FROM metrics WHERE step > ?", (int(step),)).rowcount
+            removed += self.conn.execute("DELETE FROM vectors WHERE step > ?", (int(step),)).rowcount
+        return removed
+
+    def journal_from(self, step: int) -> list[tuple[str, int]]:
+        """(kind, step) of every event at `step` or later, oldest first."""
+        rows = self.conn.execute("SELECT kind, step FROM events WHERE step >= ? ORDER BY id", (int(step),))
+        return [(kind, int(at)) for kind, at in rows]
+
     def event(self, kind: str, text: str, step: Optional[int] = None, data: Any = None) -> int:
         """Record an event now (buffered metrics are committed first, so the order holds)."""
         self.flush()

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -37,8 +39,17 @@ from glassroom.train.run_dir import prepare_run_dir
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
 # "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
 # would); "bad_batch@300" replaces that step's tokens with uniform random ones (a corrupt batch);
-# "lr@50:1000" multiplies that step's learning rate (a bad schedule), spiking the loss after it.
+# "lr@50:1000" multiplies that step's learning rate (a bad schedule), spiking the loss after it;
+# "kill_after_checkpoint@8" SIGKILLs the process right after step 8's checkpoint is renamed into
+# place (before its event and retention); "kill@7" SIGKILLs it at the end of step 7 (after its
+# evaluation and checkpoint, if any): the drills for "no metric lost whatever the moment".
 FAULT_ENV = "GLASSROOM_FAULTS"
+FAULT_KINDS = ("nan", "router_bias", "bad_batch", "lr", "kill", "kill_after_checkpoint")
+
+# Events a resumed run would record again when it redoes steps a killed process already journaled
+# (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
+# are never held back.
+REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end")
 
 
 def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
@@ -46,8 +57,8 @@ def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         kind, _, rest = item.partition("@")
         step, _, amount = rest.partition(":")
-        if kind not in ("nan", "router_bias", "bad_batch", "lr") or not step.isdigit():
-            raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (expected e.g. nan@3 or router_bias@500:0.5)")
+        if kind not in FAULT_KINDS or not step.isdigit():
+            raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (expected e.g. nan@3, router_bias@500:0.5 or kill_after_checkpoint@8)")
         faults.setdefault(int(step), []).append((kind, float(amount or 1.0)))
     return faults
 
@@ -149,18 +160,62 @@ class Trainer:
     # ------------------------------------------------------------------ lifecycle
 
     def resume_if_possible(self) -> None:
-        found = ckpt.list_checkpoints(self.run_dir)
-        if not found:
+        """Continue from the newest intact checkpoint, if any (docs/train.md, "Resume").
+
+        Checkpoints are verified newest first (checkpoint.choose_for_resume: rank 0 checks, every
+        rank loads the same one); each damaged one is journaled as `checkpoint_damaged`, said on
+        stderr and moved to checkpoints/damaged/. None intact: exit 2 naming what is damaged.
+        Resuming from step S, the store is made to read as if the run had never stopped: metric and
+        vector rows after S are deleted (the steps are redone deterministically and logged again),
+        events already journaled at S or later (eval, checkpoint, skip, anomaly, prediction, end)
+        are not recorded a second time, and a checkpoint whose own event was lost to the kill (killed
+        between its rename and its event) gets that event now."""
+        self._replayed: Counter = Counter()
+        choice = ckpt.choose_for_resume(self.run_dir)
+        for step, path, problem in choice.damaged:
+            if choice.path is not None:  # with none intact, the error below is the one line
+                self._warn(f"{problem}; {path.name} is damaged: moved to checkpoints/{ckpt.DAMAGED_DIR}/, "
+                           f"resuming from {choice.path.name}")
+            if self.store is not None:
+                self.store.event("checkpoint_damaged", f"{problem}; not resumed from", step,
+                                 {"checkpoint": path.name, "problem": problem})
+        if choice.path is None:
+            if choice.damaged:
+                problems = [problem for _, _, problem in choice.damaged]
+                listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+                raise GlassroomError(
+                    f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
+                    f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
             self.record_event("resume" if self.state_at_start == "resumed" else "start",
                         "no checkpoint yet; starting from step 0" if self.state_at_start == "resumed" else self._start_text(), 0)
             return
-        step, path = found[-1]
+        path = choice.path
         saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
         self.step = int(saved["step"])
         self.state = TrainState(**saved["train_state"])
         for observer in self.observers:
             observer.load_state(self.state.extra.get(type(observer).__name__))
-        self.record_event("resume", f"resumed from {path.name} at step {self.step}", self.step, {"checkpoint": path.name})
+        data = {"checkpoint": path.name, "verified": choice.verified}
+        text = f"resumed from {path.name} at step {self.step}"
+        if not choice.verified:
+            text += " (written without a checksum manifest: checked against its own index only)"
+        if self.info.is_main and choice.damaged:
+            data["set_aside"] = [ckpt.set_aside(self.run_dir, damaged).relative_to(self.run_dir).as_posix()
+                                 for _, damaged, _ in choice.damaged]
+            text += f"; damaged checkpoints moved to {', '.join(data['set_aside'])}"
+        if self.store is not None:
+            already = [(kind, at) for kind, at in self.store.journal_from(self.step) if kind in REPLAYABLE_EVENTS]
+            self._replayed = Counter(already)
+            for step, _, _ in choice.damaged:  # a damaged checkpoint written again is journaled again
+                self._replayed.pop(("checkpoint", step), None)
+            if self._replayed[("checkpoint", self.step)] == 0:
+                self.store.event("checkpoint", f"saved {path.name} (journaled on resume: the run was stopped "
+                                 "between the checkpoint and its event)", self.step,
+                                 {"path": path.name, "journaled_on_resume": True})
+            data["discarded_rows"] = self.store.discard_after(self.step)
+            if data["discarded_rows"]:
+                text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
+        self.record_event("resume", text, self.step, data)
 
     def _start_text(self) -> str:
         from glassroom.model.accounting import count_params
@@ -173,7 +228,7 @@ class Trainer:
     def record_event(self, kind: str, text: str, step: int, data=None) -> None:
         """Write an event to the run's journal (main rank) and echo it."""
         if self.store is not None:
-            self.store.event(kind, text, step, data)
+            self._journal(kind, text, step, data)
             self.store.set_status("running", step)
         self._say(f"[{kind}] {text}")
 
@@ -191,13 +246,32 @@ class Trainer:
                 self.train_step()
                 done = self.step
                 if done % tc.eval_every == 0 or done == tc.steps:
+    def _journal(self, kind: str, text: str, step: int, data=None) -> None:
+        """Append to the journal, unless a killed process already journaled this (kind, step) and
+        this is the resumed run redoing it (resume_if_possible)."""
+        replayed = getattr(self, "_replayed", None)
+        if replayed and replayed[(kind, step)] > 0:
+            replayed[(kind, step)] -= 1
+            return
+        self.store.event(kind, text, step, data)
+
+    def _warn(self, text: str) -> None:
+        """A warning on stderr (main rank), also with --quiet."""
+        if self.info.is_main:
+            print(f"warning: {text}", file=sys.stderr, flush=True)
+
+    def _planted_kill(self, step: int, kind: str) -> None:
+        """The kill drills of GLASSROOM_FAULTS: SIGKILL this process, nothing flushed or closed."""
+        if any(planted == kind for planted, _ in self.faults.get(step, [])):
+            os.kill(os.getpid(), signal.SIGKILL)
+
                     final_eval = self.run_eval()
                 if done % tc.checkpoint_every == 0 or done == tc.steps:
                     self.save()
             if not final_eval:
                 final_eval = self.run_eval()
             if self.store is not None:
-                self.store.event("end", f"finished at step {self.step}", self.step, final_eval)
+                self._journal("end", f"finished at step {self.step}", self.step, final_eval)
                 self.store.set_status("finished", self.step, final=final_eval)
             return final_eval
         except GlassroomError as exc:
@@ -208,6 +282,7 @@ class Trainer:
         finally:
             for observer in self.observers:
                 if hasattr(observer, "close"):
+                self._planted_kill(done, "kill")
                     observer.close()
             if self.store is not None:
                 self.store.close()
@@ -351,7 +426,7 @@ class Trainer:
         if self.store is not None and results:
             self.store.log(self.step, results)
             summary = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in results.items() if k.endswith("/bpb"))
-            self.store.event("eval", f"bits per byte at step {self.step}: {summary}", self.step, results)
+            self._journal("eval", f"bits per byte at step {self.step}: {summary}", self.step, results)
         if results:
             self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}")
         return results
@@ -360,5 +435,15 @@ class Trainer:
         self.state.extra = {type(o).__name__: o.state() for o in self.observers}
         trainer_state = {"train_state": self.state.__dict__, "config": self.cfg.to_dict()}
         path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
-                                    self.cfg.train.keep_last, self.cfg.train.keep_every)
+                                    self.cfg.train.keep_last, self.cfg.train.keep_every,
+                                    on_visible=self._checkpoint_visible)
         self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
+        """Checkpoint the state after self.step. The store's rows up to this step are committed
+        first, so a checkpoint never becomes visible with metrics of its steps still buffered."""
+        if self.store is not None:
+            self.store.flush()
+
+    def _checkpoint_visible(self, path: Path) -> None:
+        """Runs on rank 0 right after the checkpoint's rename, before its event: the
+        kill_after_checkpoint drill."""
+        self._planted_kill(self.step, "kill_after_checkpoint")
