@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from glassroom.commands import new_command, positive_count
@@ -81,6 +82,8 @@ def run_build(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise GlassroomError(f"--workers: must be at least 1, got {args.workers}")
+    if not (math.isfinite(args.progress_every) and args.progress_every > 0):
+        raise GlassroomError(f"--progress-every: must be a positive number of seconds, got {args.progress_every}")
     recipe = load_recipe(args.recipe, args.set)
     manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers, recipe_file=args.recipe,
                              progress_interval=args.progress_every)
@@ -135,9 +138,15 @@ def parse_weights(text: str) -> dict[str, float]:
 
 
 def run_mixture(args: argparse.Namespace) -> int:
+    from glassroom.data.build import require_dataset
     from glassroom.data.mixture import Mixture
 
+    require_dataset(args.dataset)
     tokens = positive_count(args.tokens, "--tokens")
+    if args.seq_len < 1:
+        raise GlassroomError(f"--seq-len: must be at least 1, got {args.seq_len}")
+    if not (math.isfinite(args.max_epochs) and args.max_epochs > 0):
+        raise GlassroomError(f"--max-epochs: must be a positive number, got {args.max_epochs}")
     mixture = Mixture(args.dataset, parse_weights(args.weights), seq_len=args.seq_len, batch_size=1, max_epochs=args.max_epochs)
     print(f"{'domain':<14}{'weight':>8}{'tokens':>10}{'train tokens':>14}{'epochs':>8}")
     for name, r in mixture.epochs(tokens).items():
@@ -182,7 +191,9 @@ def register_atlas(sub) -> None:
 
 def run_atlas(args: argparse.Namespace) -> int:
     from glassroom.data.atlas import build_atlas, summary
+    from glassroom.data.build import require_dataset
 
+    require_dataset(args.dataset)
     tokens = positive_count(args.tokens, "--tokens")
     atlas = build_atlas(args.dataset, k=args.k, sample=args.sample, sampling=args.sampling, method=args.method,
                         fine=args.fine, seed=args.seed, max_tokens=args.max_tokens,

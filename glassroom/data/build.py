@@ -270,6 +270,8 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
     _check_parent(out)
     _check_out(out, force)  # early, before sources are read; again under the lock
     _check_sources(recipe, out)
+    if recipe.tokenizer.path:
+        load_tokenizer(recipe.tokenizer.path)  # a bad tokenizer.json is refused before any text is read
     workers = max(1, workers or os.cpu_count() or 1)
     with build_lock(out):
         _clear_stale(out, log)
@@ -341,6 +343,7 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
                     path = staging / f"raw-{domain}-{i}.jsonl"
                     job = extracted.get((domain, i))
                     reports[domain][i] = job.get() if job is not None else _extract_to_file(src, domain, path)
+                    _check_not_empty(reports[domain][i], domain, i)
                     with open(path, encoding="utf-8") as fh:
                         for line in fh:
                             yield json.loads(line)
@@ -415,6 +418,17 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
     write_json(tmp / "stats.json", {"stages": list(cleaning.STAGES), **stats.to_json()})
     write_json(tmp / "manifest.json", manifest)
     return manifest
+
+
+def _check_not_empty(report: SourceReport, domain: str, i: int) -> None:
+    """A source that gave no text at all is a mistake in the recipe (an empty folder, a file of
+    malformed lines, the wrong text_field): one line naming it, before the tokenizer runs."""
+    if report.bytes > 0:
+        return
+    skipped = ", ".join(f"{_SKIPPED.get(k, k.replace('_', ' '))} {n} (first at {report.examples[k]})"
+                        for k, n in sorted(report.skipped.items()))
+    raise GlassroomError(f"domains.{domain}.sources[{i}] ({report.label}): gave no text ({report.docs} documents, "
+                         f"0 bytes{'; skipped: ' + skipped if skipped else ''}); check its path and fields in the recipe")
 
 
 def _is_validation(doc_id: str, recipe: Recipe, cutoff: float) -> bool:

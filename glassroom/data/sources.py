@@ -22,6 +22,7 @@ import subprocess
 import sysconfig
 import tarfile
 import zipfile
+import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +33,14 @@ from glassroom.data.recipe import SourceConfig
 from glassroom.errors import GlassroomError
 
 INSTALL_HINT = "run scripts/install-corpora.sh (as root) to install the corpora"
+# What reading a damaged file (a truncated or fake .gz, an unreadable file) raises.
+READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)
+
+
+def one_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line, shortened: for errors that quote a library's message."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 ENTRY_PACK_BYTES = 8000  # dictionary entries and fortunes are packed into documents this big
 
 
@@ -156,8 +165,15 @@ def check_source(cfg: SourceConfig, where: str) -> None:
         if not _match_files(cfg.path, cfg.exclude):
             raise GlassroomError(f"{where}: no files match {cfg.path}; check the path in the recipe")
     elif kind == "archive":
-        if not os.path.isfile(_expand(cfg.path)):
+        path = _expand(cfg.path)
+        if not os.path.isfile(path):
             raise GlassroomError(f"{where}: archive {cfg.path} not found; check the path in the recipe")
+        try:
+            readable = zipfile.is_zipfile(path) or tarfile.is_tarfile(path)
+        except READ_ERRORS + (tarfile.TarError,):
+            readable = False
+        if not readable:
+            raise GlassroomError(f"{where}: {cfg.path} is not a tar or zip archive; check the path in the recipe")
     elif kind == "bible":
         if not shutil.which("bible"):
             raise GlassroomError(f"{where}: the `bible` command (Debian bible-kjv) is not installed; {INSTALL_HINT}")
@@ -206,8 +222,8 @@ def _files(cfg: SourceConfig, files: list[Path], report: SourceReport) -> Iterat
     for path in files:
         try:
             yield str(path), _as_text(_read_text(path), cfg.option("format"))
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            report.skip("unreadable_file", f"{path}: {exc}")
+        except READ_ERRORS as exc:
+            report.skip("unreadable_file", f"{path}: {one_line(exc)}")
 
 
 def _archive(cfg: SourceConfig, path: Path, members: str, fmt: str, report: SourceReport) -> Iterator[tuple[str, str]]:
@@ -215,40 +231,44 @@ def _archive(cfg: SourceConfig, path: Path, members: str, fmt: str, report: Sour
         return fnmatch.fnmatch(name, members) and not any(fnmatch.fnmatch(name, ex) for ex in cfg.exclude)
 
     order = lambda n: hashlib.sha1(n.encode()).hexdigest()  # noqa: E731
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            for name in sorted((n for n in zf.namelist() if wanted(n) and not n.endswith("/")), key=order):
-                yield f"{path.name}/{name}", _as_text(zf.read(name).decode("utf-8", errors="replace"), fmt)
-        return
     try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                for name in sorted((n for n in zf.namelist() if wanted(n) and not n.endswith("/")), key=order):
+                    yield f"{path.name}/{name}", _as_text(zf.read(name).decode("utf-8", errors="replace"), fmt)
+            return
         with tarfile.open(path, "r:*") as tf:
             members_list = sorted((m for m in tf.getmembers() if m.isfile() and wanted(m.name)), key=lambda m: order(m.name))
             for member in members_list:
                 raw = tf.extractfile(member).read().decode("utf-8", errors="replace")
                 yield f"{path.name}/{member.name}", _as_text(raw, fmt)
-    except tarfile.TarError as exc:
-        raise GlassroomError(f"{path}: not a readable tar or zip archive ({exc})") from None
+    except (tarfile.TarError, zipfile.BadZipFile, NotImplementedError) + READ_ERRORS as exc:
+        raise GlassroomError(f"{path}: not a readable tar or zip archive ({one_line(exc)}); check the file") from None
 
 
 def _jsonl(cfg: SourceConfig, files: list[Path], report: SourceReport) -> Iterator[tuple[str, str]]:
     field, id_field = cfg.option("text_field"), cfg.id_field
     for path in files:
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    report.skip("malformed_jsonl", f"{path}:{lineno}")
-                    continue
-                text = record.get(field) if isinstance(record, dict) else None
-                if not isinstance(text, str):
-                    report.skip("missing_text_field", f"{path}:{lineno}")
-                    continue
-                doc_id = record.get(id_field) if id_field else None
-                yield (f"{path}:{doc_id}" if doc_id is not None else f"{path}:{lineno}"), text
+        lineno = 0
+        try:
+            with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except (json.JSONDecodeError, RecursionError):
+                        report.skip("malformed_jsonl", f"{path}:{lineno}")
+                        continue
+                    text = record.get(field) if isinstance(record, dict) else None
+                    if not isinstance(text, str):
+                        report.skip("missing_text_field", f"{path}:{lineno}")
+                        continue
+                    doc_id = record.get(id_field) if id_field else None
+                    yield (f"{path}:{doc_id}" if doc_id is not None else f"{path}:{lineno}"), text
+        except READ_ERRORS as exc:  # a fake or truncated .gz, an unreadable file: skipped from here on
+            report.skip("unreadable_file", f"{path} (after line {lineno}): {one_line(exc)}")
 
 
 def _parquet(cfg: SourceConfig, files: list[Path], report: SourceReport) -> Iterator[tuple[str, str]]:
@@ -420,5 +440,7 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
                 report.bytes += size
                 doc_id = f"{label}/{key.lstrip('/')}" + (f"#{i}" if len(pieces) > 1 else "")
                 yield {"id": doc_id, "text": piece, "domain": domain, "source": label}
+    except (subprocess.TimeoutExpired, FileNotFoundError) as exc:
+        raise GlassroomError(f"source {label}: {one_line(exc)}") from None
     except subprocess.CalledProcessError as exc:
         raise GlassroomError(f"source {label}: {' '.join(exc.cmd[:2])} failed ({exc.stderr.decode(errors='replace').strip()[:200]})") from None
