@@ -232,20 +232,6 @@ class Trainer:
             self.store.set_status("running", step)
         self._say(f"[{kind}] {text}")
 
-    def _say(self, text: str) -> None:
-        if self.info.is_main and not self.quiet:
-            print(text, file=sys.stderr, flush=True)
-
-    def run(self) -> dict[str, float]:
-        """Train to train.steps; returns the final evaluation."""
-        tc = self.cfg.train
-        try:
-            self.resume_if_possible()
-            final_eval: dict[str, float] = {}
-            while self.step < tc.steps:
-                self.train_step()
-                done = self.step
-                if done % tc.eval_every == 0 or done == tc.steps:
     def _journal(self, kind: str, text: str, step: int, data=None) -> None:
         """Append to the journal, unless a killed process already journaled this (kind, step) and
         this is the resumed run redoing it (resume_if_possible)."""
@@ -265,9 +251,24 @@ class Trainer:
         if any(planted == kind for planted, _ in self.faults.get(step, [])):
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def _say(self, text: str) -> None:
+        if self.info.is_main and not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def run(self) -> dict[str, float]:
+        """Train to train.steps; returns the final evaluation."""
+        tc = self.cfg.train
+        try:
+            self.resume_if_possible()
+            final_eval: dict[str, float] = {}
+            while self.step < tc.steps:
+                self.train_step()
+                done = self.step
+                if done % tc.eval_every == 0 or done == tc.steps:
                     final_eval = self.run_eval()
                 if done % tc.checkpoint_every == 0 or done == tc.steps:
                     self.save()
+                self._planted_kill(done, "kill")
             if not final_eval:
                 final_eval = self.run_eval()
             if self.store is not None:
@@ -282,7 +283,6 @@ class Trainer:
         finally:
             for observer in self.observers:
                 if hasattr(observer, "close"):
-                self._planted_kill(done, "kill")
                     observer.close()
             if self.store is not None:
                 self.store.close()
@@ -432,16 +432,16 @@ class Trainer:
         return results
 
     def save(self) -> None:
+        """Checkpoint the state after self.step. The store's rows up to this step are committed
+        first, so a checkpoint never becomes visible with metrics of its steps still buffered."""
         self.state.extra = {type(o).__name__: o.state() for o in self.observers}
         trainer_state = {"train_state": self.state.__dict__, "config": self.cfg.to_dict()}
+        if self.store is not None:
+            self.store.flush()
         path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
                                     self.cfg.train.keep_last, self.cfg.train.keep_every,
                                     on_visible=self._checkpoint_visible)
         self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
-        """Checkpoint the state after self.step. The store's rows up to this step are committed
-        first, so a checkpoint never becomes visible with metrics of its steps still buffered."""
-        if self.store is not None:
-            self.store.flush()
 
     def _checkpoint_visible(self, path: Path) -> None:
         """Runs on rank 0 right after the checkpoint's rename, before its event: the
