@@ -4,14 +4,16 @@ Every section (model, data, train, observe, ...) is a frozen dataclass. `build_s
 mapping into one, checking each key against the dataclass: an unknown key, a missing key, a value
 of the wrong type or an impossible value raises ConfigError naming the key path (`model.moe.top_k`).
 Integer fields also take counts with suffixes (`50K`); float fields take strings such as `3e-4`,
-which YAML 1.1 would otherwise read as text. `--set key.path=value` overrides apply to the raw
-mapping before validation.
+which YAML 1.1 would otherwise read as text. Every number must be finite: NaN (`.nan`) is refused
+everywhere and infinity (`.inf`) everywhere except fields whose metadata is ALLOW_INF (a bound that
+may be switched off). `--set key.path=value` overrides apply to the raw mapping before validation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -22,6 +24,9 @@ import yaml
 from glassroom import yaml_io
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.units import parse_count
+
+# Field metadata for a float that may be `.inf` (e.g. a warning threshold switched off); NaN never is.
+ALLOW_INF = {"allow_inf": True}
 
 
 # ----------------------------------------------------------------------------- reading files
@@ -34,12 +39,14 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise GlassroomError(f"{path}: no such file")
     if path.is_dir():
         raise GlassroomError(f"{path}: is a folder, expected a YAML config file")
+    if not path.is_file():
+        raise GlassroomError(f"{path}: not a regular file, expected a YAML config file")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yaml_io.load_file(path)
     except UnicodeDecodeError:
         raise GlassroomError(f"{path}: not a text file, expected a YAML config") from None
-    try:
-        data = yaml_io.safe_load(text)
+    except OSError as exc:
+        raise GlassroomError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
     except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
         raise GlassroomError(f"{path}: {yaml_io.describe_error(exc)}") from None
     if not isinstance(data, dict):
@@ -57,9 +64,11 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key.path=value")
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = yaml_io.safe_load(text) if text.strip() else None
         except yaml.YAMLError:
             value = text
+        except yaml_io.YamlLimitError as exc:
+            raise ConfigError(f"--set {key.strip()}: {yaml_io.describe_error(exc)}") from None
         node = result
         parts = key.strip().split(".")
         for part in parts[:-1]:
@@ -93,7 +102,8 @@ def build_section(cls: type, data: Any, path: str) -> Any:
     for name, field in fields.items():
         key_path = f"{path}.{name}"
         if name in data:
-            values[name] = _convert(hints[name], data[name], key_path)
+            values[name] = _convert(hints[name], data[name], key_path,
+                                    allow_inf=bool(field.metadata.get("allow_inf")))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{key_path}: missing required key")
     instance = cls(**values)
@@ -111,7 +121,7 @@ def _describe(value: Any) -> str:
     return f"{value!r}"
 
 
-def _convert(hint: Any, value: Any, path: str) -> Any:
+def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType):
@@ -119,11 +129,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             return None
         options = [a for a in args if a is not type(None)]
         if len(options) == 1:
-            return _convert(options[0], value, path)
+            return _convert(options[0], value, path, allow_inf)
         errors = []
         for option in options:
             try:
-                return _convert(option, value, path)
+                return _convert(option, value, path, allow_inf)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0])
@@ -162,20 +172,25 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             number = parse_count(value)
         except ValueError:
             raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}") from None
-        if number != int(number):
+        if not math.isfinite(number) or number != int(number):
             raise ConfigError(f"{path}: expected a whole number, got {value!r}")
         return int(number)
     if hint is float:
         if isinstance(value, bool):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value) if not isinstance(value, int) or abs(value) < 2 ** 1023 else math.inf
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
+        if number is None:
+            raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
+        if math.isnan(number) or (math.isinf(number) and not allow_inf):
+            raise ConfigError(f"{path}: must be a finite number, got {value!r}")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected text, got {_describe(value)}")

@@ -13,6 +13,12 @@ many GPUs under torchrun (FSDP2 or DDP). Metrics, events and evaluations go to t
 RUN_DIR, which `glassroom serve` shows live; checkpoints go to RUN_DIR/checkpoints. A run killed at
 any point continues exactly with --resume. docs/train.md lists every config key.
 
+Every input is checked before RUN_DIR is created (config values, the dataset, its shard indexes,
+token ids against the vocabulary, seq_len against every shard): a mistake is one line, `error: ...`,
+exit 2, and leaves RUN_DIR as it was. --out must be a new folder, an empty one, or a run (with
+--resume); a start that fails before its first step removes what it created. docs/train.md has the
+list of what is refused.
+
 examples:
   glassroom train experiments/train-dense.yaml --out lab/runs/dense
   glassroom train experiments/train-dense.yaml --out lab/runs/dense --set train.steps=400 --resume
@@ -23,7 +29,8 @@ examples:
 def register(sub) -> None:
     p = new_command(sub, "train", "train a model from a run config", DESCRIPTION)
     p.add_argument("config", nargs="?", metavar="RUN.yaml", help="run config (with --resume: default RUN_DIR/config.yaml)")
-    p.add_argument("--out", required=True, metavar="RUN_DIR", help="the run's folder (store, config, checkpoints)")
+    p.add_argument("--out", required=True, metavar="RUN_DIR",
+                   help="the run's folder (store, config, checkpoints): new, empty, or a run to --resume")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. train.steps=500")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its newest checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -36,21 +43,36 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.errors import GlassroomError
     from glassroom.train.config import load_run_config
 
+    from glassroom.train.preflight import check_launch
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise GlassroomError(f"--out {out}: is a file, not a folder")
+    if args.resume and not (out / "config.yaml").is_file():
+        raise GlassroomError(f"--out {out}: nothing to resume (no config.yaml); start it without --resume")
     config = args.config
     if config is None:
         if not args.resume:
             raise GlassroomError("train: give a RUN.yaml config (or --resume to continue RUN_DIR with its own config)")
-        config = Path(args.out) / "config.yaml"
-        if not config.is_file():
-            raise GlassroomError(f"{args.out}: nothing to resume (no config.yaml)")
+        config = out / "config.yaml"
     cfg = load_run_config(config, args.set)
+    check_launch()
+    if not args.resume:
+        from glassroom.train.run_dir import check_new_run_dir
+
+        check_new_run_dir(out)
 
     from glassroom.train import parallel
     from glassroom.train.trainer import Trainer
 
+    trainer = None
     try:
-        trainer = Trainer(cfg, Path(args.out), resume=args.resume, quiet=args.quiet)
+        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
         final = trainer.run()
+    except BaseException:
+        if trainer is not None and trainer.step == 0:
+            trainer.undo_failed_start()  # a new run that never finished a step leaves nothing behind
+        raise
     finally:
         parallel.teardown()
     if trainer.info.is_main and not args.quiet:

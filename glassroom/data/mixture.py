@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glassroom.data.shards import Shard, read_manifest
+from glassroom.data.shards import Shard, check_manifest, read_manifest
 from glassroom.errors import GlassroomError
 
 BLOCK = 65536  # domain slots per schedule block: shares exact to 1/65536 over every block
@@ -37,6 +37,7 @@ class Dataset:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
+        check_manifest(self.manifest, self.path / "manifest.json")
         self.domains: list[str] = list(self.manifest["domains"])
         self.dtype = np.dtype(self.manifest["dtype"])
         self.vocab_size: int = self.manifest["tokenizer"]["vocab_size"]
@@ -48,7 +49,12 @@ class Dataset:
             raise GlassroomError(f"{self.path}: no domain {domain!r} (it has {', '.join(self.domains)})")
         key = (domain, split)
         if key not in self._shards:
-            self._shards[key] = Shard(self.path, domain, split, self.dtype)
+            shard = Shard(self.path, domain, split, self.dtype, self.manifest["domains"][domain][split].get("max_token_id"))
+            expected = self.manifest["domains"][domain][split]["tokens"]
+            if len(shard) != expected:
+                raise GlassroomError(f"{shard.paths['tokens']}: holds {len(shard)} tokens, manifest.json says {expected} "
+                                     f"(a damaged or replaced shard); rebuild the dataset")
+            self._shards[key] = shard
         return self._shards[key]
 
     def bytes_per_token(self, domain: str, split: str = "validation") -> float:
@@ -68,7 +74,8 @@ class Dataset:
         shard = self.shard(domain, "validation")
         n = (len(shard) - 1) // seq_len
         if n < 1:
-            raise GlassroomError(f"domain {domain}: {len(shard)} validation tokens, fewer than seq_len + 1 = {seq_len + 1}")
+            raise GlassroomError(f"{shard.paths['tokens']}: domain {domain} has {len(shard)} validation tokens, fewer than "
+                                 f"seq_len + 1 = {seq_len + 1}; lower seq_len or rebuild with more validation data")
         if max_sequences is not None:
             n = min(n, max_sequences)
         for first in range(0, n, batch_size):
@@ -181,7 +188,8 @@ class Mixture:
         self.windows = np.array([(len(s) - 1) // seq_len for s in self.shards], dtype=np.int64)
         for d, n, s in zip(self.domains, self.windows, self.shards):
             if n < 1:
-                raise GlassroomError(f"mixture: domain {d} has {len(s)} train tokens, fewer than seq_len + 1 = {seq_len + 1}")
+                raise GlassroomError(f"{s.paths['tokens']}: domain {d} has {len(s)} train tokens, fewer than "
+                                     f"seq_len + 1 = {seq_len + 1}; lower seq_len or give {d} weight 0")
         self.counts = block_counts([self.weights[d] for d in self.domains])
 
     @lru_cache(maxsize=4)

@@ -6,13 +6,23 @@ each followed by EOS, as raw little-endian uint16 (vocabulary below 65,536) or u
                       doc_bytes (int64, UTF-8 bytes of each cleaned document), doc_source (int32,
                       index into the domain's `sources` list in manifest.json)
   `<split>.ids.txt`   the document ids, one a line, in shard order
-Files are written under temporary names and renamed when complete.
+Files are written under temporary names and renamed when complete; the manifest records each
+shard's token count and its largest token id (`max_token_id`).
+
+Reading checks what a damaged or hand-edited dataset would get wrong, each as one line naming the
+file: an index that is not a valid .npz or lacks a field, offsets that do not start at 0, go
+backwards or end elsewhere than the .bin's length, a .bin that is not a whole number of tokens of
+the manifest's dtype, and (`Shard.max_token_id`) token ids at or above the vocabulary: a full scan
+of shards up to SCAN_FULL_TOKENS tokens; above that the id recorded at build time together with a
+scan of SCAN_SAMPLES evenly spaced windows of SCAN_WINDOW tokens (the first and last included), so
+a few flipped ids in a huge shard can slip through.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +30,10 @@ import numpy as np
 from glassroom.errors import GlassroomError
 
 SPLITS = ("train", "validation")
+SCAN_FULL_TOKENS = 64 * 2**20  # shards up to this many tokens are scanned whole for their largest id
+SCAN_SAMPLES = 256  # windows scanned in bigger shards...
+SCAN_WINDOW = 65536  # ...of this many tokens each
+TOKEN_DTYPES = ("uint16", "uint32")
 
 
 def shard_paths(root: Path, domain: str, split: str) -> dict[str, Path]:
@@ -45,10 +59,13 @@ class ShardWriter:
         self.doc_bytes: list[int] = []
         self.doc_source: list[int] = []
         self.n_tokens = 0
+        self.max_token_id = -1
 
     def add(self, ids: np.ndarray, offsets: np.ndarray, docs: list[dict], source_index: dict[str, int]) -> None:
         """Append a batch from tokenizer.encode_documents with the documents it encodes."""
         self.tokens_file.write(ids.astype(self.dtype, copy=False).tobytes())
+        if len(ids):
+            self.max_token_id = max(self.max_token_id, int(ids.max()))
         self.offsets.append(offsets[1:] + self.n_tokens)
         self.n_tokens += int(offsets[-1])
         for doc in docs:
@@ -57,7 +74,7 @@ class ShardWriter:
             self.ids_file.write(doc["id"].replace("\n", " ") + "\n")
 
     def close(self) -> dict:
-        """Finish the files; returns {documents, tokens, bytes} of the shard."""
+        """Finish the files; returns {documents, tokens, bytes, max_token_id} of the shard."""
         self.tokens_file.close()
         self.ids_file.close()
         offsets = np.concatenate(self.offsets)
@@ -66,29 +83,32 @@ class ShardWriter:
                      doc_source=np.asarray(self.doc_source, dtype=np.int32))
         for key, path in self.paths.items():
             os.replace(self.tmp[key], path)
-        return {"documents": len(self.doc_bytes), "tokens": self.n_tokens, "bytes": int(sum(self.doc_bytes))}
+        return {"documents": len(self.doc_bytes), "tokens": self.n_tokens, "bytes": int(sum(self.doc_bytes)),
+                "max_token_id": self.max_token_id}
 
 
 class Shard:
-    """Read access to one domain/split: tokens as a memmap, the index, document ids and text."""
+    """Read access to one domain/split: tokens as a memmap, the index, document ids and text.
 
-    def __init__(self, root: Path, domain: str, split: str, dtype: str | np.dtype) -> None:
+    Opening checks the index against the token file (see the module doc); `recorded_max` is the
+    largest token id the manifest recorded at build time, if any.
+    """
+
+    def __init__(self, root: Path, domain: str, split: str, dtype: str | np.dtype,
+                 recorded_max: int | None = None) -> None:
         self.paths = shard_paths(root, domain, split)
         for key in ("tokens", "index"):
             if not self.paths[key].is_file():
                 raise GlassroomError(f"{self.paths[key]}: missing; rebuild the dataset with glassroom data build")
         self.domain, self.split = domain, split
         self.dtype = np.dtype(dtype)
+        self.recorded_max = recorded_max
         size = self.paths["tokens"].stat().st_size
         if size % self.dtype.itemsize:
-            raise GlassroomError(f"{self.paths['tokens']}: size {size} is not a whole number of {self.dtype} tokens (corrupt shard)")
+            raise GlassroomError(f"{self.paths['tokens']}: size {size} is not a whole number of {self.dtype} tokens (corrupt shard); rebuild the dataset")
         self.tokens = np.memmap(self.paths["tokens"], dtype=self.dtype, mode="r") if size else np.zeros(0, self.dtype)
-        with np.load(self.paths["index"]) as index:
-            self.doc_offsets = index["doc_offsets"]
-            self.doc_bytes = index["doc_bytes"]
-            self.doc_source = index["doc_source"]
-        if int(self.doc_offsets[-1]) != len(self.tokens):
-            raise GlassroomError(f"{self.paths['tokens']}: index says {int(self.doc_offsets[-1])} tokens, file has {len(self.tokens)} (corrupt shard)")
+        self.doc_offsets, self.doc_bytes, self.doc_source = _read_index(self.paths["index"], len(self.tokens))
+        self._max_token: tuple[int, str] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -108,6 +128,31 @@ class Shard:
         """Token ids of document i without its trailing EOS."""
         return np.asarray(self.tokens[self.doc_offsets[i]: self.doc_offsets[i + 1] - 1])
 
+    def max_token_id(self) -> tuple[int, str]:
+        """(largest token id, how it was found) of this shard; -1 when it is empty. See the module doc."""
+        if self._max_token is None:
+            n = len(self.tokens)
+            if n == 0:
+                self._max_token = (-1, "empty")
+            elif n <= SCAN_FULL_TOKENS:
+                self._max_token = (_chunked_max(self.tokens, 0, n), "full scan")
+            else:
+                starts = np.linspace(0, n - SCAN_WINDOW, SCAN_SAMPLES).astype(np.int64)
+                found = max(int(np.max(self.tokens[s: s + SCAN_WINDOW])) for s in starts)
+                if self.recorded_max is not None:
+                    found = max(found, int(self.recorded_max))
+                self._max_token = (found, "recorded at build time and a sampled scan")
+        return self._max_token
+
+    def check_token_ids(self, vocab_size: int, what: str) -> None:
+        """A one-line error when a token id is at or above `vocab_size` (`what` names that limit)."""
+        found, how = self.max_token_id()
+        if found >= vocab_size:
+            raise GlassroomError(
+                f"{self.paths['tokens']}: holds token id {found}, at or above {what} ({vocab_size}) "
+                f"({how}); the shard is corrupt or from another tokenizer: rebuild the dataset"
+            )
+
     def bytes_between(self, start: int, stop: int) -> float:
         """UTF-8 bytes of text that tokens [start, stop) cover (documents cut pro rata by tokens)."""
         offs = self.doc_offsets
@@ -120,6 +165,73 @@ class Shard:
             if overlap > 0:
                 total += self.doc_bytes[i] * overlap / (hi - lo)
         return total
+
+
+def _chunked_max(tokens: np.ndarray, start: int, stop: int, chunk: int = 1 << 24) -> int:
+    return max(int(np.max(tokens[i: min(i + chunk, stop)])) for i in range(start, stop, chunk))
+
+
+def _read_index(path: Path, n_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(doc_offsets, doc_bytes, doc_source) of an index file, checked against a shard of n_tokens."""
+    def corrupt(what: str) -> GlassroomError:
+        return GlassroomError(f"{path}: {what} (corrupt shard index); rebuild the dataset")
+
+    try:
+        index = np.load(path, allow_pickle=False)
+        if not isinstance(index, np.lib.npyio.NpzFile):
+            raise corrupt("not an .npz archive")
+        with index:
+            missing = [k for k in ("doc_offsets", "doc_bytes", "doc_source") if k not in index.files]
+            if missing:
+                raise corrupt(f"lacks {', '.join(missing)}")
+            offsets, doc_bytes, doc_source = index["doc_offsets"], index["doc_bytes"], index["doc_source"]
+    except GlassroomError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, TypeError) as exc:
+        raise corrupt(f"cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'truncated'})") from None
+    for name, arr in (("doc_offsets", offsets), ("doc_bytes", doc_bytes), ("doc_source", doc_source)):
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise corrupt(f"{name} is not a list of whole numbers ({arr.dtype}, {arr.ndim}-D)")
+    if len(offsets) < 1 or int(offsets[0]) != 0:
+        raise corrupt("doc_offsets does not start at 0")
+    if len(offsets) > 1 and bool((np.diff(offsets) < 0).any()):
+        raise corrupt("doc_offsets go backwards")
+    if int(offsets[-1]) != n_tokens:
+        raise corrupt(f"doc_offsets end at token {int(offsets[-1])}, the .bin holds {n_tokens} tokens")
+    docs = len(offsets) - 1
+    if len(doc_bytes) != docs or len(doc_source) != docs:
+        raise corrupt(f"{docs} documents in doc_offsets, {len(doc_bytes)} in doc_bytes, {len(doc_source)} in doc_source")
+    if docs and (int(doc_bytes.min()) < 0 or int(doc_source.min()) < 0):
+        raise corrupt("negative doc_bytes or doc_source")
+    return offsets.astype(np.int64, copy=False), doc_bytes.astype(np.int64, copy=False), doc_source
+
+
+def check_manifest(manifest, path: Path) -> None:
+    """A one-line error naming manifest.json when the fields a reader needs are absent or malformed."""
+    def bad(what: str) -> GlassroomError:
+        return GlassroomError(f"{path}: {what}; rebuild the dataset with glassroom data build")
+
+    if not isinstance(manifest, dict):
+        raise bad("not a JSON object")
+    if manifest.get("dtype") not in TOKEN_DTYPES:
+        raise bad(f"dtype is {manifest.get('dtype')!r}, expected one of {', '.join(TOKEN_DTYPES)}")
+    tok = manifest.get("tokenizer")
+    if not isinstance(tok, dict) or not all(isinstance(tok.get(k), int) and not isinstance(tok.get(k), bool)
+                                            for k in ("vocab_size", "eos_id")):
+        raise bad("tokenizer.vocab_size and tokenizer.eos_id must be whole numbers")
+    if tok["vocab_size"] < 1 or not 0 <= tok["eos_id"] < tok["vocab_size"]:
+        raise bad(f"tokenizer.vocab_size {tok['vocab_size']} and eos_id {tok['eos_id']} are impossible")
+    if tok["vocab_size"] > np.iinfo(np.dtype(manifest["dtype"])).max + 1:
+        raise bad(f"tokenizer.vocab_size {tok['vocab_size']} does not fit dtype {manifest['dtype']}")
+    domains = manifest.get("domains")
+    if not isinstance(domains, dict) or not domains:
+        raise bad("domains is missing or empty")
+    for name, entry in domains.items():
+        for split in SPLITS:
+            info = entry.get(split) if isinstance(entry, dict) else None
+            tokens = info.get("tokens") if isinstance(info, dict) else None
+            if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+                raise bad(f"domains.{name}.{split}.tokens is missing or not a whole number")
 
 
 def read_manifest(root: str | Path) -> dict:

@@ -4,7 +4,8 @@ Fixed keys (users' files rely on them): data.path, data.weights, train.steps, tr
 (sequences per optimizer step, global), train.micro_batch_size, train.seq_len, train.lr,
 train.seed, train.checkpoint_every, train.eval_every, train.device. The others have documented
 defaults (docs/train.md). `load_run_config` applies `--set` overrides, validates everything and
-names the key path of any mistake.
+names the key path of any mistake. Every number must be finite (NaN and infinity are refused with
+the key's path), except data.max_epochs, where `.inf` switches the warning off.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from glassroom.config import apply_overrides, build_section, load_yaml, require_non_negative, require_positive
+from glassroom.config import ALLOW_INF, apply_overrides, build_section, load_yaml, require_non_negative, require_positive
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.model.config import ModelConfig, model_config_from_mapping
 
@@ -24,10 +25,11 @@ class DataSection:
     path: str
     # Domain -> weight (normalised); null trains on every domain in proportion to its tokens.
     weights: Optional[dict[str, float]] = None
-    # Warn when a domain would be repeated more than this many times over the run.
-    max_epochs: float = 4.0
+    # Warn when a domain would be repeated more than this many times over the run (.inf: never).
+    max_epochs: float = field(default=4.0, metadata=ALLOW_INF)
 
     def check(self, path: str) -> None:
+        require_positive(path, max_epochs=self.max_epochs)
         if self.weights is not None:
             for domain, weight in self.weights.items():
                 if weight < 0:

@@ -3,19 +3,28 @@
 `--resume` continues only when the settings that shape the model, the data stream and the optimizer
 state are the ones the run started with (RESUME_FIXED); the number of steps, the schedule, the
 evaluation and checkpoint intervals and what is observed may change.
+
+A new run goes into a folder that does not exist, an empty one, or one holding only a run store
+without a config (a run not yet started, e.g. with a preregistered prediction); any other folder is
+refused. `before_start` records what the folder held, so that `undo_start` can remove what a start
+that failed before its first step created, and nothing else.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
+from glassroom import yaml_io
 from glassroom.errors import GlassroomError
 
 CONFIG_FILE = "config.yaml"
+STORE_FILE = "store.sqlite"  # glassroom.observe.store.STORE_FILE (not imported: that pulls in the store)
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
                 "train.optimizer")
 
@@ -43,7 +52,83 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise GlassroomError(f"{run_dir}: nothing to resume (no {CONFIG_FILE}); start it without --resume")
-    return yaml.safe_load(path.read_text())
+    try:
+        saved = yaml_io.load_file(path)
+    except (yaml.YAMLError, yaml_io.YamlLimitError, UnicodeDecodeError) as exc:
+        what = "not text" if isinstance(exc, UnicodeDecodeError) else yaml_io.describe_error(exc)
+        raise GlassroomError(f"{path}: {what}; the run's saved config is damaged") from None
+    if not isinstance(saved, dict):
+        raise GlassroomError(f"{path}: not a mapping of sections; the run's saved config is damaged")
+    return saved
+
+
+def _is_store_file(name: str) -> bool:
+    return name == STORE_FILE or (name.startswith(STORE_FILE + "-") and name[len(STORE_FILE) + 1:] in ("wal", "shm", "journal"))
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """A one-line error unless `run_dir` may receive a new run (see the module doc)."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise GlassroomError(f"--out {run_dir}: is a file, not a folder")
+    if not run_dir.is_dir():
+        return
+    # A store without a config is a run not yet started: it may hold a preregistered prediction.
+    if (run_dir / CONFIG_FILE).exists():
+        raise GlassroomError(
+            f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
+        )
+    others = sorted(p.name for p in run_dir.iterdir() if not _is_store_file(p.name) and p.name != f".{CONFIG_FILE}.tmp")
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise GlassroomError(
+            f"--out {run_dir}: exists and is not a run folder (it holds {shown}); choose a new or empty folder"
+        )
+
+
+@dataclass(frozen=True)
+class StartRecord:
+    """What RUN_DIR held before a start: enough to remove what the start created, and only that."""
+
+    run_dir: Path
+    created_from: Optional[Path]  # the highest folder of run_dir's path that did not exist yet
+    existing: frozenset[str]  # names inside run_dir before the start (empty when it did not exist)
+
+
+def before_start(run_dir: Path) -> StartRecord:
+    run_dir = Path(run_dir).absolute()
+    if run_dir.is_dir():
+        return StartRecord(run_dir, None, frozenset(p.name for p in run_dir.iterdir()))
+    top = run_dir
+    while not top.parent.exists() and top.parent != top.parent.parent:
+        top = top.parent
+    return StartRecord(run_dir, top, frozenset())
+
+
+def undo_start(record: StartRecord) -> None:
+    """Remove what a failed start created in RUN_DIR (the folder itself if it made it); best effort,
+    never touching anything that was there before. A pre-existing store keeps its -wal/-shm files."""
+    run_dir = record.run_dir
+    if not run_dir.is_dir():
+        return
+    if record.created_from is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        folder = run_dir.parent
+        while record.created_from in (folder, *folder.parents) and folder.is_dir():
+            try:
+                folder.rmdir()  # only while empty: another process may have written beside us
+            except OSError:
+                break
+            folder = folder.parent
+        return
+    keep_store = STORE_FILE in record.existing
+    for path in run_dir.iterdir():
+        if path.name in record.existing or (keep_store and _is_store_file(path.name)):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lambda: None) -> str:
@@ -63,11 +148,7 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
             )
         state = "resumed"
     else:
-        # A store without a config is a run not yet started: it may hold a preregistered prediction.
-        if (run_dir / CONFIG_FILE).exists():
-            raise GlassroomError(
-                f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
-            )
+        check_new_run_dir(run_dir)
         state = "new"
     barrier()
     if is_main:

@@ -34,7 +34,7 @@ from glassroom.train.config import RunConfig
 from glassroom.train.evaluate import evaluate, load_validation
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
-from glassroom.train.run_dir import prepare_run_dir
+from glassroom.train.run_dir import before_start, prepare_run_dir, undo_start
 
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
 # "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
@@ -95,22 +95,38 @@ class Trainer:
         self.accum = per_rank // tc.micro_batch_size
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
 
-        from glassroom.data.mixture import Dataset, Mixture
+        from glassroom.data.mixture import Mixture
+        from glassroom.train import preflight
 
-        self.dataset = Dataset(cfg.data.path)
+        # Every input is checked before RUN_DIR is created or touched (glassroom.train.preflight).
+        self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
+        self.dataset = preflight.open_dataset(cfg)
+        preflight.check_data(cfg, self.dataset)
         weights = cfg.data.weights or {
             d: float(info["train"]["tokens"]) for d, info in self.dataset.manifest["domains"].items()
         }
         self.mixture = Mixture(self.dataset, weights, tc.seq_len, tc.batch_size, tc.seed, cfg.data.max_epochs)
         self.manifest = self.dataset.manifest
-        vocab = int(self.manifest["tokenizer"]["vocab_size"])
-        if cfg.model.vocab_size < vocab:
-            raise GlassroomError(
-                f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer ({vocab})"
-            )
+        self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
+        self.start_record = before_start(self.run_dir)
         self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
                                               barrier=lambda: parallel.barrier(self.info))
+        try:
+            self._start_up()
+        except BaseException:
+            if getattr(self, "store", None) is not None:
+                self.store.close()
+            self.undo_failed_start()
+            raise
 
+    def undo_failed_start(self) -> None:
+        """Remove what this start created in RUN_DIR (a new run that failed before its first step)."""
+        if self.info.is_main and self.state_at_start == "new":
+            undo_start(self.start_record)
+
+    def _start_up(self) -> None:
+        """Model, optimizer, store and observers: after RUN_DIR is prepared (undone if this fails)."""
+        cfg, tc = self.cfg, self.cfg.train
         from glassroom.model.transformer import build_model
 
         torch.manual_seed(tc.seed)
@@ -127,7 +143,6 @@ class Trainer:
         self.lr_at = lr_multiplier(tc)
         self.flops_per_token = self._flops_per_token()
         self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
-        self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
         self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
         self.step = 0
         self.store: Optional[StoreWriter] = StoreWriter(self.run_dir) if self.info.is_main else None
@@ -141,7 +156,6 @@ class Trainer:
 
             self.observers.append(BandWatcher(prediction))
         self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
-        self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
 
     def _preregistered(self):
         """The prediction preregistered in this run's store before it started, if any."""

@@ -1,0 +1,99 @@
+"""What `glassroom train` checks before it creates or touches RUN_DIR, so a bad input costs no step.
+
+The config itself is validated by glassroom.train.config (types, ranges, finite numbers). Here:
+the launch (torchrun's variables on one process), the dataset (`data.path` is a built dataset
+whose manifest, shard indexes and token files agree), the config against the dataset (every
+domain in `data.weights` exists, no domain is empty, every shard trained or evaluated on holds at
+least `train.seq_len + 1` tokens, `model.vocab_size` covers the tokenizer) and every token id of
+those shards against the tokenizer's vocabulary (glassroom.data.shards: a full scan of small
+shards, the id recorded at build time plus a sampled scan of big ones). Each problem is one
+GlassroomError naming the key, the shard or the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from glassroom.errors import GlassroomError
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_launch(env=None) -> None:
+    """One process, or a torchrun launch whose variables are all there and consistent."""
+    env = os.environ if env is None else env
+    if "WORLD_SIZE" not in env:
+        return
+    try:
+        world = int(env["WORLD_SIZE"])
+    except ValueError:
+        raise GlassroomError(f"WORLD_SIZE={env['WORLD_SIZE']!r}: not a whole number; unset it, or launch with torchrun") from None
+    if world < 1:
+        raise GlassroomError(f"WORLD_SIZE={world}: must be 1 or more; unset it, or launch with torchrun")
+    if world == 1:
+        return
+    missing = [k for k in TORCHRUN_VARS if not env.get(k)]
+    if missing:
+        raise GlassroomError(
+            f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
+            f"start many processes with torchrun --nproc_per_node={world} -m glassroom train ..., or unset WORLD_SIZE"
+        )
+    for key in ("RANK", "LOCAL_RANK"):
+        try:
+            value = int(env[key])
+        except ValueError:
+            raise GlassroomError(f"{key}={env[key]!r}: not a whole number; launch with torchrun") from None
+        if not 0 <= value < world:
+            raise GlassroomError(f"{key}={value}: not in 0..{world - 1} (WORLD_SIZE={world}); launch with torchrun")
+
+
+def open_dataset(cfg):
+    """The dataset of `data.path`, its manifest checked; errors name data.path."""
+    from glassroom.data.mixture import Dataset
+
+    path = Path(cfg.data.path)
+    if not path.exists():
+        raise GlassroomError(f"data.path: {path}: not a built dataset (no such folder); run glassroom data build first")
+    if not path.is_dir():
+        raise GlassroomError(f"data.path: {path}: not a built dataset (a file, not a folder)")
+    try:
+        return Dataset(path)
+    except GlassroomError as exc:
+        raise GlassroomError(f"data.path: {exc}") from None
+
+
+def check_data(cfg, dataset) -> None:
+    """The config against the dataset, and every shard it will read (see the module doc)."""
+    tc, path = cfg.train, dataset.path
+    domains = dataset.domains
+    for name in (cfg.data.weights or {}):
+        if name not in domains:
+            raise GlassroomError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
+                                 f"(it has {', '.join(domains)})")
+    vocab = int(dataset.vocab_size)
+    if cfg.model.vocab_size < vocab:
+        raise GlassroomError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
+                             f"({vocab}, {path / 'manifest.json'}); raise model.vocab_size to at least {vocab}")
+    entries = dataset.manifest["domains"]
+    for name in domains:
+        if entries[name]["train"]["tokens"] == 0 and entries[name]["validation"]["tokens"] == 0:
+            raise GlassroomError(f"data.path: domain {name} of {path} is empty (no tokens); rebuild the dataset "
+                                 f"with documents for it or without it")
+    if cfg.data.weights is not None:
+        trained = [d for d, w in cfg.data.weights.items() if w > 0]
+    else:
+        trained = [d for d in domains if entries[d]["train"]["tokens"] > 0]
+    needs = [(d, "train") for d in trained] + [(d, "validation") for d in domains]
+    for domain, split in needs:
+        shard = dataset.shard(domain, split)
+        if len(shard) == 0 and split == "train":
+            raise GlassroomError(f"data.weights.{domain}: domain {domain} has no train tokens "
+                                 f"({shard.paths['tokens']}); give it weight 0")
+        if len(shard) < tc.seq_len + 1:
+            use = "trained on" if split == "train" else "evaluated on"
+            raise GlassroomError(
+                f"train.seq_len: {tc.seq_len} is too long for {shard.paths['tokens']} ({len(shard)} tokens; one "
+                f"sequence needs seq_len + 1, and domain {domain} is {use}); lower train.seq_len"
+            )
+        shard.check_token_ids(vocab, "the tokenizer's vocabulary, manifest.json tokenizer.vocab_size")
