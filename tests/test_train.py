@@ -8,14 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, TINY, losses, run_train, train_cmd
+from train_helpers import ROOT, TINY, assert_same_store, losses, run_train, train_cmd
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +52,15 @@ def test_run_store_has_the_metrics_events_and_evaluations(reference_run):
 
 def test_sigkill_then_resume_continues_bit_for_bit(tiny_dataset, reference_run, tmp_path):
     out = tmp_path / "killed"
-    # keep_last=10 keeps step 4 on disk until we see it; it does not change what is trained.
-    process = subprocess.Popen(train_cmd(out, tiny_dataset, "train.keep_last=10"), cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "step_0000004").exists():
-        assert process.poll() is None and time.time() < deadline, "training ended before its first checkpoint"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert len(losses(out)) < 12  # it really was interrupted
+    # SIGKILL planted right after step 4's checkpoint is renamed into place: no timing race.
+    killed = run_train(out, tiny_dataset, env={"GLASSROOM_FAULTS": "kill_after_checkpoint@4"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(losses(out)) == 4  # it really was interrupted, with every row of the visible checkpoint
     resumed = run_train(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     np.testing.assert_array_equal(losses(out), losses(reference_run))
     np.testing.assert_array_equal(losses(out, "eval/macro/bpb"), losses(reference_run, "eval/macro/bpb"))
+    assert_same_store(out, reference_run)
     with StoreReader(out) as reader:
         assert any(e["kind"] == "resume" for e in reader.events())
 
