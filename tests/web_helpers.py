@@ -92,10 +92,11 @@ def write_run(run_dir: Path, steps: int = 3000, layers: int = 4, moe_layers=(1, 
     return run_dir
 
 
-def write_prediction(run_dir: Path, steps: int = 3000) -> dict:
+def write_prediction(run_dir: Path, steps: int = 3000, **extra) -> dict:
+    """The ladder's `prediction` artifact (written once); `extra` adds fields such as metric or seal."""
     xs = list(range(0, steps + 1, 50))
     mean = [2.1 + 6.0 * math.exp(-max(x, 1) / 300) + 1.2 * max(x, 1) ** -0.25 for x in xs]
-    pred = {"steps": xs, "mean": mean, "lo": [m - 0.08 for m in mean], "hi": [m + 0.08 for m in mean]}
+    pred = {"steps": xs, "mean": mean, "lo": [m - 0.08 for m in mean], "hi": [m + 0.08 for m in mean], **extra}
     with StoreWriter(run_dir) as w:
         w.set_artifact("prediction", pred)
     return pred

@@ -13,8 +13,9 @@ Add a note to a run's journal: it appears on the run's timeline and as a marker 
 run is training: the note is one more event in the run store. Notes are redacted like everything
 else shown (tokens, KEY=VALUE secrets, URL credentials).
 
---private keeps the note out of the published site (and out of `serve` bound to a non-loopback
-address); --private-run does the same for the whole run, --public-run undoes that.
+--private TEXT adds TEXT as a private note: kept out of the published site (and out of `serve`
+bound to a non-loopback address); --private-run does the same for the whole run, --public-run
+undoes that.
 
 examples:
   glassroom note lab/runs/hero "raised the router bias rate to 2e-3 from here; see issue 12"
@@ -28,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("text", nargs="?", help="the note (optional with --private-run / --public-run)")
     p.add_argument("--step", type=int, help="the step it refers to (default: the run's latest step)")
-    p.add_argument("--private", action="store_true", help="keep this note out of the published site")
+    p.add_argument("--private", metavar="TEXT", help="add TEXT as a private note, kept out of the published site")
     visibility = p.add_mutually_exclusive_group()
     visibility.add_argument("--private-run", action="store_true",
                             help="mark the whole run private: left out of `glassroom publish`")
@@ -44,12 +45,15 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.observe.runs import VISIBILITY
     from glassroom.observe.store import StoreReader, StoreWriter, store_path
 
-    text = (args.text or "").strip()
+    if args.text is not None and args.private is not None:
+        raise GlassroomError('note: give the text once, either as "text" or as --private "text"')
+    private_note = args.private is not None
+    text = (args.private if private_note else args.text or "").strip()
     changes_visibility = args.private_run or args.public_run
+    if private_note and not text:
+        raise GlassroomError("note: --private: the text is empty")
     if not text and not changes_visibility:
         raise GlassroomError("note: the text is empty")
-    if args.private and not text:
-        raise GlassroomError("note: --private marks a note; give its text (or use --private-run for the run)")
     path = store_path(args.run_dir)
     if not path.is_file():
         raise GlassroomError(f"{args.run_dir}: not a run (no store.sqlite); give the folder of a run")
@@ -69,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
                 writer.set_artifact(VISIBILITY, {"private": private, "time": time.time()})
                 said.append(f"{args.run_dir} is now {'private: left out of glassroom publish' if private else 'public'}")
             if text:
-                event_id = writer.event("note", text, step, {"private": True} if args.private else None)
-                said.append(f"{'private ' if args.private else ''}note {event_id} added to {args.run_dir} at step {step}")
+                event_id = writer.event("note", text, step, {"private": True} if private_note else None)
+                said.append(f"{'private ' if private_note else ''}note {event_id} added to {args.run_dir} at step {step}")
         finally:
             writer.conn.close()  # nothing buffered; leave the run's status alone
     except sqlite3.DatabaseError as exc:

@@ -75,6 +75,9 @@ _PAIR_RE = re.compile(
     r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|\s+(?=[^\s\-]))"
     r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
 
+_INNER_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)=(?!=)")
+_ARGV_FLAG_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_\-]*$")
+
 
 def _words(key: Any) -> list[str]:
     text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key))
@@ -114,6 +117,9 @@ def _redact_pairs(text: str) -> str:
         key = m.group("flag") or m.group("key")
         if not key_is_secret(key):
             continue
+        inner = _INNER_PAIR_RE.match(text, m.end())
+        if inner and key_is_secret(inner.group(1)):
+            continue   # "key: HF_TOKEN=...": the inner pair is redacted on its own
         value = _VALUE_RE.match(text, m.end())
         if value is None or value.group(0) in ('""', "''"):
             continue
@@ -147,7 +153,8 @@ def _scalar_under_secret(value: Any) -> Any:
 
 def redact(value: Any, key: Any = None) -> Any:
     """A copy of a config-like tree with secret-looking values replaced by `<redacted>`; strings
-    everywhere (dict keys too) go through redact_text. Tuples come back as lists."""
+    everywhere (dict keys too) go through redact_text; in a list, the element after a secret flag
+    (`["--api-key", "abc"]`) is redacted. Tuples come back as lists."""
     if key is not None:
         if key_is_environment(key) and value not in (None, "", {}, []):
             return REDACTED
@@ -158,7 +165,14 @@ def redact(value: Any, key: Any = None) -> Any:
     if isinstance(value, dict):
         return {(redact_text(k) if isinstance(k, str) else k): redact(v, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
+        out = [redact(v) for v in value]
+        # An argv list: ["--api-key", "abc"] holds the secret in the element after the flag.
+        for i in range(len(value) - 1):
+            flag = value[i]
+            if (isinstance(flag, str) and _ARGV_FLAG_RE.match(flag) and key_is_secret(flag.lstrip("-"))
+                    and isinstance(value[i + 1], str) and not value[i + 1].startswith("-")):
+                out[i + 1] = REDACTED
+        return out
     if isinstance(value, str):
         return redact_text(value)
     return value

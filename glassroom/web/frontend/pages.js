@@ -27,8 +27,10 @@ function badge(state, stale) {
 function showError(e) {
   const box = document.getElementById("error");
   if (box) { box.textContent = String(e.message || e); box.hidden = false; }
+  GR.error = String(e.message || e);
   console.error(e);
 }
+GR.showError = showError;
 
 // ------------------------------------------------------------------------------------ run list
 GR.indexPage = async function () {
@@ -45,7 +47,10 @@ GR.indexPage = async function () {
       const cb = GR.el("input", "", GR.el("td", "", tr));
       cb.type = "checkbox"; cb.checked = chosen.has(r.id);
       cb.addEventListener("change", () => { cb.checked ? chosen.add(r.id) : chosen.delete(r.id); button.disabled = chosen.size < 1; });
-      const a = GR.el("a", "", GR.el("td", "run-id", tr)); a.href = GR.runHref(r.id); a.textContent = r.id;
+      const idCell = GR.el("td", "run-id", tr);
+      const a = GR.el("a", "", idCell); a.href = GR.runHref(r.id); a.textContent = r.id;
+      if (r.private) GR.el("span", "badge private", idCell).textContent = "private";
+      if (r.error) GR.el("div", "row-error", idCell).textContent = r.error;   // e.g. "store unreadable: file is not a database"
       GR.el("td", "", tr).appendChild(badge(r.state, r.stale));
       for (const v of [r.step, l.loss, l.eval_bpb, l.lr, l.tokens_per_s, l.mfu]) GR.el("td", "num", tr).textContent = GR.fmt(v);
       const ev = GR.el("td", "num", tr); ev.textContent = r.anomalies ? `${r.events} (${r.anomalies} anomal${r.anomalies > 1 ? "ies" : "y"})` : GR.fmt(r.events);
@@ -249,6 +254,12 @@ GR.runPage = async function () {
     if (u.status) header(Object.assign({}, u.status, {step, updated: Date.now() / 1000}));
   };
   board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); };
+  const unreadable = (msg) => {   // the run's store cannot be read: say so in words, stop updating
+    const st = document.getElementById("run-state");
+    st.innerHTML = ""; st.appendChild(badge("unreadable", false));
+    showError(new Error(msg));
+    GR.ready = true;
+  };
   document.getElementById("show-eval").addEventListener("change", () => renderEvents(eventsBox, events, run));
 
   async function build() {
@@ -259,22 +270,53 @@ GR.runPage = async function () {
     GR.events = events.slice();
     renderEvents(eventsBox, events, run);
     document.getElementById("config").textContent = meta.config_text || "(no config.yaml in this run)";
+    const seal = GR.sealOf(meta);
     for (const section of GR.planCharts(meta.names, meta.vector_names, meta)) {
       if (!section.charts.length && !(section.heatmaps || []).length) continue;
       GR.el("h2", "section", main).textContent = section.title;
       const grid = GR.el("div", "grid", main);
       for (const h of section.heatmaps || []) { const hm = new GR.Heatmap(grid, h.title); hm.run = run; hm.name = h.name; board.heatmaps.push(hm); }
       for (const v of section.vectors || []) board.addVectorChart(grid, run, v);
-      for (const spec of section.charts) board.addLineChart(grid, spec, run);
+      for (const spec of section.charts) {
+        const c = board.addLineChart(grid, spec, run);
+        if (spec.band && seal) c.card.insertBefore(GR.sealLine(c.card, seal), c.body);   // under the band's readout
+      }
     }
+    GR.showSeal(seal);
     await board.load(GR.zoom);
     GR.ready = true;
   }
   GR.source.subscribe([run], {
-    hello: () => { build().catch(showError); },   // a reconnect rebuilds: events or names may be new
+    hello: () => { build().catch((e) => unreadable(e.message || String(e))); },   // a reconnect rebuilds: events or names may be new
     update: (u) => board.onUpdate(u),
     reload: () => build().catch(showError),
+    failed: unreadable,
   });
+};
+
+// The preregistered prediction's seal (`glassroom ladder verify` checks it): its SHA-256 digest in
+// full and selectable, so an outside watcher can keep a copy and compare it later.
+GR.sealOf = function (meta) {
+  const p = meta && meta.artifacts && meta.artifacts.prediction;
+  const seal = p && p.seal;
+  return seal && typeof seal.digest === "string" && /^[0-9a-f]{64}$/.test(seal.digest) ? seal : null;
+};
+GR.sealLine = function (parent, seal) {
+  const line = GR.el("div", "seal", parent);
+  line.append("prediction sealed: sha256 ");
+  GR.el("code", "digest", line).textContent = seal.digest;
+  return line;
+};
+GR.showSeal = function (seal) {
+  const box = document.getElementById("seal");
+  if (!box) return;
+  box.hidden = !seal;
+  if (!seal) return;
+  document.getElementById("seal-digest").textContent = seal.digest;
+  const when = typeof seal.created === "number" ? new Date(seal.created * 1000).toISOString()
+    : (seal.created ? String(seal.created) : "");
+  const bits = [when && `made ${when}`, seal.commit && `code ${String(seal.commit).slice(0, 12)}`].filter(Boolean);
+  document.getElementById("seal-meta").textContent = bits.join(" · ");
 };
 
 // ------------------------------------------------------------------------------------ compare page

@@ -9,7 +9,12 @@ GR.boot = JSON.parse(document.getElementById("gr-boot").textContent);
 
 GR.getJSON = async function (url) {
   const r = await fetch(url, {cache: "no-store"});
-  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  if (!r.ok) {
+    // The server says what went wrong in one line ({"error": ...}); show that, not just the status.
+    let detail = "";
+    try { detail = (await r.json()).error || ""; } catch (e) { detail = ""; }
+    throw new Error(detail ? String(detail) : `${url}: HTTP ${r.status}`);
+  }
   return r.json();
 };
 
@@ -28,10 +33,18 @@ GR.liveSource = function (base) {
     vectors: (run, name, start, end, points) => GR.getJSON(`${base}api/vectors?${q([
       ["run", run], ["name", name], ["start", start], ["end", end], ["points", points]])}`),
     // One EventSource per page. On a reconnect the server sends `hello` again with fresh cursors,
-    // and the page reloads its data, so nothing written while disconnected is missed.
+    // and the page reloads its data, so nothing written while disconnected is missed. A server-sent
+    // `error` event (a run store that cannot be read) ends the stream for good: no reconnect loop.
     subscribe(runs, handlers) {
       const es = new EventSource(`${base}api/stream?${q(runs.map((r) => ["run", r]))}`);
       let hellos = 0;
+      es.addEventListener("error", (e) => {
+        if (!e.data) return;   // a dropped connection: EventSource reconnects by itself
+        es.close();
+        GR.setConnection && GR.setConnection(false);
+        const msg = JSON.parse(e.data).error;
+        if (handlers.failed) handlers.failed(msg); else if (GR.showError) GR.showError(new Error(msg));
+      });
       es.addEventListener("hello", (e) => { hellos += 1; handlers.hello && handlers.hello(JSON.parse(e.data), hellos); });
       es.addEventListener("update", (e) => handlers.update && handlers.update(JSON.parse(e.data)));
       es.addEventListener("runs", (e) => handlers.runs && handlers.runs(JSON.parse(e.data)));

@@ -1,0 +1,146 @@
+"""glassroom.observe.redact: every secret shape is removed wherever it sits in a string or a tree,
+with random values made here (so no rule can match a fixed example), and ordinary values survive."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from glassroom.observe import runs
+from glassroom.observe.redact import REDACTED, key_is_secret, redact, redact_event, redact_text
+
+RNG = random.Random()
+
+
+def rand(alphabet: str, n: int) -> str:
+    return "".join(RNG.choice(alphabet) for _ in range(n))
+
+
+ALNUM = string.ascii_letters + string.digits
+UPPER_DIGITS = string.ascii_uppercase + string.digits
+B64 = string.ascii_letters + string.digits + "/+"
+HEX = "0123456789abcdef"
+
+
+def secret_shapes() -> dict[str, str]:
+    """One fresh value per token shape the module promises to find anywhere in a string."""
+    aws_secret = rand(B64, 39) + "Q"   # never all-lowercase hex
+    return {
+        "aws_key_id": "AKIA" + rand(UPPER_DIGITS, 16),
+        "aws_session_key_id": "ASIA" + rand(UPPER_DIGITS, 16),
+        "hf": "hf_" + rand(ALNUM, 34),
+        "openai": "sk-" + rand(ALNUM, 40),
+        "openai_proj": "sk-proj-" + rand(ALNUM + "_-", 48),
+        "anthropic": "sk-ant-api03-" + rand(ALNUM + "_-", 60),
+        "github": RNG.choice(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]) + rand(ALNUM, 36),
+        "github_pat": "github_pat_" + rand(ALNUM + "_", 60),
+        "slack": RNG.choice("abprs").join(["xox", "-"]) + rand(string.digits, 11) + "-" + rand(ALNUM, 24),
+        "jwt": "eyJ" + rand(ALNUM + "_-", 20) + ".eyJ" + rand(ALNUM + "_-", 30) + "." + rand(ALNUM + "_-", 43),
+        "aws_secret": aws_secret,
+    }
+
+
+@pytest.mark.parametrize("shape", sorted(secret_shapes()))
+def test_token_shapes_are_found_anywhere_in_a_string(shape):
+    value = secret_shapes()[shape]
+    for text in (value, f"the key {value} was in a sentence", f"({value}),", f"x\n{value}\ny"):
+        if shape == "aws_secret":   # a 40-character secret counts next to the word aws or secret
+            text = f"aws secret access key {value} in the launcher"
+        out = redact_text(text)
+        assert value not in out and REDACTED in out, (shape, out)
+
+
+def test_pem_private_key_block_is_removed_whole():
+    body = "\n".join(rand(B64, 64) for _ in range(5))
+    text = f"key:\n-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\nafter"
+    out = redact_text(text)
+    assert all(line not in out for line in body.splitlines()) and out.endswith("after")
+    cut = f"-----BEGIN RSA PRIVATE KEY-----\n{body}"   # a truncated block still goes
+    assert body.splitlines()[-1] not in redact_text(cut)
+
+
+def test_key_value_pairs_inside_any_string():
+    wandb, hf, pw, api = rand(HEX, 40), "hf_" + rand(ALNUM, 30), rand(ALNUM, 14), rand(ALNUM, 24)
+    cases = {
+        f"WANDB_API_KEY={wandb} python train.py --steps 10": wandb,
+        f"export HF_TOKEN={hf}; glassroom train x.yaml": hf,
+        f"db password: {pw} (rotate monthly)": pw,
+        f'{{"password": "{pw} with spaces"}}': pw,
+        f"launch --api-key {api} --lr 3e-3": api,
+        f"launch --api-key={api}": api,
+        f"curl https://example.org/v1?access_token={api}&page=2": api,
+        f"Authorization: Bearer {api}": api,
+        f"mode=fast token={api}": api,   # a harmless pair before a secret one does not hide it
+        f"AWS_SECRET_ACCESS_KEY={rand(B64, 40)}": None,
+    }
+    for text, secret in cases.items():
+        out = redact_text(text)
+        secret = secret or text.split("=", 1)[1]
+        assert secret not in out and REDACTED in out, (text, out)
+    assert redact_text(f"--steps 10 --api-key {api}").startswith("--steps 10 --api-key ")
+
+
+def test_credentials_in_urls_keep_the_host():
+    user, pw = rand(string.ascii_lowercase, 6), rand(ALNUM, 12)
+    out = redact_text(f"clone https://{user}:{pw}@git.example.org/team/repo.git now")
+    assert pw not in out and user not in out and "@git.example.org/team/repo.git" in out
+    out = redact_text(f"postgres://{user}:{pw}@db.internal:5432/runs")
+    assert pw not in out and "db.internal:5432/runs" in out
+
+
+CONTROLS = ["https://huggingface.co/meta-llama/Llama-3-8B", "meta-llama/Llama-3-8B",
+            "0123456789abcdef0123456789abcdef01234567", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "/data/corpora/prose/shard-00012.bin", "tokens_per_step=4096", "max_tokens: 128", "token_budget=2.5e9",
+            "lr=3e-3 batch=64", "eval at step 250: macro bpb 1.234", "Basic authentication is fine",
+            "git@github.com:org/repo.git", "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "checkpoint step 1000 saved", "prediction sealed: sha256 " + "ab" * 32]
+
+
+@pytest.mark.parametrize("text", CONTROLS)
+def test_ordinary_text_survives(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("key,secret", [
+    ("api_key", True), ("apiKey", True), ("HF_TOKEN", True), ("token", True), ("db-password", True),
+    ("client_secret", True), ("private_key", True), ("auth", True), ("pass", True), ("wandbApiKey", True),
+    ("awsSecretAccessKey", True), ("github_pat", True), ("Authorization", True),
+    ("tokens", False), ("tokenizer", False), ("max_tokens", False), ("tokens_per_step", False),
+    ("token_budget", False), ("max_token", False), ("eos_token_id", False), ("lr", False), ("n_experts", False),
+    ("keyframe", False), ("passes", False), ("model", False), ("commit", False)])
+def test_secret_keys(key, secret):
+    assert key_is_secret(key) is secret
+    assert (redact({key: "value"})[key] == REDACTED) is secret
+
+
+def test_tree_rules_at_any_depth_and_in_lists():
+    hf, pw, api = "hf_" + rand(ALNUM, 30), rand(ALNUM, 12), rand(ALNUM, 20)
+    tree = {
+        "auth": {"pass": pw, "user": "bob"},              # a secret parent takes everything below
+        "launcher": {"env": ["HF_TOKEN=" + hf, "PATH=/usr/bin"], "extra_env": {"A": "b"},
+                     "args": ["HF_TOKEN=" + hf, "PATH=/usr/bin", "--api-key", api],
+                     "command": f"WANDB_API_KEY={api} torchrun train.py"},
+        "workers": [{"name": "a", "password": pw}, {"name": "b", "token": api}],
+        "train": {"tokens_per_step": 4096, "lr": 3e-3, "use_auth": True, "hf_token": None},
+        "model": "meta-llama/Llama-3-8B", "commit": "0123456789abcdef0123456789abcdef01234567",
+        ("hf_" + rand(ALNUM, 30)): 1,                      # a secret as a dict key
+    }
+    out = redact(tree)
+    text = repr(out)
+    for secret in (hf, pw, api):
+        assert secret not in text
+    assert out["auth"] == REDACTED and out["launcher"]["env"] == REDACTED and out["launcher"]["extra_env"] == REDACTED
+    assert out["launcher"]["args"][1] == "PATH=/usr/bin" and out["workers"][0]["name"] == "a"
+    assert out["train"] == {"tokens_per_step": 4096, "lr": 3e-3, "use_auth": True, "hf_token": None}
+    assert out["model"] == tree["model"] and out["commit"] == tree["commit"]
+    assert tree["auth"]["pass"] == pw   # a copy: the input is untouched
+
+
+def test_events_redacted_and_runs_reexports_the_module():
+    api = "sk-" + rand(ALNUM, 30)
+    event = {"id": 3, "kind": "note", "text": f"rotated {api}", "data": {"token": api}, "digest": "ab" * 32}
+    out = redact_event(event)
+    assert api not in repr(out) and out["digest"] == "ab" * 32 and out["id"] == 3
+    assert runs.redact is redact and runs.key_is_secret is key_is_secret and runs.REDACTED == REDACTED
