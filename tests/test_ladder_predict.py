@@ -68,13 +68,16 @@ def test_prediction_is_preregistered_once(ladder, tmp_path):
     assert prediction["code"]["commit"] and prediction["steps"][-1] == hero.steps
     assert prediction["endpoint_check"]["final_loss"] > 0
     run_dir = tmp_path / "hero"
-    preregister(run_dir, prediction)
+    sealed = preregister(run_dir, prediction)
     with pytest.raises(GlassroomError, match="already holds a preregistered prediction"):
         preregister(run_dir, {**prediction, "final_loss": 0.0})
     with StoreReader(run_dir) as reader:
         stored = reader.artifact("prediction")
         events = reader.events(kinds=["prediction"])
-    assert stored == json.loads(json.dumps(prediction))  # the first one, unchanged
+    assert stored == sealed  # the first one, unchanged
+    unsealed = {k: v for k, v in stored.items() if k not in ("seal", "created", "created_iso")}
+    assert unsealed == json.loads(json.dumps({k: v for k, v in prediction.items() if k not in ("created", "created_iso")}))
+    assert stored["created"] == stored["seal"]["created"] >= prediction["created"]  # the moment of sealing
     assert len(events) == 1 and "preregistered eval/macro/loss" in events[0]["text"]
 
     # deviation: 0 on the mean, +-1.96 sigma at the band's edges, None outside the band's steps

@@ -20,6 +20,7 @@ A scaling ladder: small models of one recipe that predict a big ("hero") run bef
   run       SPEC --out DIR: train the rungs as cached pipeline steps (--hero: and the hero)
   fit       DIR: scaling laws fitted on the finished rungs, with bootstrap intervals
   backtest  DIR: fit on all rungs but the largest and predict it
+  verify    RUN_DIR: check the hero's sealed prediction and the run's chained journal
 
 docs/ladder.md explains the spec, the laws, the fitting method and the folder layout.
 
@@ -90,13 +91,15 @@ def register_fit(sub) -> None:
                     "example:\n  glassroom ladder fit ladders/demo")
     p.add_argument("dir", metavar="DIR", help="ladder folder (docs/ladder.md: layout)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--allow-nonmonotone", action="store_true",
+                   help="fit even when a bigger rung ends no better than a smaller one; the report says unreliable")
     p.set_defaults(run=run_fit)
 
 
 def run_fit(args: argparse.Namespace) -> int:
     from glassroom.ladder.report import fit_report, format_fit
 
-    report = fit_report(args.dir)
+    report = fit_report(args.dir, args.allow_nonmonotone)
     print(json.dumps(report) if args.json else format_fit(report))
     return 0
 
@@ -108,17 +111,21 @@ def register_backtest(sub) -> None:
     p = new_command(sub, "backtest", "fit on all rungs but the largest and predict it",
                     "Fit the curve law on every rung but the largest, predict the largest's whole curve and\n"
                     "final value, and compare: predicted_loss, actual_loss, relative_error, covered (the\n"
-                    "interval holds the actual value); with the L(C) endpoint fit as a cross-check.\n\n"
+                    "interval holds the actual value); with the L(C) endpoint fit as a cross-check.\n"
+                    "Refused (exit 2, one line naming the rungs): a final loss that is NaN, infinite, zero or\n"
+                    "negative, two rungs at the same compute, a bigger rung no better than a smaller one.\n\n"
                     "example:\n  glassroom ladder backtest ladders/demo --json")
     p.add_argument("dir", metavar="DIR", help="ladder folder with at least 3 finished rungs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--allow-nonmonotone", action="store_true",
+                   help="backtest even when a bigger rung ends no better than a smaller one (marked unreliable)")
     p.set_defaults(run=run_backtest)
 
 
 def run_backtest(args: argparse.Namespace) -> int:
     from glassroom.ladder.predict import backtest
 
-    result = backtest(args.dir)
+    result = backtest(args.dir, allow_nonmonotone=args.allow_nonmonotone)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -133,6 +140,10 @@ def run_backtest(args: argparse.Namespace) -> int:
     if e:
         print(f"  L(C) endpoint fit: predicted {e['predicted_loss']:.4f}, error {e['relative_error']:+.2%}, "
               f"{'covered' if e['covered'] else 'not covered'}")
+    if not result["reliable"]:
+        print("  UNRELIABLE:")
+        for warning in result["warnings"]:
+            print(f"  warning: {warning}")
     return 0
 
 
@@ -185,5 +196,62 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- verify
+
+ALTERED_EXIT = 3  # the record was altered; 2 stays "bad input" (no such folder, no prediction)
+
+
+def register_verify(sub) -> None:
+    p = new_command(sub, "verify", "check a run's sealed prediction and chained journal",
+                    "Check the preregistered prediction of a run (the hero): its SHA-256 seal recomputes\n"
+                    "over the prediction, the rungs' config hashes and final metrics, the code commit and the\n"
+                    "time of sealing; the journal's digest chain is unbroken; and the prediction was sealed\n"
+                    "before the run started and before its first metric. Exit 0 and one line when intact;\n"
+                    f"exit {ALTERED_EXIT} and one line saying what was altered otherwise; exit 2 for bad input.\n"
+                    "It cannot catch someone who rewrote the whole chain and seal: keep a copy of the digest\n"
+                    "(docs/ladder.md, \"The sealed prediction\").\n\n"
+                    "example:\n  glassroom ladder verify lab/runs/hero-bbaafd2d")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder holding the prediction (its store.sqlite)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    import sqlite3
+    import time
+    from pathlib import Path
+
+    from glassroom.observe.prediction import verify_run
+
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise GlassroomError(f"{run_dir}: {'is a file' if run_dir.exists() else 'no such folder'}, expected a run folder")
+    try:
+        result = verify_run(run_dir)
+    except FileNotFoundError:
+        raise GlassroomError(f"{run_dir}: not a run (no store.sqlite)") from None
+    except LookupError:
+        raise GlassroomError(f"{run_dir}: holds no preregistered prediction (`glassroom ladder run --hero` "
+                             "writes one into the hero's run folder)") from None
+    except sqlite3.DatabaseError as exc:
+        raise GlassroomError(f"{run_dir / 'store.sqlite'}: unreadable run store ({exc})") from None
+
+    def iso(when) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(when)))
+
+    if result["ok"]:
+        first = result["first_step_time"]
+        after = f"before step 1 at {iso(first)}" if first is not None else "the run has not logged a step yet"
+        line = (f"sealed prediction intact: sha256 {result['digest']} made {iso(result['created'])}, {after}; "
+                f"journal: {result['chain']['chained']} events chained, head {result['chain']['head'][:16]}")
+    else:
+        line = f"altered: {result['problem']}"
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items()}))
+    else:
+        print(line)
+    return 0 if result["ok"] else ALTERED_EXIT
+
+
 SUBCOMMANDS = [(register_plan, run_plan), (register_run, run_run), (register_fit, run_fit),
-               (register_backtest, run_backtest)]
+               (register_backtest, run_backtest), (register_verify, run_verify)]

@@ -25,9 +25,12 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.optimize import minimize, nnls
 
+from glassroom.errors import GlassroomError
+
 HUBER_DELTA = 1e-3
 EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.5, 0.8, 1.2)
 EXPONENT_BOUNDS = (1e-4, 3.0)
+EXPONENT_IMPLAUSIBLE = 2.0  # an exponent this steep means the fit ran to its bound (Fit.warnings)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,21 @@ class Fit:
     bootstrap_method: str = ""
 
     @property
+    def warnings(self) -> list[str]:
+        """Exponents at or near a bound of EXPONENT_BOUNDS (above EXPONENT_IMPLAUSIBLE): the optimum lies
+        outside what a power law can mean, the fit is not to be trusted."""
+        lo, hi = EXPONENT_BOUNDS
+        out = []
+        for name in self.law.exponents:
+            value = self.params.get(name)
+            if name in self.pinned or value is None:
+                continue
+            if value >= EXPONENT_IMPLAUSIBLE or value <= lo * (1 + 1e-2):
+                out.append(f"{self.law.name}: {name} = {value:.4g} at or near its bound [{lo:g}, {hi:g}] "
+                           "(measured exponents are below 1): the data do not follow the law; the fit is unreliable")
+        return out
+
+    @property
     def n_free(self) -> int:
         return len(self.law.coefs) + len(self.law.exponents) - len(self.pinned)
 
@@ -84,7 +102,8 @@ class Fit:
         return {"law": self.law.name, "formula": self.law.formula, "params": self.params,
                 "intervals": {k: list(v) for k, v in self.intervals.items()}, "pinned": self.pinned,
                 "n_points": self.n_points, "n_free_params": self.n_free, "dof": self.n_points - self.n_free,
-                "bootstrap": {"method": self.bootstrap_method, "replicates": len(self.boot)}}
+                "bootstrap": {"method": self.bootstrap_method, "replicates": len(self.boot)},
+                "warnings": self.warnings}
 
 
 def evaluate(law: Law, params: dict[str, float], X: dict[str, np.ndarray]) -> np.ndarray:
@@ -202,6 +221,11 @@ def fit_law(law: Law, X: dict[str, Sequence[float]], y: Sequence[float], pinned:
     """The best fit of `law` to (X, y): grid starts, then L-BFGS-B on Huber of log residuals."""
     X = {k: np.asarray(v, float) for k, v in X.items()}
     y = np.asarray(y, float)
+    if not (np.all(np.isfinite(y)) and np.all(y > 0)):
+        raise GlassroomError(f"{law.name}: every loss must be finite and above zero (the fit is in log loss)")
+    for name, x in X.items():
+        if not (np.all(np.isfinite(x)) and np.all(x >= 0)):
+            raise GlassroomError(f"{law.name}: every {name} must be finite and at least zero")
     scales = _scales(law, X)
     problem = _Problem(law, X, y, dict(pinned or {}), scales)
     objective, theta = problem.refine(problem.starts(starts))

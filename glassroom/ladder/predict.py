@@ -16,6 +16,11 @@ Points before fit.skip_fraction of each run are left out (the early transient is
 The band is the bootstrap's (fit.py) quantiles at fit.confidence, each replicate's curve also
 shifted by one draw of the hero's own seed noise, N(0, noise_floor) in log loss: a predictive
 interval for the one run that will be observed.
+
+`preregister` seals the prediction (glassroom.observe.prediction.seal: a SHA-256 digest over the
+prediction, the rungs' config hashes and final metrics, the code commit and the moment of sealing)
+and writes it with a chained journal event, only into a run that has not started;
+`glassroom ladder verify RUN_DIR` checks it (docs/ladder.md, "The sealed prediction").
 """
 
 from __future__ import annotations
@@ -79,6 +84,10 @@ def _rung_points(rungs, metric: str, fit_cfg) -> tuple[dict[str, np.ndarray], np
         if keep.sum() < 2:
             raise GlassroomError(f"{rung.run_dir}: fewer than 2 values of {metric} after {fit_cfg.skip_fraction:.0%} "
                                  "of the run; evaluate more often (eval_fraction)")
+        bad = keep & (values <= 0)
+        if bad.any():
+            raise GlassroomError(f"rung {rung.name} ({rung.run_dir}): {metric} is {values[bad][0]:g} at step "
+                                 f"{steps[bad][0]}; a loss must be above zero for the curve law")
         feats = curve_features(rung.params, rung.tokens_per_step, lr_multipliers(rung.config["train"]),
                                steps[keep], fit_cfg.momentum)
         for k in X:
@@ -94,6 +103,11 @@ def fit_curves(rungs, metric: str, fit_cfg) -> Fit:
         raise GlassroomError("the curve law needs at least two rungs")
     X, y, groups = _rung_points(rungs, metric, fit_cfg)
     pinned = {} if fit_cfg.irreducible == "free" else {"E": float(fit_cfg.irreducible)}
+    free = len(CURVE_LAW.coefs) + len(CURVE_LAW.exponents) - len(pinned)
+    if len(y) <= free:
+        counts = ", ".join(f"{r.name} {int((groups == g).sum())}" for g, r in enumerate(rungs))
+        raise GlassroomError(f"the curve law has {free} free parameters but the rungs give only {len(y)} values of "
+                             f"{metric} after skip_fraction ({counts}); evaluate more often (eval_fraction) or add rungs")
     fit = fit_law(CURVE_LAW, X, y, pinned)
     return bootstrap(fit, X, y, groups, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
 
@@ -126,12 +140,15 @@ def _code_version() -> dict:
     return {"glassroom": glassroom.__version__, "commit": state.get("commit"), "dirty": state.get("dirty")}
 
 
-def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, param_count: Optional[str] = None) -> dict:
+def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, param_count: Optional[str] = None,
+                    allow_nonmonotone: bool = False) -> dict:
     """The hero's prediction from the rungs in DIR/rungs/ (rungs.py), ready for `preregister`.
 
-    hero_config is the hero's RunConfig mapping (as ladder.spec.expand gives it).
+    hero_config is the hero's RunConfig mapping (as ladder.spec.expand gives it). Rungs that no fit
+    can use are refused (rungs.check_rungs); allowed non-monotone rungs or exponents at their bounds
+    make `reliable` false, with the reasons in `warnings`.
     """
-    from glassroom.ladder.rungs import load_rungs, read_spec_settings
+    from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
     from glassroom.model.accounting import count_params
     from glassroom.train.config import run_config_from_mapping
     from glassroom.units import model_name
@@ -140,11 +157,14 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     fit_cfg = fit_cfg or settings
     param_count = param_count or spec_count
     rungs = load_rungs(ladder_dir, param_count)
+    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
+                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
     cfg = run_config_from_mapping(hero_config, "hero")
     counts = count_params(cfg.model)
     n = counts.active if param_count == "active" else counts.non_embedding_active
     tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
     fit = fit_curves(rungs, fit_cfg.metric, fit_cfg)
+    warnings += fit.warnings
     band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg)
     endpoint = None
     if len(rungs) >= (2 if fit_cfg.irreducible != "free" else 3):
@@ -167,54 +187,115 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
         "settings": {"momentum": fit_cfg.momentum, "skip_fraction": fit_cfg.skip_fraction,
                      "noise_floor": fit_cfg.noise_floor, "bootstrap": fit_cfg.bootstrap, "seed": fit_cfg.seed,
                      "irreducible": fit_cfg.irreducible, "param_count": param_count},
-        "rungs": [r.identity() for r in rungs], "code": _code_version(),
+        "rungs": [{**r.identity(), "final": r.final_metrics()} for r in rungs], "code": _code_version(),
         "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
                  "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule},
-        **band, "endpoint_check": endpoint,
+        **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
     }
 
 
-def preregister(run_dir: str | Path, prediction: dict) -> None:
-    """Write `prediction` into RUN_DIR's store as artifact "prediction", with a "prediction" event.
+def seal_commit() -> str:
+    """The code that makes the prediction: the git commit (plus a hash of the glassroom sources when
+    the checkout has uncommitted changes), else the package version and that hash."""
+    import hashlib
 
-    Written once: a second call, or one on a store that already holds a prediction, raises
-    GlassroomError and changes nothing (one SQLite transaction; the artifact's name is its key).
+    import glassroom
+
+    root = Path(glassroom.__file__).parent
+    state = _code_version()
+
+    def sources() -> str:
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        return h.hexdigest()[:16]
+
+    if state.get("commit"):
+        return state["commit"] + (f"+src.{sources()}" if state.get("dirty") else "")
+    return f"glassroom-{glassroom.__version__}+src.{sources()}"
+
+
+def _refuse_started(conn, run_dir: Path) -> None:
+    """A prediction is made before the hero's first step: refuse a run that has started."""
+    row = conn.execute("SELECT COUNT(*), MIN(step) FROM metrics").fetchone()
+    if row[0]:
+        raise GlassroomError(f"{run_dir}: the run has already logged {row[0]} metric value(s) from step {row[1]}; "
+                             "a prediction must be sealed before the first step (predict into a new run folder)")
+    started = conn.execute("SELECT id, kind, step FROM events WHERE kind IN ('start', 'resume') "
+                           "ORDER BY id LIMIT 1").fetchone()
+    if started:
+        raise GlassroomError(f"{run_dir}: the run has already started (event {started[0]}, {started[1]} at step "
+                             f"{started[2]}); a prediction must be sealed before it starts (use a new run folder)")
+    folder = run_dir / "checkpoints"  # glassroom.train.checkpoint.checkpoint_dir (not imported: no torch here)
+    if folder.is_dir() and any(folder.iterdir()):
+        raise GlassroomError(f"{run_dir}: holds checkpoints ({folder}); a prediction must be sealed before the "
+                             "first step (use a new run folder)")
+
+
+def preregister(run_dir: str | Path, prediction: dict) -> dict:
+    """Seal `prediction` and write it into RUN_DIR's store as artifact "prediction", with a chained
+    "prediction" event that records the seal's digest; returns the sealed prediction.
+
+    Written once, before the run starts: a second call, a store that already holds a prediction, or
+    a run that has logged any step, started, or checkpointed raises GlassroomError and changes
+    nothing (one SQLite transaction). The prediction's `created` is the moment of sealing; any time
+    it carried is dropped.
     """
     import json
 
+    from glassroom.observe.journal import append_event
+    from glassroom.observe.prediction import seal
     from glassroom.observe.store import StoreWriter
 
-    writer = StoreWriter(run_dir)
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise GlassroomError(f"{run_dir}: is a file, expected a run folder")
+    rungs = [{"name": r.get("name"), "config_hash": r.get("config_sha256"), "final": r.get("final")}
+             for r in prediction.get("rungs", [])]
+    commit = seal_commit()
+    try:
+        writer = StoreWriter(run_dir)
+    except sqlite3.DatabaseError as exc:
+        raise GlassroomError(f"{run_dir / 'store.sqlite'}: unreadable run store ({exc})") from None
     try:
         conn = writer.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", ("prediction", time.time(), json.dumps(prediction)))
-        except sqlite3.IntegrityError:
+            if conn.execute("SELECT 1 FROM artifacts WHERE name = 'prediction'").fetchone():
+                raise GlassroomError(f"{run_dir}: already holds a preregistered prediction; it is never changed "
+                                     "(predict into a new hero run folder instead)")
+            _refuse_started(conn, run_dir)
+            sealed = seal(prediction, rungs, commit)
+            conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", ("prediction", time.time(), json.dumps(sealed)))
+            digest = sealed["seal"]["digest"]
+            text = (f"preregistered {sealed['metric']} {sealed['final_loss']:.4f} "
+                    f"[{sealed['final_interval'][0]:.4f}, {sealed['final_interval'][1]:.4f}] at step "
+                    f"{sealed['steps'][-1]}; sealed sha256 {digest}")
+            data = {k: sealed[k] for k in ("metric", "final_loss", "final_interval", "created")}
+            append_event(conn, time.time(), 0, "prediction", text, json.dumps({**data, "seal_digest": digest}))
+        except BaseException:
             conn.execute("ROLLBACK")
-            raise GlassroomError(f"{run_dir}: already holds a preregistered prediction; it is never changed "
-                                 "(predict into a new hero run folder instead)") from None
-        text = (f"preregistered {prediction['metric']} {prediction['final_loss']:.4f} "
-                f"[{prediction['final_interval'][0]:.4f}, {prediction['final_interval'][1]:.4f}] at step {prediction['steps'][-1]}")
-        conn.execute("INSERT INTO events (time, step, kind, text, data) VALUES (?, ?, ?, ?, ?)",
-                     (time.time(), 0, "prediction", text,
-                      json.dumps({k: prediction[k] for k in ("metric", "final_loss", "final_interval", "created")})))
+            raise
         conn.execute("COMMIT")
     finally:
         writer.close()
+    return sealed
 
 
-def backtest(ladder_dir: str | Path, fit_cfg=None) -> dict:
+def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = False) -> dict:
     """Fit on all rungs but the largest, predict the largest's curve and final loss."""
-    from glassroom.ladder.rungs import load_rungs, read_spec_settings
+    from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
 
     settings, param_count = read_spec_settings(ladder_dir)
     fit_cfg = fit_cfg or settings
     rungs = load_rungs(ladder_dir, param_count)
     if len(rungs) < 3:
         raise GlassroomError(f"{ladder_dir}: a backtest needs at least 3 rungs (fit on 2, predict 1), have {len(rungs)}")
+    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
+                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
     held, train = rungs[-1], rungs[:-1]
     fit = fit_curves(train, fit_cfg.metric, fit_cfg)
+    warnings += fit.warnings
     band = predict_curve(fit, held.params, held.config["train"], held.tokens_per_step, fit_cfg)
     actual = held.final(fit_cfg.metric)
     steps, values = held.series(fit_cfg.metric)
@@ -229,4 +310,4 @@ def backtest(ladder_dir: str | Path, fit_cfg=None) -> dict:
             "predicted_loss": band["final_loss"], "actual_loss": actual,
             "relative_error": (band["final_loss"] - actual) / actual, "interval": [lo, hi],
             "covered": bool(lo <= actual <= hi), "curve_mean_abs_relative_error": curve_error,
-            "law": fit.to_json(), "endpoint_check": endpoint}
+            "law": fit.to_json(), "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings}

@@ -6,6 +6,11 @@
 - L(N, D) only when the rungs vary N and D separately (fit.identifiable_nd); otherwise the reason.
 - The schedule-aware curve law (predict.py) on the whole curves of the spec's metric.
 Secondary metrics (all but the spec's) use at most SECONDARY_REPLICATES bootstrap replicates.
+
+Before fitting, rungs.check_rungs refuses finals no fit can use (one line naming the rungs).
+Non-monotone rungs are fitted only when allowed; the report then says `reliable: false` with the
+reasons in `warnings`, as it does when any fitted exponent stopped at its bound. A secondary metric
+that cannot be fitted (a NaN final in one domain) is left out with a note.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from pathlib import Path
 
 from glassroom.ladder.fit import LAW_ND, bootstrap, fit_endpoints, fit_law, identifiable_nd, leave_largest_out
 from glassroom.ladder.predict import fit_curves
-from glassroom.ladder.rungs import load_rungs, read_spec_settings
+from glassroom.errors import GlassroomError
+from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
 
 SECONDARY_REPLICATES = 50
 
@@ -36,15 +42,18 @@ def raise_missing(rung, metric: str) -> None:
     raise GlassroomError(f"{rung.run_dir}: no {metric} values (the spec's fit.metric); check the metric name")
 
 
-def fit_report(ladder_dir: str | Path) -> dict:
+def fit_report(ladder_dir: str | Path, allow_nonmonotone: bool = False) -> dict:
     fit_cfg, param_count = read_spec_settings(ladder_dir)
     rungs = load_rungs(ladder_dir, param_count)
+    allow = allow_nonmonotone or fit_cfg.allow_nonmonotone
+    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, allow)
     C = [r.flops for r in rungs]
     report = {"dir": str(ladder_dir), "metric": fit_cfg.metric, "param_count": param_count,
               "rungs": [{**r.identity(), "final": r.final(fit_cfg.metric)} for r in rungs],
               "settings": {"bootstrap": fit_cfg.bootstrap, "noise_floor": fit_cfg.noise_floor,
                            "confidence": fit_cfg.confidence, "irreducible": fit_cfg.irreducible,
-                           "seed": fit_cfg.seed}, "notes": [], "compute": {}}
+                           "seed": fit_cfg.seed, "allow_nonmonotone": allow}, "notes": [], "compute": {},
+              "warnings": warnings}
     if len(rungs) < 3:
         report["notes"].append("2 rungs: E pinned to 0 in L(C) (3 parameters need at least 3 rungs)")
     for metric in _metrics(rungs, fit_cfg.metric):
@@ -53,8 +62,16 @@ def fit_report(ladder_dir: str | Path) -> dict:
         if main and fit_cfg.irreducible != "free":
             pinned = float(fit_cfg.irreducible)
         reps = fit_cfg.bootstrap if main else min(fit_cfg.bootstrap, SECONDARY_REPLICATES)
+        if not main:
+            try:
+                check_rungs(rungs, metric, "free", allow_nonmonotone=True)
+            except GlassroomError as exc:
+                report["notes"].append(f"{metric} not fitted: {exc}")
+                continue
         L = [r.final(metric) for r in rungs]
         fit = fit_endpoints(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        if main:
+            warnings.extend(fit.warnings)
         llo = None
         if main or metric == "eval/macro/bpb":
             llo = leave_largest_out(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
@@ -68,10 +85,14 @@ def fit_report(ladder_dir: str | Path) -> dict:
         nd = fit_law(LAW_ND, {"N": N, "D": D}, L)
         bootstrap(nd, {"N": N, "D": D}, L, None, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
         report["params_tokens"] = nd.to_json()
+        warnings.extend(nd.warnings)
     else:
         report["params_tokens"] = None
         report["notes"].append(f"L(N,D) not fitted: {why}")
-    report["curve"] = fit_curves(rungs, fit_cfg.metric, fit_cfg).to_json()
+    curve = fit_curves(rungs, fit_cfg.metric, fit_cfg)
+    warnings.extend(curve.warnings)
+    report["curve"] = curve.to_json()
+    report["reliable"] = not warnings
     return report
 
 
@@ -89,7 +110,7 @@ def _param_line(fit: dict) -> str:
 def format_fit(report: dict) -> str:
     conf = report["settings"]["confidence"]
     lines = [f"ladder {report['dir']}: {len(report['rungs'])} rungs, N = {report['param_count'].replace('_', ' ')} "
-             f"parameters; intervals: {conf:.0%} bootstrap"]
+             f"parameters; intervals: {conf:.0%} bootstrap" + ("" if report["reliable"] else "; UNRELIABLE (warnings below)")]
     for r in report["rungs"]:
         lines.append(f"  {r['name']:>14}  N {r['params']:.3g}  tokens {r['tokens']:.3g}  FLOPs {r['flops']:.3g}  "
                      f"{report['metric']} {r['final']:.4f}")
@@ -104,4 +125,5 @@ def format_fit(report: dict) -> str:
     curve = report["curve"]
     lines.append(f"curve law {curve['formula']} ({curve['n_points']} points): {_param_line(curve)}")
     lines.extend(f"note: {n}" for n in report["notes"])
+    lines.extend(f"warning: {w}" for w in report["warnings"])
     return "\n".join(lines)

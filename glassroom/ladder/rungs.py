@@ -11,13 +11,18 @@ Layout (what `glassroom ladder run` writes and `ladder fit` / `ladder backtest` 
       store.sqlite           its run store: train/loss, train/lr, eval/<domain>/loss|bpb, eval/macro/...
       step.json              optional: the pipeline step's identity (its version is recorded)
 
-A rung is finished when its metric has a value at train.steps.
+A rung is finished when its metric has a value at train.steps. `check_rungs` refuses what no fit
+can use (docs/ladder.md, "What a fit refuses"): a final value that is NaN, infinite, zero or
+negative, two rungs at the same compute, and (unless allowed) a bigger rung that ends no better
+than a smaller one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,6 +30,7 @@ from typing import Optional
 import numpy as np
 import yaml
 
+from glassroom import yaml_io
 from glassroom.errors import GlassroomError
 
 RUNGS_DIR = "rungs"
@@ -40,8 +46,13 @@ def rung_dirs(ladder_dir: Path) -> list[Path]:
             names = json.loads(listing.read_text())["rungs"]
         except (OSError, ValueError, KeyError, TypeError):
             raise GlassroomError(f"{listing}: unreadable; rerun `glassroom ladder run`") from None
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise GlassroomError(f"{listing}: \"rungs\" must be a list of rung folders; rerun `glassroom ladder run`")
         return [ladder_dir / name for name in names]
-    return [p for p in sorted((ladder_dir / RUNGS_DIR).iterdir()) if p.is_dir()]
+    root = ladder_dir / RUNGS_DIR
+    if not root.is_dir():
+        raise GlassroomError(f"{root}: not a folder; expected one folder per rung in it")
+    return [p for p in sorted(root.iterdir()) if p.is_dir()]
 
 
 @dataclass
@@ -59,28 +70,59 @@ class RungData:
     config_sha256: str
     version: Optional[str]
 
-    def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    def _read(self, read):
         from glassroom.observe.store import StoreReader
 
-        with StoreReader(self.run_dir) as reader:
-            steps, values = reader.series(metric)
+        try:
+            with StoreReader(self.run_dir) as reader:
+                return read(reader)
+        except sqlite3.DatabaseError as exc:
+            raise GlassroomError(f"{self.run_dir / 'store.sqlite'}: unreadable run store ({exc}); "
+                                 "retrain the rung or remove it from the ladder") from None
+
+    def raw_series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        """Steps and values of `metric`, NaN where a value was not finite (stored as null)."""
+        return self._read(lambda reader: reader.series(metric))
+
+    def series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
+        steps, values = self.raw_series(metric)
         keep = np.isfinite(values)
         return steps[keep], values[keep]
 
     def metrics(self) -> list[str]:
-        from glassroom.observe.store import StoreReader
-
-        with StoreReader(self.run_dir) as reader:
-            return reader.names()
+        return self._read(lambda reader: reader.names())
 
     def final(self, metric: str) -> float:
-        steps, values = self.series(metric)
+        """The value at the rung's last step: finite and above zero, else one line naming the rung."""
+        steps, values = self.raw_series(metric)
         if len(steps) == 0:
             raise GlassroomError(f"{self.run_dir}: no values of {metric}; is the metric name right?")
-        if steps[-1] != self.steps:
-            raise GlassroomError(f"{self.run_dir}: {metric} stops at step {steps[-1]} of {self.steps}; "
+        last = steps == self.steps
+        if not last.any():
+            done = steps[np.isfinite(values)]
+            upto = int(done[-1]) if len(done) else int(steps[-1])
+            raise GlassroomError(f"{self.run_dir}: {metric} stops at step {upto} of {self.steps}; "
                                  "the rung has not finished (rerun `glassroom ladder run`)")
-        return float(values[-1])
+        value = float(values[last][-1])
+        if not math.isfinite(value):
+            raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} at step {self.steps} is NaN or "
+                                 "infinite (the run diverged); retrain it or remove it from the ladder")
+        if value <= 0:
+            raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss must be above "
+                                 "zero for a scaling-law fit (is the store edited or the metric not a loss?)")
+        return value
+
+    def final_metrics(self) -> dict[str, float]:
+        """Every finite scalar the rung logged at its last step: what the prediction's seal records."""
+        def read(reader):
+            out = {}
+            for name in reader.names():
+                steps, values = reader.series(name, self.steps, self.steps)
+                if len(steps) and math.isfinite(values[-1]):
+                    out[name] = float(values[-1])
+            return out
+
+        return self._read(read)
 
     def identity(self) -> dict:
         return {"name": self.name, "run_dir": str(self.run_dir), "config_sha256": self.config_sha256,
@@ -106,8 +148,18 @@ def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
     config_path = run_dir / "config.yaml"
     if not config_path.is_file() or not (run_dir / "store.sqlite").is_file():
         raise GlassroomError(f"{run_dir}: not a rung (needs config.yaml and store.sqlite)")
-    raw = yaml.safe_load(config_path.read_text())
-    cfg = run_config_from_mapping(raw, str(config_path))
+    try:
+        raw = yaml_io.load_file(config_path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GlassroomError(f"{config_path}: unreadable ({getattr(exc, 'strerror', None) or exc})") from None
+    except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
+        raise GlassroomError(f"{config_path}: {yaml_io.describe_error(exc)}") from None
+    if not isinstance(raw, dict):
+        raise GlassroomError(f"{config_path}: expected a run config (a mapping of model:, data:, train:)")
+    try:
+        cfg = run_config_from_mapping(raw, str(config_path))
+    except GlassroomError as exc:
+        raise GlassroomError(f"{config_path}: {exc}") from None
     counts = count_params(cfg.model)
     tc = cfg.train
     tokens_per_step = tc.batch_size * tc.seq_len
@@ -141,3 +193,30 @@ def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> lis
     if len(rungs) < 2:
         raise GlassroomError(f"{root}: {len(rungs)} rung(s); a fit needs at least two finished rungs")
     return sorted(rungs, key=lambda r: r.flops)
+
+
+def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_nonmonotone: bool = False) -> list[str]:
+    """Refuse rungs no fit can use, as one line naming the rungs; returns warnings for what was
+    allowed (non-monotone rungs with allow_nonmonotone). `rungs` sorted by compute, as load_rungs."""
+    finals = [r.final(metric) for r in rungs]  # NaN, infinite, zero, negative, unfinished: one line each
+    for a, b in zip(rungs, rungs[1:]):
+        if math.isclose(a.flops, b.flops, rel_tol=1e-9):
+            raise GlassroomError(f"rungs {a.name} ({a.run_dir}) and {b.name} ({b.run_dir}) have the same compute "
+                                 f"({a.flops:.4g} FLOPs): a ladder's rungs must differ in size; remove the copy")
+    if irreducible != "free":
+        low = min(range(len(rungs)), key=lambda i: finals[i])
+        if finals[low] <= float(irreducible):
+            raise GlassroomError(f"fit.irreducible {float(irreducible):g} is not below rung {rungs[low].name}'s final "
+                                 f"{metric} {finals[low]:.4g}: the law cannot reach it; lower fit.irreducible or use free")
+    worse = []
+    for j in range(1, len(rungs)):
+        i = min(range(j), key=lambda k: finals[k])
+        if finals[j] >= finals[i]:
+            worse.append(f"{rungs[j].name} ({finals[j]:.4g}) no better than the smaller {rungs[i].name} ({finals[i]:.4g})")
+    if not worse:
+        return []
+    what = f"final {metric} does not fall with compute: " + "; ".join(worse)
+    if not allow_nonmonotone:
+        raise GlassroomError(f"{what}; retrain or remove those rungs, or pass --allow-nonmonotone (spec: "
+                             "fit.allow_nonmonotone: true) to fit anyway, marked unreliable")
+    return [f"{what} (allowed by --allow-nonmonotone): the fit is unreliable"]

@@ -45,6 +45,7 @@ PRESETS = {
     ("lr", "olmo"): (0.0047, "params", 108e6, -1.0 / 3.0, 0.5),
     ("batch_tokens", "olmo"): (2048 * 160, "params", 108e6, 2.0 / 3.0, 1.0),
 }
+MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
 DERIVED_MODEL_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff")
 
 
@@ -141,13 +142,16 @@ class FitSection:
     confidence: float = 0.95
     skip_fraction: float = 0.1  # curve law: ignore each rung's points before this fraction of its run
     momentum: float = 0.999  # lambda of the annealing area S2 (Tissue et al. 2024)
+    allow_nonmonotone: bool = False  # fit rungs whose loss does not fall with compute, marked unreliable
 
     def check(self, path: str) -> None:
-        if self.irreducible != "free" and self.irreducible < 0:
+        if self.irreducible != "free" and not (math.isfinite(self.irreducible) and self.irreducible >= 0):
             raise ConfigError(f"{path}.irreducible: must be free or a number >= 0, got {self.irreducible}")
         require_positive(path, bootstrap=self.bootstrap)
-        if self.noise_floor < 0:
-            raise ConfigError(f"{path}.noise_floor: must be zero or more, got {self.noise_floor}")
+        if self.bootstrap > MAX_BOOTSTRAP:
+            raise ConfigError(f"{path}.bootstrap: at most {MAX_BOOTSTRAP} replicates, got {self.bootstrap}")
+        if not (math.isfinite(self.noise_floor) and 0 <= self.noise_floor < 1):
+            raise ConfigError(f"{path}.noise_floor: must be zero or more and below 1, got {self.noise_floor}")
         for key, lo, hi in (("confidence", 0, 1), ("skip_fraction", -1e-12, 1), ("momentum", -1e-12, 1)):
             if not lo < getattr(self, key) < hi:
                 raise ConfigError(f"{path}.{key}: must be in ({max(lo, 0)}, {hi}), got {getattr(self, key)}")

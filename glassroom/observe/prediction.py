@@ -1,17 +1,32 @@
-"""A preregistered prediction read back during training: the deviation from its band, and a
-watcher that writes to the journal when the live metric leaves the band or comes back into it.
+"""A preregistered prediction read back: the deviation from its band, a watcher that writes to the
+journal when the live metric leaves the band or comes back into it, and the seal that shows the
+prediction was made before the run's first step and never changed.
 
 The prediction is the run store's artifact "prediction" (glassroom.ladder.predict writes it once,
-before the run starts): steps, mean, lo, hi of its metric, and the band's confidence. Numpy only.
+before the run starts): steps, mean, lo, hi of its metric, the band's confidence, and `seal`:
+
+  seal = {"algorithm": "sha256", "digest", "created", "created_iso", "commit",
+          "rungs": [{"name", "config_hash", "final": {metric: value}}], "fields": {part: sha256}}
+  digest = sha256(canonical({"prediction": the artifact without its seal, "rungs", "commit", "created"}))
+
+`fields` holds one digest per part (`prediction.<key>`, `rungs`, `commit`, `created`) so that a check
+can say which part changed. `verify_run` checks the seal, the journal's chain (journal.py) and the
+order of the preregistration against the run's start and first metric row. Numpy and sqlite only.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 from statistics import NormalDist
 from typing import Optional
 
 import numpy as np
+
+from glassroom.observe.journal import canonical, sha256_hex, verify_chain
+
+SEAL_ALGORITHM = "sha256"
 
 
 def deviation(prediction: dict, step: int, loss: float) -> Optional[float]:
@@ -62,3 +77,154 @@ class BandWatcher:
 
     def load_state(self, state) -> None:
         self.outside = bool(state and state.get("outside"))
+
+
+# ----------------------------------------------------------------------------- the seal
+
+
+def _payload(prediction: dict, rungs: list, commit: str, created: float) -> dict:
+    body = {k: v for k, v in prediction.items() if k != "seal"}
+    return {"prediction": body, "rungs": rungs, "commit": commit, "created": created}
+
+
+def _field_digests(payload: dict) -> dict[str, str]:
+    fields = {f"prediction.{k}": sha256_hex(canonical(v)) for k, v in payload["prediction"].items()}
+    fields.update({k: sha256_hex(canonical(payload[k])) for k in ("rungs", "commit", "created")})
+    return fields
+
+
+def seal(prediction: dict, rungs: list[dict], commit: str, created: Optional[float] = None) -> dict:
+    """A copy of `prediction` with `created` set to now (the moment of sealing; any time it carried
+    is dropped) and its `seal` added. `rungs`: [{"name", "config_hash", "final": {metric: value}}]."""
+    import json
+
+    created = time.time() if created is None else float(created)
+    sealed = {k: v for k, v in prediction.items() if k not in ("seal", "created", "created_iso")}
+    sealed["created"] = created
+    sealed["created_iso"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+    # What the store will hold, read back (tuples become lists, keys become strings).
+    sealed = json.loads(json.dumps(sealed))
+    rungs = json.loads(json.dumps(rungs))
+    payload = _payload(sealed, rungs, commit, created)
+    sealed["seal"] = {"algorithm": SEAL_ALGORITHM, "digest": sha256_hex(canonical(payload)),
+                      "created": created, "created_iso": sealed["created_iso"], "commit": commit,
+                      "rungs": rungs, "fields": _field_digests(payload)}
+    return sealed
+
+
+def check_seal(prediction: dict) -> Optional[str]:
+    """None when the seal recomputes; else one line saying what changed after sealing."""
+    s = prediction.get("seal")
+    if not isinstance(s, dict) or not isinstance(s.get("digest"), str):
+        return "the prediction has no seal (removed, or preregistered by a glassroom without seals)"
+    if s.get("algorithm") != SEAL_ALGORITHM:
+        return f"the seal's algorithm was changed to {s.get('algorithm')!r}"
+    try:
+        payload = _payload(prediction, s["rungs"], s["commit"], s["created"])
+    except KeyError as exc:
+        return f"the seal's {exc.args[0]} was removed"
+    if sha256_hex(canonical(payload)) == s["digest"]:
+        if prediction.get("created") != s["created"]:
+            return "prediction changed after sealing: created differs from the seal's time"
+        return None
+    sealed_fields = s.get("fields") if isinstance(s.get("fields"), dict) else {}
+    now = _field_digests(payload)
+    changed = sorted(k for k in now if k in sealed_fields and sealed_fields[k] != now[k])
+    added = sorted(k for k in now if k not in sealed_fields)
+    removed = sorted(k for k in sealed_fields if k not in now)
+    parts = ([f"{_short(k)} differs" for k in changed] + [f"{_short(k)} added" for k in added]
+             + [f"{_short(k)} removed" for k in removed])
+    if not parts:
+        return "the seal's digest was changed (the prediction recomputes to another digest)"
+    seal_parts = [p for p in parts if not p.startswith("prediction")]
+    what = "; ".join(p.removeprefix("prediction ") for p in parts)
+    if seal_parts and len(seal_parts) == len(parts):
+        return f"seal changed after sealing: {what}"
+    if len(parts) > 4:
+        what = "; ".join(p.removeprefix("prediction ") for p in parts[:4]) + f"; and {len(parts) - 4} more"
+    return f"prediction changed after sealing: {what}"
+
+
+def _short(field: str) -> str:
+    return "prediction " + field.split(".", 1)[1] if field.startswith("prediction.") else f"seal {field}"
+
+
+def verify_run(run_dir: str | Path) -> dict:
+    """Check RUN_DIR's sealed prediction: the seal recomputes, the journal's chain is unbroken, the
+    preregistration event carries the seal's digest and precedes the run's start and first metric.
+
+    Returns {"ok", "problem" (one line or None), "digest", "created", "first_step_time", "chain"}.
+    Raises FileNotFoundError (no store), LookupError (no prediction) or sqlite3.DatabaseError.
+    """
+    from glassroom.observe.store import StoreReader
+
+    with StoreReader(run_dir) as reader:
+        conn = reader.conn
+        row = conn.execute("SELECT time, value FROM artifacts WHERE name = 'prediction'").fetchone()
+        events = conn.execute("SELECT id, time, step, kind, data FROM events ORDER BY id").fetchall()
+        sealed_events = [e for e in events if e[3] == "prediction" and _event_digest(e[4]) is not None]
+        chain = verify_chain(conn)
+        first_metric = conn.execute("SELECT MIN(time) FROM metrics").fetchone()[0]
+    result = {"ok": False, "problem": None, "digest": None, "created": None, "first_step_time": first_metric,
+              "chain": chain}
+    if row is None:
+        if sealed_events:
+            result["problem"] = f"the prediction artifact was removed (event {sealed_events[0][0]} preregistered it)"
+            return result
+        raise LookupError("no preregistered prediction")
+    import json
+
+    try:
+        prediction = json.loads(row[1])
+        if not isinstance(prediction, dict):
+            raise ValueError
+    except ValueError:
+        result["problem"] = "the prediction artifact was replaced by something that is not a prediction"
+        return result
+    s = prediction.get("seal") if isinstance(prediction.get("seal"), dict) else {}
+    result["digest"], result["created"] = s.get("digest"), s.get("created")
+    problem = check_seal(prediction)
+    if problem:
+        result["problem"] = problem
+        return result
+    if not chain["ok"]:
+        result["problem"] = chain["problem"]
+        return result
+    if not sealed_events:
+        result["problem"] = "the preregistration event was removed from the journal"
+        return result
+    event = sealed_events[0]
+    if _event_digest(event[4]) != s["digest"]:
+        result["problem"] = (f"event {event[0]} (prediction) records digest {_event_digest(event[4])[:12]}..., "
+                             f"the artifact's seal {s['digest'][:12]}...: the prediction was resealed after preregistration")
+        return result
+    created = float(s["created"])
+    start = next((e for e in events if e[3] in ("start", "resume")), None)
+    if start is not None and (start[0] < event[0] or start[1] < created):
+        result["problem"] = (f"prediction made after the run started (start event {start[0]} at "
+                             f"{_iso(start[1])}, prediction event {event[0]} sealed {_iso(created)})")
+        return result
+    if first_metric is not None and float(first_metric) < created:
+        result["problem"] = (f"prediction made after the run's first step (first metric at {_iso(first_metric)}, "
+                             f"sealed {_iso(created)})")
+        return result
+    if event[1] < created:
+        result["problem"] = "the preregistration event is older than the seal's time: created was changed"
+        return result
+    result["ok"] = True
+    return result
+
+
+def _event_digest(data: Optional[str]) -> Optional[str]:
+    import json
+
+    try:
+        value = json.loads(data) if data else None
+    except ValueError:
+        return None
+    digest = value.get("seal_digest") if isinstance(value, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(when)))

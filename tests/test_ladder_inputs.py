@@ -1,0 +1,264 @@
+"""Bad inputs to `glassroom ladder fit/backtest/plan/run/verify`: exit 2 and one line naming the rung,
+file or key, never a traceback; non-monotone rungs only with --allow-nonmonotone, marked unreliable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from glassroom.ladder.fit import fit_endpoints
+from glassroom.ladder.rungs import load_rungs
+from ladder_helpers import ROOT, write_ladder
+
+FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+def glassroom(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="module")
+def clean_ladder(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("inputs") / "ladder"
+    write_ladder(out, noise=0.001, seed=0, spec_overrides=FAST)
+    return out
+
+
+def rung_dirs(ladder: Path) -> list[Path]:
+    return [r.run_dir for r in load_rungs(ladder)]  # smallest compute first
+
+
+def set_final(run_dir: Path, value, metric: str = "eval/macro/loss") -> None:
+    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        conn.execute("UPDATE metrics SET value = ? WHERE name_id = (SELECT id FROM names WHERE name = ?) AND "
+                     "step = (SELECT MAX(step) FROM metrics WHERE name_id = (SELECT id FROM names WHERE name = ?))",
+                     (value, metric, metric))
+
+
+def negative(ladder):
+    set_final(rung_dirs(ladder)[1], -0.5)
+    return "is -0.5"
+
+
+def zero(ladder):
+    set_final(rung_dirs(ladder)[2], 0.0)
+    return "is 0"
+
+
+def nan(ladder):
+    set_final(rung_dirs(ladder)[1], None)  # NaN and Inf are stored as null
+    return "NaN or infinite"
+
+
+def same_compute(ladder):
+    rungs = rung_dirs(ladder)
+    shutil.copytree(rungs[-1], rungs[-1].parent / "copy")
+    return "same compute"
+
+
+def non_monotone(ladder):
+    rungs = rung_dirs(ladder)
+    with sqlite3.connect(rungs[1] / "store.sqlite") as conn:
+        smaller = conn.execute("SELECT value FROM metrics WHERE name_id = (SELECT id FROM names WHERE name = "
+                               "'eval/macro/loss') ORDER BY step DESC LIMIT 1").fetchone()[0]
+    set_final(rungs[-1], smaller * 1.05)
+    return "does not fall with compute"
+
+
+def unfinished(ladder):
+    with sqlite3.connect(rung_dirs(ladder)[0] / "store.sqlite") as conn:
+        conn.execute("DELETE FROM metrics WHERE step = (SELECT MAX(step) FROM metrics)")
+    return "has not finished"
+
+
+def set_fit(ladder: Path, **values) -> None:
+    raw = yaml.safe_load((ladder / "spec.yaml").read_text())
+    raw["fit"].update(values)
+    (ladder / "spec.yaml").write_text(yaml.safe_dump(raw))
+
+
+def irreducible_above_a_final(ladder):
+    set_fit(ladder, irreducible=50)
+    return "fit.irreducible 50 is not below"
+
+
+def few_curve_points(ladder):
+    """Three rungs with two evaluations each: 6 values for the curve law's 6 parameters."""
+    set_fit(ladder, skip_fraction=0.5)
+    rungs = rung_dirs(ladder)[:3]
+    (ladder / "ladder.json").write_text(json.dumps({"rungs": [str(r) for r in rungs]}))
+    for run_dir in rungs:
+        with sqlite3.connect(run_dir / "store.sqlite") as conn:
+            for (name_id,) in conn.execute("SELECT id FROM names WHERE name LIKE 'eval/%'").fetchall():
+                conn.execute("DELETE FROM metrics WHERE name_id = ? AND step NOT IN (SELECT step FROM metrics "
+                             "WHERE name_id = ? ORDER BY step DESC LIMIT 2)", (name_id, name_id))
+    return "6 free parameters but the rungs give only"
+
+
+def corrupt_store(ladder):
+    (rung_dirs(ladder)[2] / "store.sqlite").write_bytes(b"not a database" * 100)
+    return "unreadable run store"
+
+
+def alias_bomb_config(ladder):
+    (rung_dirs(ladder)[0] / "config.yaml").write_text(BOMB)
+    return "refused"
+
+
+def config_not_a_mapping(ladder):
+    (rung_dirs(ladder)[0] / "config.yaml").write_text("- just\n- a list\n")
+    return "config.yaml"
+
+
+def bad_listing(ladder):
+    (ladder / "ladder.json").write_text('{"rungs": "rungs/209K"}')
+    return "ladder.json"
+
+
+def rungs_is_a_file(ladder):
+    shutil.rmtree(ladder / "rungs")
+    (ladder / "rungs").write_text("x")
+    return "rungs"
+
+
+def bad_spec_key(ladder):
+    set_fit(ladder, bootstrapp=3)
+    return "bootstrapp"
+
+
+def nan_noise_floor(ladder):
+    set_fit(ladder, noise_floor=float("nan"))
+    return "noise_floor"
+
+
+CASES = [negative, zero, nan, same_compute, non_monotone, unfinished, irreducible_above_a_final, few_curve_points,
+         corrupt_store, alias_bomb_config, config_not_a_mapping, bad_listing, rungs_is_a_file, bad_spec_key,
+         nan_noise_floor]
+
+
+def files(folder: Path) -> dict:
+    """Every file's bytes, but SQLite's -wal/-shm companions (readers create them)."""
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
+def test_fit_and_backtest_refuse_bad_rungs_in_one_line(clean_ladder, tmp_path, case):
+    ladder = tmp_path / "ladder"
+    shutil.copytree(clean_ladder, ladder)
+    needle = case(ladder)
+    before = files(ladder)
+    for command in ("fit", "backtest"):
+        result = glassroom("ladder", command, ladder)
+        one_line_error(result, *([needle] if needle else []))
+    assert files(ladder) == before  # nothing written, nothing destroyed
+
+
+def test_refusals_name_the_rungs(clean_ladder, tmp_path):
+    ladder = tmp_path / "ladder"
+    shutil.copytree(clean_ladder, ladder)
+    non_monotone(ladder)
+    names = [r.name for r in load_rungs(ladder)]
+    line = glassroom("ladder", "fit", ladder).stderr
+    assert f": {names[-1]} (" in line and "no better than the smaller" in line and "--allow-nonmonotone" in line
+    assert any(f"smaller {name} (" in line for name in names[:-1])
+
+
+def test_allow_nonmonotone_fits_and_marks_the_fit_unreliable(clean_ladder, tmp_path):
+    ladder = tmp_path / "ladder"
+    shutil.copytree(clean_ladder, ladder)
+    non_monotone(ladder)
+    fit = glassroom("ladder", "fit", ladder, "--allow-nonmonotone", "--json")
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    report = json.loads(fit.stdout)
+    assert report["reliable"] is False and any("does not fall with compute" in w for w in report["warnings"])
+    text = glassroom("ladder", "fit", ladder, "--allow-nonmonotone")
+    assert "UNRELIABLE" in text.stdout and "warning: final eval/macro/loss does not fall" in text.stdout
+    backtest = glassroom("ladder", "backtest", ladder, "--allow-nonmonotone", "--json")
+    assert backtest.returncode == 0, backtest.stderr[-2000:]
+    assert json.loads(backtest.stdout)["reliable"] is False
+    clean = json.loads(glassroom("ladder", "fit", clean_ladder, "--json").stdout)
+    assert clean["reliable"] is True and clean["warnings"] == []
+
+
+def test_exponent_at_its_bound_is_a_warning():
+    C = np.logspace(17, 20, 4)
+    loss = np.array([3.0, 2.5, 2.4, 2.6])  # a bigger rung worse: alpha runs to its bound
+    fit = fit_endpoints(C, loss, replicates=5)
+    assert any("alpha" in w and "bound" in w for w in fit.warnings), fit.params
+    good = fit_endpoints(C, 1.8 + 400 * C ** -0.15, replicates=5)
+    assert good.warnings == [] and good.to_json()["warnings"] == []
+
+
+def spec_missing(tmp_path):
+    return tmp_path / "none.yaml", "no such file"
+
+
+def spec_folder(tmp_path):
+    return tmp_path, "is a folder"
+
+
+def spec_alias_bomb(tmp_path):
+    (tmp_path / "bomb.yaml").write_text(BOMB)
+    return tmp_path / "bomb.yaml", "refused"
+
+
+def spec_bad_key(tmp_path):
+    text = (ROOT / "experiments" / "ladder-demo.yaml").read_text().replace("fit:\n", "fit:\n  metrc: x\n", 1)
+    (tmp_path / "bad.yaml").write_text(text)
+    return tmp_path / "bad.yaml", "metrc"
+
+
+def spec_not_yaml(tmp_path):
+    (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
+    return tmp_path / "bad.yaml", "not valid YAML"
+
+
+def spec_empty(tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    return tmp_path / "empty.yaml", "empty.yaml"
+
+
+SPECS = [spec_missing, spec_folder, spec_alias_bomb, spec_bad_key, spec_not_yaml, spec_empty]
+
+
+@pytest.mark.parametrize("case", SPECS, ids=[c.__name__ for c in SPECS])
+def test_plan_and_run_refuse_bad_specs_in_one_line(tmp_path, case):
+    spec, needle = case(tmp_path)
+    one_line_error(glassroom("ladder", "plan", spec, "--cpu-flops", "1e10"), needle)
+    one_line_error(glassroom("ladder", "run", spec, "--out", tmp_path / "out"), needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_bad_inputs_are_one_line(tmp_path, clean_ladder):
+    one_line_error(glassroom("ladder", "verify", tmp_path / "nope"), "no such folder")
+    (tmp_path / "file").write_text("x")
+    one_line_error(glassroom("ladder", "verify", tmp_path / "file"), "is a file")
+    one_line_error(glassroom("ladder", "verify", tmp_path), "no store.sqlite")
+    rung = rung_dirs(clean_ladder)[0]
+    one_line_error(glassroom("ladder", "verify", rung), "no preregistered prediction")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "store.sqlite").write_bytes(b"garbage" * 200)
+    one_line_error(glassroom("ladder", "verify", broken), "unreadable run store")
