@@ -1,0 +1,167 @@
+"""Checkpoints carry checksums; `--resume` verifies the newest, falls back to the newest intact one
+(journaled, said on stderr, the damaged one moved aside), and with none intact exits 2 in one line.
+Retention never deletes the last intact checkpoint in favour of damaged ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glassroom.observe.store import StoreReader
+from glassroom.train import checkpoint as ckpt
+from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd
+
+STEPS = ("step_0000004", "step_0000008", "step_0000012")
+
+
+@pytest.fixture(scope="module")
+def source(tiny_dataset, tmp_path_factory) -> Path:
+    """A finished 12-step run that kept all three checkpoints (4, 8, 12)."""
+    out = tmp_path_factory.mktemp("integrity") / "source"
+    result = run_train(out, tiny_dataset, "train.keep_last=10")
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def run(source, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(source, copy)
+    return copy
+
+
+def data_file(checkpoint: Path) -> Path:
+    return checkpoint / "__0_0.distcp"
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4] = bytes(b ^ 0xFF for b in data[middle : middle + 4])
+    path.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "truncated data file": (lambda c: truncate(data_file(c)), "__0_0.distcp: truncated"),
+    "missing .metadata": (lambda c: (c / ".metadata").unlink(), ".metadata: missing"),
+    "flipped bytes": (lambda c: flip(data_file(c)), "__0_0.distcp: checksum mismatch"),
+    "trainer.json not JSON": (lambda c: (c / "trainer.json").write_text("{" + "x" * 10), "trainer.json: "),
+    "manifest not JSON": (lambda c: (c / "manifest.json").write_text("{"), "manifest.json: not a readable"),
+}
+
+
+def test_every_checkpoint_has_a_manifest_of_its_files(source):
+    for name in STEPS:
+        folder = source / "checkpoints" / name
+        files = json.loads((folder / "manifest.json").read_text())["files"]
+        assert set(files) == {".metadata", "__0_0.distcp", "trainer.json"}
+        for file, entry in files.items():
+            content = (folder / file).read_bytes()
+            assert entry == {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
+        assert ckpt.verify_checkpoint(folder, int(name[5:])) is None
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(run, source, tiny_dataset, kind):
+    damage, expected = DAMAGE[kind]
+    damage(run / "checkpoints" / "step_0000012")
+    result = run_train(run, tiny_dataset, resume=True)
+    assert result.returncode == 0, result.stderr
+    problem = f"checkpoints/step_0000012/{expected}"
+    assert f"warning: {problem}" in result.stderr and "resuming from step_0000008" in result.stderr
+    with StoreReader(run) as reader:
+        damaged = [e for e in reader.events() if e["kind"] == "checkpoint_damaged"]
+        assert len(damaged) == 1 and damaged[0]["text"].startswith(problem)
+        assert damaged[0]["step"] == 12 and damaged[0]["data"]["checkpoint"] == "step_0000012"
+        resume = [e for e in reader.events() if e["kind"] == "resume"][-1]
+        assert resume["step"] == 8 and resume["data"]["set_aside"] == ["checkpoints/damaged/step_0000012"]
+    # Kept for inspection, out of the way; steps 9-12 were redone into a new, intact step_0000012.
+    assert (run / "checkpoints" / "damaged" / "step_0000012").is_dir()
+    assert ckpt.verify_checkpoint(run / "checkpoints" / "step_0000012", 12) is None
+    np.testing.assert_array_equal(losses(run), losses(source))
+    assert_same_store(run, source, kinds=False)
+    # The journal: what happened, then the fallback; the rewritten step_0000012 is journaled anew,
+    # the evaluation and the end at step 12 are not repeated.
+    with StoreReader(run) as reader, StoreReader(source) as before:
+        added = [(e["kind"], e["step"]) for e in reader.events()][len(before.events()):]
+    assert added == [("checkpoint_damaged", 12), ("resume", 8), ("checkpoint", 12)]
+
+
+def test_no_intact_checkpoint_is_one_line_and_exit_2_with_nothing_moved(run, tiny_dataset):
+    flip(data_file(run / "checkpoints" / "step_0000012"))
+    (run / "checkpoints" / "step_0000008" / ".metadata").unlink()
+    truncate(data_file(run / "checkpoints" / "step_0000004"))
+    result = run_train(run, tiny_dataset, resume=True)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert ("checkpoints/step_0000012/__0_0.distcp: checksum mismatch; checkpoints/step_0000008/.metadata: missing; "
+            "checkpoints/step_0000004/__0_0.distcp: truncated") in lines[0]
+    assert lines[0].rstrip().endswith("no intact checkpoint to resume from "
+                                      f"(move {run / 'checkpoints'} aside to start again from step 0)")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == list(STEPS)
+    with StoreReader(run) as reader:
+        assert reader.status()["state"] == "failed"
+        assert [e["step"] for e in reader.events() if e["kind"] == "checkpoint_damaged"] == [12, 8, 4]
+
+
+def strip_manifests(run: Path) -> None:
+    for name in STEPS:
+        (run / "checkpoints" / name / "manifest.json").unlink()
+
+
+def test_a_checkpoint_without_manifest_is_checked_by_its_index(run, tiny_dataset):
+    """Checkpoints from before manifests: trainer.json, .metadata and the data files' lengths."""
+    strip_manifests(run)
+    assert ckpt.verify_checkpoint(run / "checkpoints" / "step_0000012", 12) is None
+    (run / "checkpoints" / "step_0000012" / "trainer.json").write_text("not json")
+    truncate(data_file(run / "checkpoints" / "step_0000008"))
+    assert ckpt.verify_checkpoint(run / "checkpoints" / "step_0000012", 12) == \
+        "checkpoints/step_0000012/trainer.json: not JSON"
+    assert ckpt.verify_checkpoint(run / "checkpoints" / "step_0000008", 8).startswith(
+        "checkpoints/step_0000008/__0_0.distcp: truncated")
+    result = run_train(run, tiny_dataset, resume=True)
+    assert result.returncode == 0, result.stderr
+    with StoreReader(run) as reader:
+        resume = [e for e in reader.events() if e["kind"] == "resume"][-1]
+    assert resume["step"] == 4 and resume["data"]["verified"] is False
+    assert "without a checksum manifest" in resume["text"]
+    # What it writes from then on carries a manifest.
+    assert (run / "checkpoints" / "step_0000012" / "manifest.json").is_file()
+
+
+def test_retention_never_deletes_the_last_intact_checkpoint_for_damaged_ones(run):
+    truncate(data_file(run / "checkpoints" / "step_0000012"))
+    (run / "checkpoints" / "step_0000008" / "trainer.json").unlink()
+    ckpt._apply_retention(run, keep_last=1, keep_every=None)
+    # step 4 is the newest intact one; the damaged ones are not retention's to delete.
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == list(STEPS)
+    flip(data_file(run / "checkpoints" / "step_0000012"))  # sizes right, content wrong: still not counted
+    ckpt._apply_retention(run, keep_last=1, keep_every=None)
+    assert (run / "checkpoints" / "step_0000004").is_dir()
+
+
+def test_torchrun_ranks_agree_on_the_fallback(run, source, tiny_dataset):
+    """Two ranks resume a one-process run whose newest checkpoint is damaged: rank 0 verifies, both
+    load step 8 (a checkpoint loads at any world size)."""
+    import subprocess
+
+    flip(data_file(run / "checkpoints" / "step_0000012"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "glassroom",
+           *train_cmd(run, tiny_dataset, resume=True)[3:], "--set", "train.parallel=ddp"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("warning: checkpoints/step_0000012/__0_0.distcp: checksum mismatch") == 1
+    np.testing.assert_allclose(losses(run), losses(source), rtol=1e-3)
+    with StoreReader(run) as reader:
+        assert [e["step"] for e in reader.events() if e["kind"] == "resume"] == [8]
