@@ -95,6 +95,9 @@ def edit_manifest(dataset: Path, change) -> None:
     ("nonsense", "--set 'nonsense': expected key.path=value"),
     ("=3", "--set '=3': expected key.path=value"),
     ("data.max_epochs=0", "data.max_epochs: must be positive"),
+    ("train.seed=-1", "train.seed: must be between 0 and 2**63 - 1, got -1"),
+    ("train.seed=100000000000000000000000", "train.seed: must be between 0 and 2**63 - 1"),
+    ("observe.anomaly_min_history=0", "observe.anomaly_min_history: must be positive, got 0"),
 ])
 def test_bad_config_values_are_refused_before_the_run_folder(capsys, tiny_dataset, tmp_path, setting, message):
     out = tmp_path / "run"
@@ -182,7 +185,7 @@ def test_data_folder_that_is_not_a_dataset(capsys, tmp_path):
 def test_domain_the_dataset_does_not_have(capsys, tiny_dataset, tmp_path):
     out = tmp_path / "run"
     code, err = train(capsys, out, tiny_dataset, "data.weights={prose: 1, poetry: 2}")
-    assert_refused(code, err, "data.weights.poetry:", "no domain 'poetry'", "prose, docs, code")
+    assert_refused(code, err, f"{TINY}: data.weights.poetry:", "no domain 'poetry'", "prose, docs, code")
     assert not out.exists()
 
 
@@ -229,8 +232,41 @@ def test_seq_len_longer_than_a_validation_shard(capsys, tiny_dataset, tmp_path):
 def test_model_vocabulary_smaller_than_the_tokenizer(capsys, tiny_dataset, tmp_path):
     out = tmp_path / "run"
     code, err = train(capsys, out, tiny_dataset, "model.vocab_size=1000")
-    assert_refused(code, err, "model.vocab_size: 1000 is smaller than the dataset's tokenizer (2048")
+    assert_refused(code, err, f"{TINY}: model.vocab_size: 1000 is smaller than the dataset's tokenizer (2048")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("sets,message", [
+    (("model.vocab_size=100000000000",), "model: 12.8T parameters need 204,800.0 GB"),
+    (("model.n_layers=1000000000",), "model: 47.5T parameters need"),
+    (("train.batch_size=1000000000000",), "train.batch_size: 1000000000000 sequences of 33 token ids need"),
+    (("train.batch_size=100000000", "train.micro_batch_size=100000000"),
+     "train.micro_batch_size: the logits of 100000000 sequences over 2048 tokens need"),
+])
+def test_runs_that_cannot_fit_in_memory(capsys, tiny_dataset, tmp_path, sets, message):
+    """Used to be an allocation traceback (or the machine swapping) after RUN_DIR was made."""
+    out = tmp_path / "run"
+    code, err = train(capsys, out, tiny_dataset, *sets)
+    assert_refused(code, err, str(TINY), message, "GB of memory available")
+    assert not out.exists()
+
+
+def test_memory_bound_counts_every_local_process():
+    import torch
+
+    from glassroom.train import preflight
+    from glassroom.train.config import load_run_config
+
+    cfg = load_run_config(TINY)
+    need = preflight.parameter_count(cfg.model) * 16
+    from glassroom.model.accounting import count_params
+
+    assert preflight.parameter_count(cfg.model) == count_params(cfg.model).total
+    free = preflight.available_memory(torch.device("cpu"))
+    assert free and free > need
+    many = max(2, int(free // need) + 1)
+    with pytest.raises(GlassroomError, match=f"in each of {many} processes"):
+        preflight.check_memory(cfg, torch.device("cpu"), world_size=many, env={"LOCAL_WORLD_SIZE": str(many)})
 
 
 def damage_index(dataset: Path, how: str) -> Path:

@@ -40,7 +40,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from glassroom.errors import GlassroomError
+    from glassroom.errors import ConfigError, GlassroomError
     from glassroom.train.config import load_run_config
 
     from glassroom.train.preflight import check_launch
@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
 
     trainer = None
     try:
-        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+        try:
+            trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+        except ConfigError as exc:  # a key of the config against the data or the machine: name the file too
+            raise ConfigError(f"{config}: {exc}") from None
         final = trainer.run()
     except BaseException:
         if trainer is not None and trainer.step == 0:

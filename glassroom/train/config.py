@@ -92,6 +92,8 @@ class TrainSection:
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{path}.{key}: must be in [0, 1), got {getattr(self, key)}")
         require_non_negative(path, weight_decay=self.weight_decay, z_loss_coef=self.z_loss_coef)
+        if not 0 <= self.seed < 2**63:
+            raise ConfigError(f"{path}.seed: must be between 0 and 2**63 - 1, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class ObserveSection:
         require_positive(
             path, norms_every=self.norms_every, log_every=self.log_every, anomaly_window=self.anomaly_window,
             anomaly_sigma=self.anomaly_sigma, loss_spike_ratio=self.loss_spike_ratio,
+            anomaly_min_history=self.anomaly_min_history,
         )
 
 

@@ -6,16 +6,20 @@ whose manifest, shard indexes and token files agree), the config against the dat
 domain in `data.weights` exists, no domain is empty, every shard trained or evaluated on holds at
 least `train.seq_len + 1` tokens, `model.vocab_size` covers the tokenizer) and every token id of
 those shards against the tokenizer's vocabulary (glassroom.data.shards: a full scan of small
-shards, the id recorded at build time plus a sampled scan of big ones). Each problem is one
-GlassroomError naming the key, the shard or the file.
+shards, the id recorded at build time plus a sampled scan of big ones), and memory: a lower bound
+of what one process needs (weights, gradients and AdamW moments at 16 bytes a parameter, sharded
+under FSDP; the batch's token ids; one micro-batch's logits) against the memory available (CPU:
+MemAvailable + SwapFree for all local processes together; GPU: free device memory). Each problem is
+one GlassroomError naming the key, the shard or the file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
-from glassroom.errors import GlassroomError
+from glassroom.errors import ConfigError, GlassroomError
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -54,13 +58,13 @@ def open_dataset(cfg):
 
     path = Path(cfg.data.path)
     if not path.exists():
-        raise GlassroomError(f"data.path: {path}: not a built dataset (no such folder); run glassroom data build first")
+        raise ConfigError(f"data.path: {path}: not a built dataset (no such folder); run glassroom data build first")
     if not path.is_dir():
-        raise GlassroomError(f"data.path: {path}: not a built dataset (a file, not a folder)")
+        raise ConfigError(f"data.path: {path}: not a built dataset (a file, not a folder)")
     try:
         return Dataset(path)
     except GlassroomError as exc:
-        raise GlassroomError(f"data.path: {exc}") from None
+        raise ConfigError(f"data.path: {exc}") from None
 
 
 def check_data(cfg, dataset) -> None:
@@ -69,16 +73,16 @@ def check_data(cfg, dataset) -> None:
     domains = dataset.domains
     for name in (cfg.data.weights or {}):
         if name not in domains:
-            raise GlassroomError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
+            raise ConfigError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
                                  f"(it has {', '.join(domains)})")
     vocab = int(dataset.vocab_size)
     if cfg.model.vocab_size < vocab:
-        raise GlassroomError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
+        raise ConfigError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
                              f"({vocab}, {path / 'manifest.json'}); raise model.vocab_size to at least {vocab}")
     entries = dataset.manifest["domains"]
     for name in domains:
         if entries[name]["train"]["tokens"] == 0 and entries[name]["validation"]["tokens"] == 0:
-            raise GlassroomError(f"data.path: domain {name} of {path} is empty (no tokens); rebuild the dataset "
+            raise ConfigError(f"data.path: domain {name} of {path} is empty (no tokens); rebuild the dataset "
                                  f"with documents for it or without it")
     if cfg.data.weights is not None:
         trained = [d for d, w in cfg.data.weights.items() if w > 0]
@@ -88,12 +92,78 @@ def check_data(cfg, dataset) -> None:
     for domain, split in needs:
         shard = dataset.shard(domain, split)
         if len(shard) == 0 and split == "train":
-            raise GlassroomError(f"data.weights.{domain}: domain {domain} has no train tokens "
+            raise ConfigError(f"data.weights.{domain}: domain {domain} has no train tokens "
                                  f"({shard.paths['tokens']}); give it weight 0")
         if len(shard) < tc.seq_len + 1:
             use = "trained on" if split == "train" else "evaluated on"
-            raise GlassroomError(
+            raise ConfigError(
                 f"train.seq_len: {tc.seq_len} is too long for {shard.paths['tokens']} ({len(shard)} tokens; one "
                 f"sequence needs seq_len + 1, and domain {domain} is {use}); lower train.seq_len"
             )
         shard.check_token_ids(vocab, "the tokenizer's vocabulary, manifest.json tokenizer.vocab_size")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def parameter_count(model) -> int:
+    """Total parameters, without a loop over layers (an absurd n_layers must not hang the check)."""
+    from glassroom.model.accounting import count_params
+
+    base = count_params(dataclasses.replace(model, n_layers=0)).total
+    if model.moe is None:
+        return base + model.n_layers * (count_params(dataclasses.replace(model, n_layers=1)).total - base)
+    dense = min(model.moe.first_dense_layers, model.n_layers)
+    total = base
+    if dense:
+        one = dataclasses.replace(model, n_layers=1, moe=dataclasses.replace(model.moe, first_dense_layers=1))
+        total += dense * (count_params(one).total - base)
+    one = dataclasses.replace(model, n_layers=1, moe=dataclasses.replace(model.moe, first_dense_layers=0))
+    return total + (model.n_layers - dense) * (count_params(one).total - base)
+
+
+def available_memory(device) -> int | None:
+    """Bytes free for training on `device` (None when unknown)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "SwapFree") if k in fields)
+    except (OSError, ValueError):
+        return None
+
+
+def check_memory(cfg, device, world_size: int = 1, sharded: bool = False, env=None) -> None:
+    """Refuse a run whose lower-bound memory (see the module doc) exceeds what is available."""
+    from glassroom.units import format_count
+
+    env = os.environ if env is None else env
+    tc, model = cfg.train, cfg.model
+    params = parameter_count(model)
+    parts = {  # key: (bytes per process, what needs them, what to do)
+        "model": (params * 16 / (world_size if sharded else 1),
+                  f"{format_count(params)} parameters need {{need}} for weights, gradients and AdamW moments "
+                  f"(16 bytes each{', sharded' if sharded else ''})", "shrink the model (glassroom plan shows its size)"),
+        "train.batch_size": (tc.batch_size / world_size * (tc.seq_len + 1) * 16,
+                             f"{tc.batch_size} sequences of {tc.seq_len + 1} token ids need {{need}}", "lower it"),
+        "train.micro_batch_size": (tc.micro_batch_size * tc.seq_len * model.vocab_size * 12,
+                                   f"the logits of {tc.micro_batch_size} sequences over {model.vocab_size} tokens "
+                                   f"need {{need}}", "lower it"),
+    }
+    local = 1
+    if device.type != "cuda":  # processes on one host share its memory
+        try:
+            local = int(env.get("LOCAL_WORLD_SIZE", world_size))
+        except ValueError:
+            local = world_size
+    need = sum(n for n, _, _ in parts.values()) * local
+    free = available_memory(device)
+    if free is None or need <= free:
+        return
+    key, (biggest, text, advice) = max(parts.items(), key=lambda kv: kv[1][0])
+    where = "GPU memory free" if device.type == "cuda" else "memory available"
+    per = f" in each of {local} processes" if local > 1 else ""
+    raise ConfigError(f"{key}: {text.format(need=_gb(biggest))}{per}, more than the {_gb(free)} of {where}; {advice}")

@@ -102,6 +102,8 @@ class Trainer:
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         self.dataset = preflight.open_dataset(cfg)
         preflight.check_data(cfg, self.dataset)
+        preflight.check_memory(cfg, self.device, self.info.world_size,
+                               sharded=self.info.enabled and tc.parallel == "fsdp")
         weights = cfg.data.weights or {
             d: float(info["train"]["tokens"]) for d, info in self.dataset.manifest["domains"].items()
         }
