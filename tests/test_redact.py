@@ -144,3 +144,21 @@ def test_events_redacted_and_runs_reexports_the_module():
     out = redact_event(event)
     assert api not in repr(out) and out["digest"] == "ab" * 32 and out["id"] == 3
     assert runs.redact is redact and runs.key_is_secret is key_is_secret and runs.REDACTED == REDACTED
+
+
+def test_wandb_mirror_uploads_the_redacted_config(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from glassroom.observe.sinks import WandbSink
+
+    captured = {}
+    fake = types.ModuleType("wandb")
+    fake.Settings = lambda **kw: kw
+    fake.init = lambda **kw: captured.update(kw) or types.SimpleNamespace(log=lambda *a, **k: None)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    secret = "sk-" + rand(ALNUM, 30)
+    tree = {"launcher": {"command": f"OPENAI_API_KEY={secret} python train.py"}, "train": {"tokens_per_step": 64}}
+    cfg = types.SimpleNamespace(observe=types.SimpleNamespace(wandb_project="p"), to_dict=lambda: tree)
+    WandbSink(cfg, tmp_path / "run")._start()
+    assert secret not in repr(captured["config"]) and captured["config"]["train"] == {"tokens_per_step": 64}

@@ -460,3 +460,54 @@ def test_pages_under_the_csp_show_the_seal_and_an_unreadable_store(server):
         row = browser.eval("[...document.querySelectorAll('#runs tbody tr')].find(tr => tr.textContent.includes('broken')).textContent")
         assert "store unreadable: file is not a database" in row
         assert not any("Content Security Policy" in line for line in browser.console), browser.console[-3:]
+
+
+def test_a_server_on_another_address_hides_private_runs_and_notes(lab):
+    from starlette.testclient import TestClient
+
+    from glassroom.web.server import allowed_hosts, create_app
+
+    hosts = allowed_hosts("0.0.0.0", ("lab.example.org",))
+    app = create_app(lab, loopback_only=False, hosts=hosts)
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        runs = {r["id"] for r in client.get("/api/runs").json()["runs"]}
+        assert "hero" in runs and "scratch" not in runs and "broken" not in runs   # unreadable: maybe private
+        assert client.get("/api/run?run=scratch").status_code == 404
+        assert client.get("/runs/scratch").status_code == 404
+        for path in ("/api/run?run=hero", "/api/events?run=hero"):
+            body = client.get(path).text
+            assert PRIVATE_MARK not in body and "rotated the key" in body
+        assert client.get("/api/runs", headers={"Host": "127.evil.com"}).status_code == 421
+        assert client.get("/api/runs", headers={"Host": "elsewhere.example.org"}).status_code == 421
+    loopback = create_app(lab)   # on the loopback the owner sees everything, private marked as such
+    with TestClient(loopback, base_url="http://127.0.0.1") as client:
+        rows = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+        assert rows["scratch"]["private"] is True and rows["hero"]["private"] is False
+        assert PRIVATE_MARK in client.get("/api/events?run=hero").text
+
+
+def test_the_live_stream_redacts_and_hides_private_notes_when_public(tmp_path):
+    from glassroom.web.data import Cursor
+
+    run = write_run(tmp_path / "r", steps=10)
+    secret = "hf_" + rand(ALNUM, 30)
+    public, owner = Cursor("r", run, public=True), Cursor("r", run)
+    with StoreWriter(run) as w:
+        w.event("note", f"hidden {PRIVATE_MARK}", 10, {"private": True})
+        w.event("note", f"shown with {secret}", 10)
+    seen = public.poll()["events"]
+    assert [e["text"] for e in seen] == ["shown with <redacted>"]
+    assert [e["text"] for e in owner.poll()["events"]] == [f"hidden {PRIVATE_MARK}", "shown with <redacted>"]
+    public.close(), owner.close()
+
+
+def test_host_allow_list():
+    from glassroom.web.server import allowed_hosts, host_name, is_loopback_name
+
+    assert host_name("127.0.0.1:8080") == "127.0.0.1" and host_name("[::1]:80") == "[::1]" and host_name("::1") == "::1"
+    for good in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"):
+        assert is_loopback_name(good), good
+    for bad in ("127.evil.com", "127.0.0.1.nip.io", "127.1", "0177.0.0.1", "127.0.0.256", "localhost.evil.com", ""):
+        assert not is_loopback_name(bad), bad
+    assert "10.1.2.3" in allowed_hosts("10.1.2.3") and "lab.example.org" in allowed_hosts("10.1.2.3", ("Lab.Example.org",))
+    assert "0.0.0.0" not in allowed_hosts("0.0.0.0") and "10.1.2.3" not in allowed_hosts("127.0.0.1")
