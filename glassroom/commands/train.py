@@ -32,7 +32,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, metavar="RUN_DIR",
                    help="the run's folder (store, config, checkpoints): new, empty, or a run to --resume")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. train.steps=500")
-    p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its newest checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its newest intact checkpoint (checksums verified; "
+                   "damaged ones are moved to checkpoints/damaged/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(run=run)
 

@@ -15,7 +15,9 @@ Layout (RUN_DIR/store.sqlite):
 
 The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
 `flush_seconds`), so logging stays a small fraction of a training step; events and artifacts
-commit at once. What was committed survives a SIGKILL of the writer.
+commit at once. What was committed survives a SIGKILL of the writer; close() commits the rest.
+The trainer flushes before each checkpoint, so no checkpoint is visible while rows of its steps
+are only buffered, and a resumed run calls discard_after(step) for the steps it redoes.
 """
 
 from __future__ import annotations
