@@ -354,6 +354,8 @@ BAD_INPUTS = [
                                         "--set", "tokenizer.path={root}/plain-file"], "not a valid tokenizer.json"),
     ("out inside a source", ["data", "build", "{recipe}", "--out", "{root}/pkg_b/o",
                              "--set", "domains.web.sources=[{kind: files, path: {root}/pkg_b}]"], "inside the source folder"),
+    ("source reads /", ["data", "build", "{recipe}", "--out", "{root}/o", "--set", "domains.web.sources=[{kind: files, path: /}]"],
+     "is inside the source folder /,"),
     ("out is a file", ["data", "build", "{recipe}", "--out", "{root}/plain-file", "--force"], "exists and is not a folder"),
     ("out is the recipe", ["data", "build", "{recipe}", "--out", "{recipe}", "--force"], "exists and is not a folder"),
     ("out parent is a file", ["data", "build", "{recipe}", "--out", "{root}/plain-file/o"], "is a file, not a folder"),

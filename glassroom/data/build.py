@@ -172,8 +172,7 @@ def _check_sources(recipe: Recipe, out: Path) -> None:
     for domain, dcfg in recipe.domains.items():
         for i, src in enumerate(dcfg.sources):
             where = f"domains.{domain}.sources[{i}] ({src.label})"
-            check_source(src, where)
-            for root, recursive in source_roots(src):
+            for root, recursive in source_roots(src):  # first: a source at / would take long to list
                 try:
                     root = root.resolve()
                 except (OSError, RuntimeError):
@@ -184,6 +183,7 @@ def _check_sources(recipe: Recipe, out: Path) -> None:
                 if recursive and _inside(out, root):
                     raise GlassroomError(f"{where}: --out {out} is inside the source folder {root}, which the "
                                          "source reads; choose an --out outside the sources")
+            check_source(src, where)
 
 
 def _read_lock_pid(fd: int) -> str:
