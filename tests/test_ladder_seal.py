@@ -1,0 +1,222 @@
+"""The sealed prediction and the chained journal: `glassroom ladder verify` finds every alteration.
+
+The hero here is a run store written as the trainer writes it (start, metric rows, eval events, end)
+after a real preregistration; each tamper edits a copy, through SQLite directly or the store API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from glassroom.errors import GlassroomError
+from glassroom.ladder.predict import make_prediction, preregister
+from glassroom.observe import journal
+from glassroom.observe.prediction import check_seal, seal
+from glassroom.observe.store import StoreReader, StoreWriter
+from ladder_helpers import ROOT, write_ladder
+
+FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
+ALTERED = 3  # glassroom.commands.ladder.ALTERED_EXIT
+
+
+def glassroom(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def train_like_the_trainer(run_dir: Path, steps: int = 30) -> None:
+    with StoreWriter(run_dir) as w:
+        w.event("start", "training from step 0", 0, {"steps": steps})
+        for s in range(1, steps + 1):
+            w.log(s, {"train/loss": 5.0 - 0.05 * s})
+            if s % 10 == 0:
+                w.event("eval", f"bits per byte at step {s}: 1.2", s, {"eval/macro/bpb": 1.2})
+        w.event("end", f"finished at step {steps}", steps)
+
+
+@pytest.fixture(scope="module")
+def prediction(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("seal") / "ladder"
+    _, _, hero = write_ladder(out, noise=0.001, seed=0, spec_overrides=FAST)
+    return make_prediction(out, hero.config)
+
+
+@pytest.fixture(scope="module")
+def hero(prediction, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("hero") / "hero"
+    preregister(run_dir, prediction)
+    train_like_the_trainer(run_dir)
+    return run_dir
+
+
+@pytest.fixture
+def copy(hero, tmp_path) -> Path:
+    run_dir = tmp_path / "hero"
+    shutil.copytree(hero, run_dir)
+    return run_dir
+
+
+def verify(run_dir: Path) -> subprocess.CompletedProcess:
+    return glassroom("ladder", "verify", run_dir)
+
+
+def altered(run_dir: Path, *needles: str) -> str:
+    result = verify(run_dir)
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode == ALTERED, (result.returncode, result.stdout, result.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("altered: ") and not result.stderr, result
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_the_seal_covers_prediction_rungs_commit_and_time(hero, prediction):
+    with StoreReader(hero) as reader:
+        stored = reader.artifact("prediction")
+        events = reader.events()
+    s = stored["seal"]
+    assert s["algorithm"] == "sha256" and len(s["digest"]) == 64
+    assert s["created"] == stored["created"] and s["created"] < events[1]["time"]
+    assert s["commit"] and len(s["rungs"]) == len(prediction["rungs"]) == 4
+    for rung, identity in zip(s["rungs"], prediction["rungs"]):
+        assert rung["config_hash"] == identity["config_sha256"] and rung["name"] == identity["name"]
+        assert rung["final"]["eval/macro/loss"] > 0
+    body = {"prediction": {k: v for k, v in stored.items() if k != "seal"}, "rungs": s["rungs"],
+            "commit": s["commit"], "created": s["created"]}
+    assert journal.sha256_hex(journal.canonical(body)) == s["digest"]  # the documented recipe
+    kinds = [e["kind"] for e in events]
+    assert kinds[:2] == ["prediction", "start"] and s["digest"] in events[0]["text"]
+    assert events[0]["data"]["seal_digest"] == s["digest"]
+
+
+def test_a_clean_run_verifies(hero):
+    result = verify(hero)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with StoreReader(hero) as reader:
+        digest = reader.artifact("prediction")["seal"]["digest"]
+    line = result.stdout.strip()
+    assert line.startswith(f"sealed prediction intact: sha256 {digest} made ") and ", before step 1 at " in line
+    assert "events chained" in line and len(result.stdout.strip().splitlines()) == 1
+
+
+def edit_artifact(run_dir: Path, change) -> None:
+    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        value = json.loads(conn.execute("SELECT value FROM artifacts WHERE name = 'prediction'").fetchone()[0])
+        change(value)
+        conn.execute("UPDATE artifacts SET value = ? WHERE name = 'prediction'", (json.dumps(value),))
+
+
+def test_editing_the_prediction_in_the_database_is_found(copy):
+    def lower_the_band(p):
+        p["mean"][5] *= 0.99
+    edit_artifact(copy, lower_the_band)
+    assert altered(copy) == "altered: prediction changed after sealing: mean differs"
+
+
+def test_moving_the_sealing_time_earlier_is_found(copy):
+    def earlier(p):
+        p["created"] -= 3600
+        p["seal"]["created"] -= 3600
+    edit_artifact(copy, earlier)
+    altered(copy, "changed after sealing", "created differs")
+
+
+def test_resealing_an_edited_prediction_is_found_by_the_journal(copy):
+    """Someone recomputes a valid seal over an edited prediction: the journal's record disagrees."""
+    def reseal(p):
+        body = {k: v for k, v in p.items() if k not in ("seal",)}
+        body["final_loss"] *= 0.9
+        p.clear()
+        p.update(seal(body, p_rungs, p_commit, p_created))
+    with StoreReader(copy) as reader:
+        old = reader.artifact("prediction")["seal"]
+    p_rungs, p_commit, p_created = old["rungs"], old["commit"], old["created"]
+    edit_artifact(copy, reseal)
+    altered(copy, "resealed after preregistration")
+
+
+@pytest.mark.parametrize("sql, needles", [
+    ("UPDATE events SET text = 'bits per byte at step 20: 0.9' WHERE kind = 'eval' AND step = 20",
+     ("event 4 (eval, step 20) was edited",)),
+    ("UPDATE events SET data = '{\"eval/macro/bpb\": 0.9}' WHERE kind = 'eval' AND step = 10",
+     ("event 3 (eval, step 10) was edited",)),
+    ("DELETE FROM events WHERE kind = 'eval' AND step = 20", ("event 4 removed",)),
+    ("INSERT INTO events (time, step, kind, text) VALUES (1e10, 5, 'note', 'planted')", ("has no digest",)),
+    ("UPDATE events SET time = time - 7200 WHERE kind = 'start'", ("event 2 (start, step 0) was edited",)),
+    ("DELETE FROM artifacts WHERE name = 'prediction'", ("prediction artifact was removed",)),
+    ("UPDATE artifacts SET value = '[1, 2]' WHERE name = 'prediction'", ("not a prediction",)),
+])
+def test_editing_the_journal_in_the_database_is_found(copy, sql, needles):
+    with sqlite3.connect(copy / "store.sqlite") as conn:
+        conn.execute(sql)
+    altered(copy, *needles)
+
+
+def test_the_store_api_refuses_to_replace_the_prediction(copy, prediction):
+    with StoreWriter(copy) as writer:
+        with pytest.raises(GlassroomError, match="'prediction' is sealed and never replaced"):
+            writer.set_artifact("prediction", {**prediction, "final_loss": 0.1})
+        writer.set_artifact("status", {"state": "finished", "step": 30})  # other artifacts still change
+    with pytest.raises(GlassroomError, match="already holds a preregistered prediction"):
+        preregister(copy, prediction)
+    assert verify(copy).returncode == 0
+
+
+def test_a_prediction_inserted_after_the_first_step_is_found(prediction, tmp_path):
+    """The store API refuses it (below); a hand-made insertion with a valid seal is caught by verify."""
+    run_dir = tmp_path / "late"
+    train_like_the_trainer(run_dir)
+    rungs = [{"name": r["name"], "config_hash": r["config_sha256"], "final": r["final"]} for r in prediction["rungs"]]
+    sealed = seal(prediction, rungs, "abc")
+    with StoreWriter(run_dir) as writer:
+        writer.set_artifact("prediction", sealed)
+        writer.event("prediction", "preregistered", 0, {"seal_digest": sealed["seal"]["digest"]})
+    altered(run_dir, "prediction made after the run started")
+
+
+@pytest.mark.parametrize("started", ["metrics", "start event", "checkpoint"])
+def test_preregister_refuses_a_hero_that_has_started(prediction, tmp_path, started):
+    run_dir = tmp_path / "hero"
+    with StoreWriter(run_dir) as writer:
+        if started == "metrics":
+            writer.log(500, {"train/loss": 3.0})
+        elif started == "start event":
+            writer.event("start", "training from step 0", 0)
+    if started == "checkpoint":
+        (run_dir / "checkpoints" / "step_0000100").mkdir(parents=True)
+    with pytest.raises(GlassroomError, match="sealed before"):
+        preregister(run_dir, prediction)
+    with StoreReader(run_dir) as reader:
+        assert reader.artifact("prediction") is None
+        assert not reader.events(kinds=["prediction"])
+
+
+def test_a_user_given_created_time_is_replaced_by_the_sealing_time(prediction, tmp_path):
+    before = time.time()
+    sealed = preregister(tmp_path / "hero", {**prediction, "created": 1.0, "created_iso": "1970-01-01T00:00:01Z"})
+    assert before <= sealed["created"] == sealed["seal"]["created"] <= time.time()
+    assert sealed["created_iso"] != "1970-01-01T00:00:01Z" and check_seal(sealed) is None
+
+
+def test_an_old_store_is_migrated_and_its_chain_starts_at_the_first_digest(tmp_path):
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    with sqlite3.connect(run_dir / "store.sqlite") as conn:  # the schema before the digest column
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, step INTEGER, "
+                     "kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT)")
+        conn.execute("INSERT INTO events (time, step, kind, text) VALUES (1.5, 0, 'start', 'old')")
+    with StoreWriter(run_dir) as writer:
+        writer.event("note", "after the upgrade", 3)
+        writer.event("note", "and another", 4)
+    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        chain = journal.verify_chain(conn)
+        assert chain["ok"] and chain["legacy"] == 1 and chain["chained"] == 2
+        conn.execute("UPDATE events SET text = 'changed' WHERE id = 2")
+        assert "event 2 (note, step 3) was edited" in journal.verify_chain(conn)["problem"]
