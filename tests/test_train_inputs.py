@@ -378,7 +378,7 @@ def test_token_ids_at_or_above_the_vocabulary(capsys, data_copy, tmp_path, split
                                             for d in m["domains"] for s in ("train", "validation")])
     out = tmp_path / "run"
     code, err = train(capsys, out, data_copy)
-    assert_refused(code, err, f"shards/docs/{split}.bin", "token id 60000", "(2048)")
+    assert_refused(code, err, f"shards/docs/{split}.bin", "token id 60000", "vocabulary size in manifest.json (2048;")
     assert not out.exists()
 
 
@@ -401,7 +401,7 @@ def test_sampled_scan_of_a_big_shard_uses_the_recorded_max(tmp_path, monkeypatch
     with pytest.raises(GlassroomError, match="token id 3000"):
         shard.check_token_ids(2048, "the vocabulary")
     monkeypatch.setattr(shards, "SCAN_FULL_TOKENS", 10_000)
-    assert shards.Shard(root, "d", "train", np.uint16).max_token_id() == (3000, "full scan")
+    assert shards.Shard(root, "d", "train", np.uint16).max_token_id() == (3000, "a full scan")
 
 
 # ----------------------------------------------------------------------------- the run folder

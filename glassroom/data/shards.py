@@ -135,13 +135,13 @@ class Shard:
             if n == 0:
                 self._max_token = (-1, "empty")
             elif n <= SCAN_FULL_TOKENS:
-                self._max_token = (_chunked_max(self.tokens, 0, n), "full scan")
+                self._max_token = (_chunked_max(self.tokens, 0, n), "a full scan")
             else:
                 starts = np.linspace(0, n - SCAN_WINDOW, SCAN_SAMPLES).astype(np.int64)
                 found = max(int(np.max(self.tokens[s: s + SCAN_WINDOW])) for s in starts)
                 if self.recorded_max is not None:
                     found = max(found, int(self.recorded_max))
-                self._max_token = (found, "recorded at build time and a sampled scan")
+                self._max_token = (found, "the id recorded at build time and a sampled scan")
         return self._max_token
 
     def check_token_ids(self, vocab_size: int, what: str) -> None:
@@ -149,8 +149,8 @@ class Shard:
         found, how = self.max_token_id()
         if found >= vocab_size:
             raise GlassroomError(
-                f"{self.paths['tokens']}: holds token id {found}, at or above {what} ({vocab_size}) "
-                f"({how}); the shard is corrupt or from another tokenizer: rebuild the dataset"
+                f"{self.paths['tokens']}: holds token id {found}, at or above {what} ({vocab_size}; found by "
+                f"{how}); the shard is corrupt or from another tokenizer: rebuild the dataset"
             )
 
     def bytes_between(self, start: int, stop: int) -> float:

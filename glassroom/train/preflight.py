@@ -100,7 +100,7 @@ def check_data(cfg, dataset) -> None:
                 f"train.seq_len: {tc.seq_len} is too long for {shard.paths['tokens']} ({len(shard)} tokens; one "
                 f"sequence needs seq_len + 1, and domain {domain} is {use}); lower train.seq_len"
             )
-        shard.check_token_ids(vocab, "the tokenizer's vocabulary, manifest.json tokenizer.vocab_size")
+        shard.check_token_ids(vocab, "the tokenizer's vocabulary size in manifest.json")
 
 
 def _gb(n: float) -> str:
