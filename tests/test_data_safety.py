@@ -186,6 +186,16 @@ def test_a_build_killed_between_its_renames_gets_the_old_dataset_back(lab, tmp_p
     assert tree_digest(out) == before and not (tmp_path / f".data.old-{pid}").exists()
 
 
+def test_a_planted_lock_symlink_is_not_followed(lab, tmp_path, capsys):
+    root, recipe, _ = lab
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.symlink(victim, tmp_path / ".data.lock")
+    code = main(["data", "build", str(recipe), "--out", str(tmp_path / "data"), "--workers", "1"])
+    assert code == 2 and "cannot create or open the build lock" in one_error_line(capsys.readouterr().err)
+    assert victim.read_text() == "precious\n" and not (tmp_path / "data").exists()
+
+
 def _start_build(recipe: Path, out: Path) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-m", "glassroom", "data", "build", str(recipe), "--out", str(out),

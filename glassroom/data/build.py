@@ -204,10 +204,10 @@ def build_lock(out: Path):
     path = out.parent / f".{out.name}.lock"
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise GlassroomError(f"{out.parent}: cannot create the build lock {path.name} ({exc.strerror}); "
-                                 "choose an --out in a folder you can write") from None
+            raise GlassroomError(f"{path}: cannot create or open the build lock ({exc.strerror}); choose an --out "
+                                 f"in a folder you can write, or remove {path.name} if it is not a lock file") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
