@@ -251,6 +251,22 @@ def test_plan_and_run_refuse_bad_specs_in_one_line(tmp_path, case):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--cpu-flops", "nan"], "--cpu-flops"), (["--cpu-flops", "inf"], "--cpu-flops"), (["--cpu-flops", "0"], "--cpu-flops"),
+    (["--mfu", "nan"], "--mfu"), (["--gpus", "0"], "--gpus"), (["--gpu", "h999"], "invalid choice")])
+def test_plan_options_refused_in_one_line(args, needle):
+    one_line_error(glassroom("ladder", "plan", ROOT / "experiments" / "ladder-demo.yaml", *args), needle)
+
+
+def test_fit_on_a_file_or_an_empty_ladder_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for command in ("fit", "backtest"):
+        one_line_error(glassroom("ladder", command, tmp_path / "file"), "is a file")
+        one_line_error(glassroom("ladder", command, tmp_path / "none"), "no such ladder folder")
+    (tmp_path / "empty" / "rungs").mkdir(parents=True)
+    one_line_error(glassroom("ladder", "fit", tmp_path / "empty"), "0 rung(s)")
+
+
 def test_verify_bad_inputs_are_one_line(tmp_path, clean_ladder):
     one_line_error(glassroom("ladder", "verify", tmp_path / "nope"), "no such folder")
     (tmp_path / "file").write_text("x")

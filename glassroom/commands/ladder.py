@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from glassroom.commands import new_command
@@ -27,6 +28,7 @@ docs/ladder.md explains the spec, the laws, the fitting method and the folder la
 example:
   glassroom ladder plan experiments/ladder-demo.yaml
   glassroom ladder plan experiments/ladder-story.yaml --gpu h200 --gpus 704 --mfu 0.22
+  glassroom ladder verify lab/runs/hero-bbaafd2d
 """
 
 
@@ -71,8 +73,8 @@ def run_plan(args: argparse.Namespace) -> int:
         raise GlassroomError(f"--gpus: must be at least 1, got {args.gpus}")
     if args.mfu is not None and not 0 < args.mfu <= 1:
         raise GlassroomError(f"--mfu: must be above 0 and at most 1, got {args.mfu}")
-    if args.cpu_flops is not None and args.cpu_flops <= 0:
-        raise GlassroomError(f"--cpu-flops: must be positive, got {args.cpu_flops}")
+    if args.cpu_flops is not None and not (math.isfinite(args.cpu_flops) and args.cpu_flops > 0):
+        raise GlassroomError(f"--cpu-flops: must be a positive finite number, got {args.cpu_flops}")
     report = plan_ladder(load_spec(args.spec), args.gpu, args.gpus, args.mfu, args.cpu_flops)
     print(json.dumps(report) if args.json else format_plan(report))
     return 0
@@ -87,7 +89,10 @@ def register_fit(sub) -> None:
                     "eval/macro/bpb and of each domain's loss and bpb; L(N, D) when the rungs vary N and D\n"
                     "separately; and the schedule-aware curve law on the whole curves. Parameters come with\n"
                     "bootstrap intervals, and L(C) with its leave-largest-out extrapolation error.\n"
-                    "DIR holds DIR/rungs/<name>/ (config.yaml + store.sqlite) and optionally DIR/spec.yaml.\n\n"
+                    "DIR holds DIR/rungs/<name>/ (config.yaml + store.sqlite) and optionally DIR/spec.yaml.\n"
+                    "Refused (exit 2, one line naming the rungs): a final loss that is NaN, infinite, zero or\n"
+                    "negative, two rungs at the same compute, fewer curve points than parameters, and a bigger\n"
+                    "rung no better than a smaller one (unless --allow-nonmonotone: then `reliable: false`).\n\n"
                     "example:\n  glassroom ladder fit ladders/demo")
     p.add_argument("dir", metavar="DIR", help="ladder folder (docs/ladder.md: layout)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -183,7 +183,7 @@ def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> lis
     """Every rung under DIR/rungs/, smallest compute first."""
     ladder_dir = Path(ladder_dir)
     if not ladder_dir.is_dir():
-        raise GlassroomError(f"{ladder_dir}: no such ladder folder")
+        raise GlassroomError(f"{ladder_dir}: {'is a file, expected' if ladder_dir.exists() else 'no such'} ladder folder")
     root = ladder_dir / RUNGS_DIR
     if not root.is_dir() and not (ladder_dir / LISTING_FILE).is_file():
         raise GlassroomError(f"{ladder_dir}: no {RUNGS_DIR}/ folder; run `glassroom ladder run SPEC --out {ladder_dir}` first")
