@@ -423,6 +423,9 @@ def test_out_at_a_file(capsys, tiny_dataset, tmp_path):
     code, err = train(capsys, out, tiny_dataset)
     assert_refused(code, err, "is a file, not a folder")
     assert out.read_text() == "keep me"
+    code, err = train(capsys, out / "deeper" / "run", tiny_dataset)
+    assert_refused(code, err, f"{out} is a file, not a folder")
+    assert out.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("exists", [False, True])

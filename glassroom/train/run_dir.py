@@ -72,6 +72,13 @@ def check_new_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise GlassroomError(f"--out {run_dir}: is a file, not a folder")
     if not run_dir.is_dir():
+        parent = run_dir.absolute().parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise GlassroomError(f"--out {run_dir}: {parent} is a file, not a folder; choose another path")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise GlassroomError(f"--out {run_dir}: cannot create folders in {parent} (permission denied)")
         return
     # A store without a config is a run not yet started: it may hold a preregistered prediction.
     if (run_dir / CONFIG_FILE).exists():
@@ -152,8 +159,11 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
         state = "new"
     barrier()
     if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run_dir / f".{CONFIG_FILE}.tmp"
-        tmp.write_text(yaml.safe_dump(current, sort_keys=False))
-        os.replace(tmp, run_dir / CONFIG_FILE)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = run_dir / f".{CONFIG_FILE}.tmp"
+            tmp.write_text(yaml.safe_dump(current, sort_keys=False))
+            os.replace(tmp, run_dir / CONFIG_FILE)
+        except OSError as exc:
+            raise GlassroomError(f"--out {run_dir}: cannot write {CONFIG_FILE} ({exc.strerror or exc})") from None
     return state
