@@ -53,10 +53,15 @@ def run(args: argparse.Namespace) -> int:
         what = "is not a folder" if root.exists() else "no such folder"
         raise GlassroomError(f"{root}: {what}; give the folder that holds your runs")
     check_site_folder(out, root)
-    if interval is None:
-        publish(root, out, log=lambda m: print(m, flush=True))
-        print(f"open {out / 'index.html'} through a static server, e.g. python -m http.server -d {out}")
-        return 0
-    print(f"re-exporting {root} to {out} every {interval:g} s (Ctrl-C stops)", flush=True)
-    watch(root, out, interval, log=lambda m: print(m, flush=True))
+    try:
+        if interval is None:
+            publish(root, out, log=lambda m: print(m, flush=True))
+            print(f"open {out / 'index.html'} through a static server, e.g. python -m http.server -d {out}")
+            return 0
+        print(f"re-exporting {root} to {out} every {interval:g} s (Ctrl-C stops)", flush=True)
+        watch(root, out, interval, log=lambda m: print(m, flush=True))
+    except OSError as exc:   # a full disk, a read-only or vanished --out: the previous export stays
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise GlassroomError(f"--out {out}: cannot write the site: {exc.strerror or exc}{where}; "
+                             "site.json switches last, so readers keep the previous export") from None
     return 0
