@@ -4,9 +4,9 @@
 state are the ones the run started with (RESUME_FIXED); the number of steps, the schedule, the
 evaluation and checkpoint intervals and what is observed may change.
 
-A new run goes into a folder that does not exist, an empty one, or one holding only a run store
-without a config (a run not yet started, e.g. with a preregistered prediction); any other folder is
-refused. `before_start` records what the folder held, so that `undo_start` can remove what a start
+`glassroom train --out` takes, for a new run, a folder that does not exist, an empty one, or one
+holding only a run store without a config (a run not yet started, e.g. with a preregistered
+prediction); any other folder is refused (`check_new_run_dir`). `before_start` records what the folder held, so that `undo_start` can remove what a start
 that failed before its first step created, and nothing else.
 """
 
@@ -155,7 +155,12 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
             )
         state = "resumed"
     else:
-        check_new_run_dir(run_dir)
+        # Only the one rule here: callers inside glassroom (a ladder's rung in its pipeline step folder)
+        # train into folders of their own; `glassroom train` applies check_new_run_dir to --out first.
+        if (run_dir / CONFIG_FILE).exists():
+            raise GlassroomError(
+                f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
+            )
         state = "new"
     barrier()
     if is_main:
