@@ -120,12 +120,16 @@ def require_dataset(folder: str | Path) -> Path:
     """`folder` as a Path when it is a built glassroom dataset; a one-line GlassroomError otherwise.
     For commands that read a dataset (mixture, atlas) before they touch it."""
     path = Path(folder)
-    if not path.exists():
-        raise GlassroomError(f"{folder}: no such folder; give a dataset built with glassroom data build")
-    if not path.is_dir():
-        raise GlassroomError(f"{folder}: is a file, not a dataset folder; give a folder built with glassroom data build")
-    if not (path / "manifest.json").exists():
-        raise GlassroomError(f"{folder}: not a built dataset (no manifest.json); run glassroom data build first")
+    try:
+        if not path.exists():
+            raise GlassroomError(f"{folder}: no such folder; give a dataset built with glassroom data build")
+        if not path.is_dir():
+            raise GlassroomError(f"{folder}: is a file, not a dataset folder; give a folder built with glassroom data build")
+        if not (path / "manifest.json").exists():
+            raise GlassroomError(f"{folder}: not a built dataset (no manifest.json); run glassroom data build first")
+    except OSError as exc:
+        raise GlassroomError(f"{str(folder)[:80]}: cannot be read as a dataset ({exc.strerror}); give a folder built "
+                             "with glassroom data build") from None
     if dataset_format(path) is None:
         raise GlassroomError(f"{folder}: manifest.json is not a glassroom dataset manifest (no \"format\": "
                              f"\"{FORMAT}\"); give a folder built with glassroom data build")
@@ -267,8 +271,14 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
         out = Path(out).expanduser().resolve()
     except (OSError, RuntimeError) as exc:
         raise GlassroomError(f"{out}: cannot be resolved ({exc}); choose another --out") from None
-    _check_parent(out)
-    _check_out(out, force)  # early, before sources are read; again under the lock
+    if len(os.fsencode(f".{out.name}.building-{2**32}")) > 255:
+        raise GlassroomError(f"{out.name[:40]}...: the --out folder name is too long ({len(os.fsencode(out.name))} bytes); "
+                             "choose a name under 220 bytes")
+    try:
+        _check_parent(out)
+        _check_out(out, force)  # early, before sources are read; again under the lock
+    except OSError as exc:
+        raise GlassroomError(f"{out}: cannot be checked as --out ({exc.strerror}); choose another --out") from None
     _check_sources(recipe, out)
     if recipe.tokenizer.path:
         load_tokenizer(recipe.tokenizer.path)  # a bad tokenizer.json is refused before any text is read
