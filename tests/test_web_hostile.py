@@ -429,6 +429,9 @@ def test_serve_and_publish_bad_inputs_are_one_line(tmp_path):
     lab = write_run(tmp_path / "lab" / "r", steps=10).parent
     assert "is not a folder" in one_line_error(run_cli("serve", str(afile)))
     assert "is not a folder" in one_line_error(run_cli("publish", str(afile), "--out", str(tmp_path / "s")))
+    one_line_error(run_cli("serve", "", "--port", "8"))
+    one_line_error(run_cli("publish", "", "--out", str(tmp_path / "s")))
+    assert "--out is empty" in one_line_error(run_cli("publish", str(lab), "--out", ""))
     one_line_error(run_cli("serve", str(lab), "--port", "0"))
     one_line_error(run_cli("serve", str(lab), "--port", "http"))
     one_line_error(run_cli("serve", str(lab), "--allow-host", "evil.com:80/x"))

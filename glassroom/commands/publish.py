@@ -47,6 +47,10 @@ def parse_interval(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     from glassroom.web.publish import check_site_folder, publish, watch
 
+    if not args.dir.strip():
+        raise GlassroomError("DIR is empty; give the folder that holds your runs")
+    if not args.out.strip():
+        raise GlassroomError("--out is empty; give the site folder to write, e.g. --out lab/site")
     root, out = Path(args.dir), Path(args.out)
     interval = None if args.watch is None else parse_interval(args.watch)
     if not root.is_dir():

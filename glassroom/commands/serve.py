@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.observe.runs import find_runs
     from glassroom.web.server import is_loopback_name, serve
 
+    if not args.dir.strip():
+        raise GlassroomError("DIR is empty; give the folder that holds your runs")
     root = Path(args.dir)
     if not root.is_dir():
         what = "is not a folder" if root.exists() else "no such folder"
@@ -68,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
             raise GlassroomError(f"--allow-host: {name!r} is not a host name (give a name like lab.example.org, no port)")
     check_port(args.host, args.port)
     runs = find_runs(root)
-    shown = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+    shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
     print(f"serving {len(runs)} run{'s' if len(runs) != 1 else ''} below {root} at http://{shown}:{args.port}/ "
           "(read-only; Ctrl-C stops)", flush=True)
     if not is_loopback_name(args.host.lower()):
