@@ -548,3 +548,25 @@ def test_host_allow_list():
         assert not is_loopback_name(bad), bad
     assert "10.1.2.3" in allowed_hosts("10.1.2.3") and "lab.example.org" in allowed_hosts("10.1.2.3", ("Lab.Example.org",))
     assert "0.0.0.0" not in allowed_hosts("0.0.0.0") and "10.1.2.3" not in allowed_hosts("127.0.0.1")
+
+
+def test_damaged_or_oversized_atlases_are_one_line_and_never_read_whole(tmp_path, monkeypatch):
+    from starlette.testclient import TestClient
+
+    from glassroom.web import atlas_page
+    from glassroom.web.server import create_app
+
+    root = tmp_path / "lab"
+    for name, text in (("big", json.dumps({"clusters": [], "points": {"text": ["x" * 5000]}})), ("bad", "{not json")):
+        (root / "data" / name / "atlas").mkdir(parents=True)
+        (root / "data" / name / "manifest.json").write_text(json.dumps({"name": name}))
+        (root / "data" / name / "atlas" / "atlas.json").write_text(text)
+    monkeypatch.setattr(atlas_page, "MAX_ATLAS_BYTES", 4000)
+    with TestClient(create_app(root), base_url="http://127.0.0.1") as client:
+        for name, why in (("big", "more than the 4,000 an atlas may have"), ("bad", "Expecting property name")):
+            r = client.get(f"/api/atlas?dataset=data/{name}")
+            assert r.status_code == 503 and why in r.json()["error"] and "\n" not in r.json()["error"], r.text
+    site = tmp_path / "site"
+    assert atlas_page.publish_atlases(root, site) == []
+    listed = {d["id"]: d["atlas"] for d in json.loads((site / "atlas" / "datasets.json").read_text())["datasets"]}
+    assert listed == {"data/big": False, "data/bad": False}

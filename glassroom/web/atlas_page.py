@@ -36,6 +36,8 @@ from glassroom.observe.runs import inside
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
 SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__"}
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024    # a manifest is a few KB; anything this big is not one
+MAX_ATLAS_BYTES = 256 * 1024 * 1024      # an atlas of 20,000 sampled documents is a few MB
 
 
 def find_datasets(root: str | Path) -> dict[str, Path]:
@@ -77,6 +79,8 @@ def dataset_summary(ds_id: str, folder: Path, root: Optional[Path] = None) -> di
         path = inside(root, folder / "manifest.json")
         if path is None:
             raise OSError("manifest.json is outside the served folder")
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError("manifest.json is too big")
         manifest = json.loads(path.read_text(encoding="utf-8"))
         entry.update(name=redact_text(str(manifest.get("name", folder.name))), domains=list(manifest.get("domains", {})),
                      train_tokens=manifest.get("totals", {}).get("train", {}).get("tokens"))
@@ -100,7 +104,11 @@ def _redact_excerpts(node: Any, key: Any = None) -> Any:
 
 
 def atlas_bytes(path: Path) -> bytes:
-    """atlas.json as served and published: its excerpts redacted."""
+    """atlas.json as served and published: its excerpts redacted. ValueError when it is bigger
+    than MAX_ATLAS_BYTES (it is read whole)."""
+    size = path.stat().st_size
+    if size > MAX_ATLAS_BYTES:
+        raise ValueError(f"{size:,} bytes, more than the {MAX_ATLAS_BYTES:,} an atlas may have")
     return json.dumps(_redact_excerpts(json.loads(path.read_text(encoding="utf-8")))).encode("utf-8")
 
 
@@ -176,7 +184,7 @@ def atlas_routes(root: str | Path) -> list:
         try:
             body = await run_in_threadpool(atlas_bytes, path)
         except (OSError, ValueError) as exc:
-            raise HTTPException(503, f"dataset {values[0]!r}: atlas/atlas.json cannot be read ({type(exc).__name__}); "
+            raise HTTPException(503, f"dataset {values[0]!r}: atlas/atlas.json cannot be read ({exc}); "
                                      f"rebuild it with glassroom data atlas {values[0]}") from None
         return Response(body, media_type="application/json", headers=no_cache)
 
