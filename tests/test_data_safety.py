@@ -234,6 +234,21 @@ def test_a_second_build_to_the_same_out_is_refused_while_the_first_runs(lab, tmp
     assert not (tmp_path / ".data.lock").exists() and not building.exists()
 
 
+def test_two_builds_started_together_never_both_succeed(lab, tmp_path):
+    root, recipe, _ = lab
+    out = tmp_path / "data"
+    procs = [_start_build(recipe, out) for _ in range(2)]
+    errs = [p.communicate(timeout=180)[1] for p in procs]
+    results = [(p.returncode, err) for p, err in zip(procs, errs)]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    err = next(err for code, err in results if code == 2)
+    line = one_error_line(err)
+    assert "another build (pid" in line or "already exists; pass --force" in line
+    assert dataset_format(out) == FORMAT
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
 def test_a_killed_build_leaves_nothing_that_blocks_the_next(lab, tmp_path):
     root, recipe, _ = lab
     out = tmp_path / "data"
