@@ -570,3 +570,51 @@ def test_damaged_or_oversized_atlases_are_one_line_and_never_read_whole(tmp_path
     assert atlas_page.publish_atlases(root, site) == []
     listed = {d["id"]: d["atlas"] for d in json.loads((site / "atlas" / "datasets.json").read_text())["datasets"]}
     assert listed == {"data/big": False, "data/bad": False}
+
+
+def test_live_streams_at_once_are_bounded(tmp_path):
+    import threading
+
+    import uvicorn
+
+    from glassroom.web.server import create_app
+    from web_helpers import free_port
+
+    run = write_run(tmp_path / "lab" / "r", steps=10)
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(run.parent, max_streams=2), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 20
+        while not srv.started and time.time() < deadline:
+            time.sleep(0.05)
+        target = type("S", (), {"port": port})()
+
+        def open_stream():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/api/stream?run=r")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.readline().startswith(b"event: hello")
+            return conn
+
+        first, second = open_stream(), open_stream()
+        status, body, _ = request(target, "/api/stream?run=r")
+        assert status == 503 and "live pages are open" in json.loads(body)["error"]
+        first.close()
+        deadline = time.time() + 10   # the closed page's stream ends at its next write or poll
+        while request(target, "/api/runs")[0] == 200 and time.time() < deadline:
+            with StoreWriter(run) as w:
+                w.event("note", "wake the stream", 10)
+            try:
+                third = open_stream()
+                break
+            except AssertionError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("a closed stream did not free its place")
+        second.close(), third.close()
+    finally:
+        srv.should_exit = True
+        thread.join(10)

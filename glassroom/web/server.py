@@ -47,6 +47,7 @@ WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 MAX_RAW_NAMES = 2_000        # name= parameters in one query, repeats included
 MAX_WORK = 1_000_000         # distinct names x points in one series request
 REQUEST_SECONDS = 20.0       # a series request that takes longer than this is cut off with 503
+MAX_STREAMS = 64             # live streams open at once (one per open page)
 # Pages and data come from this server only; no inline script (the boot data is a JSON block).
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -219,10 +220,12 @@ class StoreUnreadable(HTTPException):
 
 
 def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | None = None,
-               public: bool | None = None) -> Starlette:
+               public: bool | None = None, max_streams: int = MAX_STREAMS) -> Starlette:
     """The dashboard app over `root`. `hosts`: the Host names answered besides the loopback ones
-    (default: loopback only). `public` (default: not loopback_only) hides private runs and notes."""
+    (default: loopback only). `public` (default: not loopback_only) hides private runs and notes.
+    At most `max_streams` live streams at once (503 past that)."""
     root = Path(root)
+    open_streams = [0]
     public = (not loopback_only) if public is None else public
     runs = Runs(root, public=public)
 
@@ -302,7 +305,10 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         if len(ids) > 12:
             raise HTTPException(400, "a stream follows at most 12 runs")
         dirs = [(i, runs.get(i)) for i in ids]
-        return StreamingResponse(_events(dirs), media_type="text/event-stream",
+        if open_streams[0] >= max_streams:
+            raise HTTPException(503, f"{open_streams[0]} live pages are open, the most this server follows at once; "
+                                     "close some and reload")
+        return StreamingResponse(_counted(_events(dirs)), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def _open_cursors(dirs) -> tuple[list, str]:
@@ -326,6 +332,15 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
             if update:
                 updates.append(update)
         return updates, ""
+
+    async def _counted(events):
+        open_streams[0] += 1
+        try:
+            async for message in events:
+                yield message
+        finally:
+            open_streams[0] -= 1
+            await events.aclose()
 
     async def _events(dirs):
         """One page's stream: `hello` once the cursors are set (the page loads its data after that,
