@@ -70,6 +70,22 @@ def test_sigkill_between_checkpoints_redoes_the_steps_and_repeats_no_event(tiny_
     assert len(resume) == 1 and resume[0]["step"] == 4 and resume[0]["data"]["discarded_rows"] > 0
 
 
+def test_sigkill_before_the_first_checkpoint_restarts_from_step_0_without_repeats(tiny_dataset, tmp_path):
+    sparse = "train.checkpoint_every=100"  # the only checkpoint is the final one
+    reference = tmp_path / "reference"
+    assert run_train(reference, tiny_dataset, sparse).returncode == 0
+    out = tmp_path / "killed"
+    killed = run_train(out, tiny_dataset, sparse, env={"GLASSROOM_FAULTS": "kill@7"})
+    assert killed.returncode == KILLED, killed.stderr
+    assert not (out / "checkpoints").exists() and committed_steps(out)[:6] == list(range(1, 7))
+
+    resumed = run_train(out, tiny_dataset, sparse, resume=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_store(out, reference)  # the eval at step 6 once, rows 1-7 replaced
+    resume = [e for e in events(out) if e["kind"] == "resume"]
+    assert len(resume) == 1 and resume[0]["step"] == 0 and resume[0]["data"]["discarded_rows"] > 0
+
+
 def test_resuming_a_finished_run_adds_only_the_resume(tiny_dataset, reference, tmp_path):
     out = tmp_path / "again"
     shutil.copytree(reference, out)

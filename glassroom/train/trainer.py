@@ -176,16 +176,16 @@ class Trainer:
     # ------------------------------------------------------------------ lifecycle
 
     def resume_if_possible(self) -> None:
-        """Continue from the newest intact checkpoint, if any (docs/train.md, "Resume").
+        """Continue from the newest intact checkpoint, if any (docs/train.md, "Checkpoints and resume").
 
         Checkpoints are verified newest first (checkpoint.choose_for_resume: rank 0 checks, every
         rank loads the same one); each damaged one is journaled as `checkpoint_damaged`, said on
         stderr and moved to checkpoints/damaged/. None intact: exit 2 naming what is damaged.
-        Resuming from step S, the store is made to read as if the run had never stopped: metric and
-        vector rows after S are deleted (the steps are redone deterministically and logged again),
-        events already journaled at S or later (eval, checkpoint, skip, anomaly, prediction, end)
-        are not recorded a second time, and a checkpoint whose own event was lost to the kill (killed
-        between its rename and its event) gets that event now."""
+        Resuming from step S (0 without a checkpoint), the store is made to read as if the run had
+        never stopped: metric and vector rows after S are deleted (the steps are redone
+        deterministically and logged again), events already journaled at S or later of the kinds
+        a redone step records (REPLAYABLE_EVENTS) are not recorded a second time, and a checkpoint
+        whose own event was lost (killed between its rename and its event) gets that event now."""
         self._replayed: Counter = Counter()
         choice = ckpt.choose_for_resume(self.run_dir)
         for step, path, problem in choice.damaged:
@@ -195,16 +195,26 @@ class Trainer:
             if self.store is not None:
                 self.store.event("checkpoint_damaged", f"{problem}; not resumed from", step,
                                  {"checkpoint": path.name, "problem": problem})
-        if choice.path is None:
-            if choice.damaged:
-                problems = [problem for _, _, problem in choice.damaged]
-                listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-                raise GlassroomError(
-                    f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
-                    f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
-            self.record_event("resume" if self.state_at_start == "resumed" else "start",
-                        "no checkpoint yet; starting from step 0" if self.state_at_start == "resumed" else self._start_text(), 0)
+        if choice.path is None and choice.damaged:
+            problems = [problem for _, _, problem in choice.damaged]
+            listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+            raise GlassroomError(
+                f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
+                f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
+        if choice.path is None and self.state_at_start != "resumed":
+            self.record_event("start", self._start_text(), 0)
             return
+        text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
+        if choice.path is not None:
+            text, data = self._load(choice)
+        if self.store is not None:
+            data["discarded_rows"] = self._store_from(self.step, choice)
+            if data["discarded_rows"]:
+                text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
+        self.record_event("resume", text, self.step, data)
+
+    def _load(self, choice: ckpt.ResumeChoice) -> tuple[str, dict]:
+        """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
         path = choice.path
         saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
         self.step = int(saved["step"])
@@ -219,19 +229,20 @@ class Trainer:
             data["set_aside"] = [ckpt.set_aside(self.run_dir, damaged).relative_to(self.run_dir).as_posix()
                                  for _, damaged, _ in choice.damaged]
             text += f"; damaged checkpoints moved to {', '.join(data['set_aside'])}"
-        if self.store is not None:
-            already = [(kind, at) for kind, at in self.store.journal_from(self.step) if kind in REPLAYABLE_EVENTS]
-            self._replayed = Counter(already)
-            for step, _, _ in choice.damaged:  # a damaged checkpoint written again is journaled again
-                self._replayed.pop(("checkpoint", step), None)
-            if self._replayed[("checkpoint", self.step)] == 0:
-                self.store.event("checkpoint", f"saved {path.name} (journaled on resume: the run was stopped "
-                                 "between the checkpoint and its event)", self.step,
-                                 {"path": path.name, "journaled_on_resume": True})
-            data["discarded_rows"] = self.store.discard_after(self.step)
-            if data["discarded_rows"]:
-                text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
-        self.record_event("resume", text, self.step, data)
+        return text, data
+
+    def _store_from(self, step: int, choice: ckpt.ResumeChoice) -> int:
+        """Prepare the store for a run continuing after `step`: which journaled events not to repeat,
+        the lost checkpoint event, the rows to redo deleted (returns how many)."""
+        already = [(kind, at) for kind, at in self.store.journal_from(step) if kind in REPLAYABLE_EVENTS]
+        self._replayed = Counter(already)
+        for damaged_step, _, _ in choice.damaged:  # a damaged checkpoint written again is journaled again
+            self._replayed.pop(("checkpoint", damaged_step), None)
+        if choice.path is not None and self._replayed[("checkpoint", step)] == 0:
+            self.store.event("checkpoint", f"saved {choice.path.name} (journaled on resume: the run was stopped "
+                             "between the checkpoint and its event)", step,
+                             {"path": choice.path.name, "journaled_on_resume": True})
+        return self.store.discard_after(step)
 
     def _start_text(self) -> str:
         from glassroom.model.accounting import count_params
