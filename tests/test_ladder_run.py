@@ -33,6 +33,11 @@ def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_data
         assert reader.status()["state"] == "finished"
         assert reader.series("prediction/deviation")[0].size > 0
     assert prediction["metric"] == "eval/macro/loss" and len(prediction["rungs"]) == 3
+    assert prediction["reliable"] == (not prediction["warnings"])
+    # The seal was made before the hero's first step and the journal is intact.
+    verify = glassroom("ladder", "verify", hero)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout.startswith(f"sealed prediction intact: sha256 {prediction['seal']['digest']} made ")
     kinds = [e["kind"] for e in events]
     # Written before the hero trained a single step, and never again.
     assert kinds[0] == "prediction" and kinds.count("prediction") >= 1 and kinds[1] == "start"
