@@ -618,3 +618,11 @@ def test_live_streams_at_once_are_bounded(tmp_path):
     finally:
         srv.should_exit = True
         thread.join(10)
+
+
+def test_published_atlas_pages_carry_the_policy(site):
+    out, _, _ = site
+    for page in (out / "atlas" / "index.html", out / "atlas" / "d" / "data" / "real" / "index.html", out / "index.html"):
+        text = page.read_text()
+        assert '<meta http-equiv="Content-Security-Policy" content="default-src ' + "'self'; script-src 'self'" in text, page
+        assert "<script>" not in text   # no inline script: the boot data is a JSON block

@@ -113,11 +113,11 @@ def atlas_bytes(path: Path) -> bytes:
 
 
 def render(page_boot: dict) -> str:
-    """frontend/atlas.html with its boot data and base URL filled in (the dashboard's placeholders)."""
-    text = (FRONTEND / "atlas.html").read_text(encoding="utf-8")
-    payload = json.dumps(page_boot).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    base = page_boot.get("base", "/").replace('"', "%22").replace("<", "%3C")
-    return text.replace("{{BOOT}}", payload).replace("{{BASE}}", base)
+    """frontend/atlas.html with its boot data and base URL filled in, as the dashboard's pages are
+    (a static page also gets the Content-Security-Policy meta tag)."""
+    from glassroom.web.server import render_page
+
+    return render_page("atlas", page_boot)
 
 
 class _Datasets:
