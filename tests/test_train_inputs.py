@@ -240,6 +240,7 @@ def test_model_vocabulary_smaller_than_the_tokenizer(capsys, tiny_dataset, tmp_p
     (("model.vocab_size=100000000000",), "model: 12.8T parameters need 204,800.0 GB"),
     (("model.n_layers=1000000000",), "model: 47.5T parameters need"),
     (("train.batch_size=1000000000000",), "train.batch_size: 1000000000000 sequences of 33 token ids need"),
+    (("model.max_seq_len=100000000000",), "model.max_seq_len: the RoPE tables for 100000000000 positions need"),
     (("train.batch_size=100000000", "train.micro_batch_size=100000000"),
      "train.micro_batch_size: the logits of 100000000 sequences over 2048 tokens need"),
 ])

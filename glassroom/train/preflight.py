@@ -8,7 +8,7 @@ least `train.seq_len + 1` tokens, `model.vocab_size` covers the tokenizer) and e
 those shards against the tokenizer's vocabulary (glassroom.data.shards: a full scan of small
 shards, the id recorded at build time plus a sampled scan of big ones), and memory: a lower bound
 of what one process needs (weights, gradients and AdamW moments at 16 bytes a parameter, sharded
-under FSDP; the batch's token ids; one micro-batch's logits) against the memory available (CPU:
+under FSDP; the batch's token ids; one micro-batch's logits; the RoPE tables) against the memory available (CPU:
 MemAvailable + SwapFree for all local processes together; GPU: free device memory). Each problem is
 one GlassroomError naming the key, the shard or the file.
 """
@@ -149,6 +149,9 @@ def check_memory(cfg, device, world_size: int = 1, sharded: bool = False, env=No
                   f"(16 bytes each{', sharded' if sharded else ''})", "shrink the model (glassroom plan shows its size)"),
         "train.batch_size": (tc.batch_size / world_size * (tc.seq_len + 1) * 16,
                              f"{tc.batch_size} sequences of {tc.seq_len + 1} token ids need {{need}}", "lower it"),
+        "model.max_seq_len": (model.max_seq_len * model.dim_per_head * 12,
+                              f"the RoPE tables for {model.max_seq_len} positions need {{need}}",
+                              "lower it (a step uses train.seq_len positions)"),
         "train.micro_batch_size": (tc.micro_batch_size * tc.seq_len * model.vocab_size * 12,
                                    f"the logits of {tc.micro_batch_size} sequences over {model.vocab_size} tokens "
                                    f"need {{need}}", "lower it"),
