@@ -165,3 +165,32 @@ def test_torchrun_ranks_agree_on_the_fallback(run, source, tiny_dataset):
     np.testing.assert_allclose(losses(run), losses(source), rtol=1e-3)
     with StoreReader(run) as reader:
         assert [e["step"] for e in reader.events() if e["kind"] == "resume"] == [8]
+
+
+def test_odd_things_in_the_checkpoints_folder_are_named(run, tiny_dataset):
+    folder = run / "checkpoints"
+    (folder / "step_0000016").write_text("not a checkpoint")
+    assert ckpt.verify_checkpoint(folder / "step_0000016", 16) == "checkpoints/step_0000016: not a folder"
+    manifest = folder / "step_0000012" / "manifest.json"
+    files = json.loads(manifest.read_text())
+    files["files"]["../../config.yaml"] = {"bytes": 1, "sha256": "0" * 64}
+    manifest.write_text(json.dumps(files))
+    assert ckpt.verify_checkpoint(folder / "step_0000012", 12) == \
+        "checkpoints/step_0000012/manifest.json: not a readable checksum manifest"
+    shutil.rmtree(folder)
+    folder.write_text("")
+    result = run_train(run, tiny_dataset, resume=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {folder}: is a file, not the checkpoints folder")
+    assert folder.is_file()
+
+
+def test_a_consistent_checkpoint_of_another_version_is_one_line(run, tiny_dataset):
+    newest = run / "checkpoints" / "step_0000012"
+    state = json.loads((newest / "trainer.json").read_text())
+    state["train_state"]["counter_of_a_later_version"] = 1
+    (newest / "trainer.json").write_text(json.dumps(state))
+    ckpt.write_manifest(newest)  # intact as far as checksums go
+    result = run_train(run, tiny_dataset, resume=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{newest}/trainer.json: not the training state this version writes" in result.stderr

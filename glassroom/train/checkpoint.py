@@ -51,12 +51,14 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """Every checkpoint folder (renamed into place, so complete when written), oldest first.
     Whether one is still intact is `verify_checkpoint`'s question."""
     folder = checkpoint_dir(run_dir)
+    if folder.exists() and not folder.is_dir():
+        raise GlassroomError(f"{folder}: is a file, not the checkpoints folder; move it away")
     if not folder.is_dir():
         return []
     found = []
     for path in folder.iterdir():
         match = _NAME.match(path.name)
-        if match and path.is_dir():
+        if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
 
@@ -122,8 +124,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
         (tmp / TRAINER_FILE).write_text(json.dumps(state))
         write_manifest(tmp)
         _fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
+        if final.exists() or final.is_symlink():  # not expected: resume sets damaged ones aside
+            set_aside(run_dir, final)
         os.replace(tmp, final)
         _fsync_dir(folder)
         if on_visible is not None:
@@ -224,6 +226,8 @@ def _verify_with_manifest(path: Path) -> Optional[str]:
                 isinstance(e, dict) and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)
                 for e in files.values()):
             raise ValueError
+        if any(Path(name).is_absolute() or ".." in Path(name).parts for name in files):
+            raise ValueError
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return f"{shown}/{MANIFEST}: not a readable checksum manifest"
     for required in (TRAINER_FILE, METADATA_FILE):
@@ -266,6 +270,8 @@ def _verify_without_manifest(path: Path) -> Optional[str]:
 def verify_checkpoint(path: Path, step: int) -> Optional[str]:
     """None when the checkpoint is intact, else one line: 'checkpoints/step_N/FILE: what is wrong'."""
     path = Path(path)
+    if not path.is_dir():
+        return f"{_shown(path)}: not a folder"
     if (path / MANIFEST).exists():
         problem = _verify_with_manifest(path)
     else:

@@ -217,10 +217,14 @@ class Trainer:
         """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
         path = choice.path
         saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
-        self.step = int(saved["step"])
-        self.state = TrainState(**saved["train_state"])
-        for observer in self.observers:
-            observer.load_state(self.state.extra.get(type(observer).__name__))
+        try:
+            self.step = int(saved["step"])
+            self.state = TrainState(**saved["train_state"])
+            for observer in self.observers:
+                observer.load_state(self.state.extra.get(type(observer).__name__))
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise GlassroomError(f"{path}/trainer.json: not the training state this version writes "
+                                 f"({type(exc).__name__}: {str(exc)[:120]}); resume with the version that wrote it") from None
         data = {"checkpoint": path.name, "verified": choice.verified}
         text = f"resumed from {path.name} at step {self.step}"
         if not choice.verified:
