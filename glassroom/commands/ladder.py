@@ -252,7 +252,7 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         line = f"altered: {result['problem']}"
     if args.json:
-        print(json.dumps({k: v for k, v in result.items()}))
+        print(json.dumps(result))
     else:
         print(line)
     return 0 if result["ok"] else ALTERED_EXIT

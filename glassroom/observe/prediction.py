@@ -16,6 +16,7 @@ order of the preregistration against the run's start and first metric row. Numpy
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -96,8 +97,6 @@ def _field_digests(payload: dict) -> dict[str, str]:
 def seal(prediction: dict, rungs: list[dict], commit: str, created: Optional[float] = None) -> dict:
     """A copy of `prediction` with `created` set to now (the moment of sealing; any time it carried
     is dropped) and its `seal` added. `rungs`: [{"name", "config_hash", "final": {metric: value}}]."""
-    import json
-
     created = time.time() if created is None else float(created)
     sealed = {k: v for k, v in prediction.items() if k not in ("seal", "created", "created_iso")}
     sealed["created"] = created
@@ -172,8 +171,6 @@ def verify_run(run_dir: str | Path) -> dict:
             result["problem"] = f"the prediction artifact was removed (event {sealed_events[0][0]} preregistered it)"
             return result
         raise LookupError("no preregistered prediction")
-    import json
-
     try:
         prediction = json.loads(row[1])
         if not isinstance(prediction, dict):
@@ -216,8 +213,6 @@ def verify_run(run_dir: str | Path) -> dict:
 
 
 def _event_digest(data: Optional[str]) -> Optional[str]:
-    import json
-
     try:
         value = json.loads(data) if data else None
     except ValueError:
