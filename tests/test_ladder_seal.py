@@ -104,6 +104,8 @@ def test_a_clean_run_verifies(hero):
     line = result.stdout.strip()
     assert line.startswith(f"sealed prediction intact: sha256 {digest} made ") and ", before step 1 at " in line
     assert "events chained" in line and len(result.stdout.strip().splitlines()) == 1
+    as_json = json.loads(glassroom("ladder", "verify", hero, "--json").stdout)
+    assert as_json["ok"] and as_json["digest"] == digest and as_json["chain"]["chained"] == 6
 
 
 def edit_artifact(run_dir: Path, change) -> None:
