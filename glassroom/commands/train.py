@@ -31,7 +31,8 @@ def register(sub) -> None:
     p = new_command(sub, "train", "train a model from a run config", DESCRIPTION)
     p.add_argument("config", nargs="?", metavar="RUN.yaml", help="run config (with --resume: default RUN_DIR/config.yaml)")
     p.add_argument("--out", required=True, metavar="RUN_DIR",
-                   help="the run's folder (store, config, checkpoints): new, empty, or a run to --resume")
+                   help="the run's folder (store, config, checkpoints): new, empty, holding only a run store, "
+                   "or a run to --resume")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. train.steps=500")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its newest intact checkpoint (checksums verified; "
                    "damaged ones are moved to checkpoints/damaged/)")
@@ -44,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     from glassroom.errors import ConfigError, GlassroomError
     from glassroom.train.config import load_run_config
-
     from glassroom.train.preflight import check_launch
+    from glassroom.train.run_dir import check_new_run_dir
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -60,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(config, args.set)
     check_launch()
     if not args.resume:
-        from glassroom.train.run_dir import check_new_run_dir
-
         check_new_run_dir(out)
 
     from glassroom.train import parallel

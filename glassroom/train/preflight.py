@@ -74,16 +74,16 @@ def check_data(cfg, dataset) -> None:
     for name in (cfg.data.weights or {}):
         if name not in domains:
             raise ConfigError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
-                                 f"(it has {', '.join(domains)})")
+                              f"(it has {', '.join(domains)})")
     vocab = int(dataset.vocab_size)
     if cfg.model.vocab_size < vocab:
         raise ConfigError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
-                             f"({vocab}, {path / 'manifest.json'}); raise model.vocab_size to at least {vocab}")
+                          f"({vocab}, {path / 'manifest.json'}); raise model.vocab_size to at least {vocab}")
     entries = dataset.manifest["domains"]
     for name in domains:
         if entries[name]["train"]["tokens"] == 0 and entries[name]["validation"]["tokens"] == 0:
             raise ConfigError(f"data.path: domain {name} of {path} is empty (no tokens); rebuild the dataset "
-                                 f"with documents for it or without it")
+                              f"with documents for it or without it")
     if cfg.data.weights is not None:
         trained = [d for d, w in cfg.data.weights.items() if w > 0]
     else:
@@ -93,7 +93,7 @@ def check_data(cfg, dataset) -> None:
         shard = dataset.shard(domain, split)
         if len(shard) == 0 and split == "train":
             raise ConfigError(f"data.weights.{domain}: domain {domain} has no train tokens "
-                                 f"({shard.paths['tokens']}); give it weight 0")
+                              f"({shard.paths['tokens']}); give it weight 0")
         if len(shard) < tc.seq_len + 1:
             use = "trained on" if split == "train" else "evaluated on"
             raise ConfigError(
