@@ -241,7 +241,11 @@ def _verify_with_manifest(path: Path) -> Optional[str]:
         if size != entry["bytes"]:
             what = "truncated" if size < entry["bytes"] else "grown"
             return f"{shown}/{name}: {what} ({size} bytes, the manifest says {entry['bytes']})"
-        if _sha256(file) != entry["sha256"]:
+        try:
+            digest = _sha256(file)
+        except OSError as exc:
+            return f"{shown}/{name}: unreadable ({type(exc).__name__})"
+        if digest != entry["sha256"]:
             return f"{shown}/{name}: checksum mismatch"
     return None
 
@@ -293,17 +297,23 @@ class ResumeChoice:
 def choose_for_resume(run_dir: Path) -> ResumeChoice:
     """Verify checkpoints newest first until one is intact. Rank 0 reads the files and every rank
     receives its answer, so all ranks load the same checkpoint."""
-    choice = None
+    choice: Any = None
     if _rank() == 0:
-        choice = ResumeChoice()
-        for step, path in reversed(list_checkpoints(run_dir)):
-            problem = verify_checkpoint(path, step)
-            if problem is None:
-                choice.step, choice.path = step, path
-                choice.verified = (path / MANIFEST).exists()
-                break
-            choice.damaged.append((step, path, problem))
-    return _broadcast(choice)
+        try:
+            choice = ResumeChoice()
+            for step, path in reversed(list_checkpoints(run_dir)):
+                problem = verify_checkpoint(path, step)
+                if problem is None:
+                    choice.step, choice.path = step, path
+                    choice.verified = (path / MANIFEST).exists()
+                    break
+                choice.damaged.append((step, path, problem))
+        except GlassroomError as exc:  # raised on every rank, none left waiting
+            choice = exc
+    choice = _broadcast(choice)
+    if isinstance(choice, GlassroomError):
+        raise choice
+    return choice
 
 
 def set_aside(run_dir: Path, path: Path) -> Path:
