@@ -345,6 +345,7 @@ def test_shard_that_disagrees_with_the_manifest(capsys, data_copy, tmp_path):
     ("no domains", "domains is missing or empty"),
     ("vocab text", "tokenizer.vocab_size and tokenizer.eos_id must be whole numbers"),
     ("no split", "domains.code.validation.tokens is missing"),
+    ("escaping domain", "domain name '../../elsewhere' is not a plain folder name"),
 ])
 def test_damaged_manifest(capsys, data_copy, tmp_path, how, message):
     if how == "bad json":
@@ -359,6 +360,8 @@ def test_damaged_manifest(capsys, data_copy, tmp_path, how, message):
                 m["tokenizer"]["vocab_size"] = "2048"
             elif how == "no split":
                 del m["domains"]["code"]["validation"]
+            elif how == "escaping domain":
+                m["domains"]["../../elsewhere"] = m["domains"].pop("code")
         edit_manifest(data_copy, change)
     out = tmp_path / "run"
     code, err = train(capsys, out, data_copy)

@@ -227,6 +227,8 @@ def check_manifest(manifest, path: Path) -> None:
     if not isinstance(domains, dict) or not domains:
         raise bad("domains is missing or empty")
     for name, entry in domains.items():
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name:
+            raise bad(f"domain name {name!r} is not a plain folder name")
         for split in SPLITS:
             info = entry.get(split) if isinstance(entry, dict) else None
             tokens = info.get("tokens") if isinstance(info, dict) else None
