@@ -180,6 +180,12 @@ def test_empty_dataset_is_an_error(dataset, tmp_path):
         np.savez(shard, doc_offsets=np.zeros(1, np.int64), doc_bytes=np.zeros(0, np.int64), doc_source=np.zeros(0, np.int32))
     for tokens in (empty / "shards").glob("*/*.bin"):
         tokens.write_bytes(b"")
+    manifest = json.loads((empty / "manifest.json").read_text())
+    for splits in manifest["domains"].values():   # a consistent empty dataset, not a damaged one
+        for split in splits.values():
+            if isinstance(split, dict) and "tokens" in split:
+                split["tokens"] = 0
+    (empty / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(GlassroomError, match="no documents to sample"):
         build_atlas(empty, k=3, write=False, log=open("/dev/null", "w"))
     r = _cli(empty, "--k", "3")
