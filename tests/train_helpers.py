@@ -48,7 +48,22 @@ def store_contents(run_dir: Path) -> dict:
     return {"series": series, "vectors": vectors, "kinds": kinds}
 
 
-def assert_same_store(run: Path, reference: Path, kinds: bool = True) -> None:
+def train_counters(run_dir: Path) -> dict:
+    """The counters the newest checkpoint carries (trainer.json's train_state): tokens seen, tokens
+    per domain, skipped steps and the observers' state (the anomaly detector's history, ...)."""
+    import json
+
+    newest = sorted((run_dir / "checkpoints").glob("step_*/trainer.json"))[-1]
+    return json.loads(newest.read_text())["train_state"]
+
+
+def assert_same_store(run: Path, reference: Path, kinds: bool = True, counters: bool = True) -> None:
+    """The store as store_contents reads it, and (counters) the newest checkpoint's counters."""
+    if counters:
+        got_counters, want_counters = train_counters(run), train_counters(reference)
+        assert got_counters["tokens_by_domain"] == want_counters["tokens_by_domain"]
+        assert got_counters["extra"] == want_counters["extra"]  # the anomaly detector's state
+        assert got_counters == want_counters
     got, want = store_contents(run), store_contents(reference)
     assert sorted(got["series"]) == sorted(want["series"])
     for name, (steps, values) in want["series"].items():
