@@ -7,11 +7,16 @@ import argparse
 
 from glassroom.commands import new_command
 
+MAX_NOTE_CHARS = 20_000      # a note is read on every page load and stream; link to longer text
+MAX_STEP = 2**62             # SQLite stores 64-bit integers; steps are far below this
+
 DESCRIPTION = """\
 Add a note to a run's journal: it appears on the run's timeline and as a marker on its charts in
 `glassroom serve` and the published site, at the run's current step (or --step). Safe while the
 run is training: the note is one more event in the run store. Notes are redacted like everything
 else shown (tokens, KEY=VALUE secrets, URL credentials).
+
+A note holds at most 20,000 characters; --step is 0 or more.
 
 --private TEXT adds TEXT as a private note: kept out of the published site (and out of `serve`
 bound to a non-loopback address); --private-run does the same for the whole run, --public-run
@@ -57,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
     path = store_path(args.run_dir)
     if not path.is_file():
         raise GlassroomError(f"{args.run_dir}: not a run (no store.sqlite); give the folder of a run")
-    if args.step is not None and args.step < 0:
-        raise GlassroomError(f"--step: must be 0 or more, got {args.step}")
+    if args.step is not None and not 0 <= args.step <= MAX_STEP:
+        raise GlassroomError(f"--step: must be in 0-{MAX_STEP}, got {args.step}")
+    if len(text) > MAX_NOTE_CHARS:
+        raise GlassroomError(f"note: {len(text):,} characters, more than the {MAX_NOTE_CHARS:,} a note may have; "
+                             "link to a file instead")
     try:
         step = args.step
         if step is None and text:

@@ -66,11 +66,15 @@ _PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:----
 # kept) within 60 characters after the word aws or secret.
 _AWS_SECRET_RE = re.compile(
     r"(?i:aws|secret)[^\n]{0,60}?(?<![A-Za-z0-9/+])(?![0-9a-f]{40}(?![A-Za-z0-9/+]))([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
-_URL_CREDS_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#@\"'<>]+)@")
+# Up to the last `@` before the path, so a password holding `@` (`user:p@ss@host`) goes whole.
+_URL_CREDS_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#\"'<>]+)@")
 _BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
 # KEY=VALUE and KEY: VALUE (the key optionally quoted), and --key=value / --key value. Only the key
 # and separator are matched first, so a harmless pair never swallows a secret that follows it.
 _VALUE_RE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>]+")
+# After `KEY:` (a header or a YAML-like line: `X-Api-Key: abc def`, `password: two words`) an
+# unquoted value runs to the end of the line, or to a comma, semicolon or bracket.
+_LINE_VALUE_RE = re.compile(r"[^\s,;&\"'{}\[\]()<>][^\n\r,;{}\[\]<>]*")
 _PAIR_RE = re.compile(
     r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|\s+(?=[^\s\-]))"
     r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
@@ -124,8 +128,12 @@ def _redact_pairs(text: str) -> str:
         if value is None or value.group(0) in ('""', "''"):
             continue
         quote = value.group(0)[0] if value.group(0)[0] in "\"'" else ""
+        end = value.end()
+        if not quote and not m.group("flag") and ":" in (m.group("sep") or ""):
+            line = _LINE_VALUE_RE.match(text, m.end())
+            end = m.end() + len(line.group(0).rstrip())
         out.append(text[pos:m.end()] + f"{quote}{REDACTED}{quote}")
-        pos = value.end()
+        pos = end
     out.append(text[pos:])
     return "".join(out)
 

@@ -98,6 +98,36 @@ def _expanded_chars(tree: Any, limit: int) -> int:
     return size(tree, 0)
 
 
+def _jsonable(node: Any, depth: int = 0) -> Any:
+    """A YAML tree as plain JSON values: dates as ISO text, bytes (`!!binary`) as their size, sets
+    as lists, NaN/Inf as text, non-string keys as text (JSON has none of these)."""
+    import datetime
+
+    if depth > 200:
+        return None
+    if isinstance(node, dict):
+        return {(k if isinstance(k, str) else str(k)): _jsonable(v, depth + 1) for k, v in node.items()}
+    if isinstance(node, (list, tuple, set, frozenset)):
+        items = sorted(node, key=str) if isinstance(node, (set, frozenset)) else node
+        return [_jsonable(v, depth + 1) for v in items]
+    if isinstance(node, float) and not math.isfinite(node):
+        return str(node)
+    if isinstance(node, (datetime.date, datetime.datetime, datetime.time)):
+        return node.isoformat()
+    if isinstance(node, (bytes, bytearray)):
+        return f"<{len(node)} bytes>"
+    if node is None or isinstance(node, (str, int, float, bool)):
+        return node
+    return str(node)
+
+
+def looks_secret(name: str) -> bool:
+    """True when a name shown as it is (a run's folder path, a metric name) holds something the
+    redaction would remove (`ghp_...`, `secret/sk-...`): such a run or series is not shown at all,
+    since a name cannot be redacted without breaking the links that use it."""
+    return isinstance(name, str) and redact_text(name) != name
+
+
 def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[Any, str]:
     """The run's resolved config (config.yaml, else the store's `config` artifact), redacted, as
     (tree, YAML text). (None, "") when there is none; a broken, oversized or alias-bomb file is
@@ -129,7 +159,7 @@ def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[An
     if chars > MAX_CONFIG_CHARS:
         return None, (f"# config.yaml could not be read: refused: more than {MAX_CONFIG_CHARS:,} characters "
                       "once its aliases are expanded")
-    tree = redact(tree)
+    tree = redact(_jsonable(tree))
     return tree, yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 

@@ -14,9 +14,9 @@ Published (publish_atlases): SITE/atlas/index.html, SITE/atlas/datasets.json,
 SITE/atlas/d/<dataset>/index.html and SITE/atlas/d/<dataset>/atlas.json, each written under a temporary
 name and renamed; the script and style sheet go to SITE/static/ like the dashboard's.
 Every file (manifest.json, atlas/atlas.json) is read only when it resolves inside the root after
-symlinks (glassroom.observe.runs.inside); one that leads elsewhere counts as absent. The atlas's
-document excerpts are corpus text: token shapes, URL credentials and private keys in them are
-redacted (glassroom.observe.redact.redact_text with pairs=False) before they are served or published.
+symlinks (glassroom.observe.runs.inside); one that leads elsewhere counts as absent. Every string
+in an atlas (document excerpts, source names, terms) is treated as corpus text: token shapes, URL
+credentials and private keys in it are redacted (glassroom.observe.redact.redact_text with pairs=False) before they are served or published.
 This module never imports torch.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom.observe.redact import redact_text
-from glassroom.observe.runs import inside
+from glassroom.observe.runs import inside, looks_secret
 
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
@@ -62,7 +62,8 @@ def find_datasets(root: str | Path) -> dict[str, Path]:
 
     if root.is_dir():
         walk(root, 0)
-    return found
+    # A dataset whose folder path holds a secret (`data/hf_...`) is not shown: its id is in every URL.
+    return {i: p for i, p in found.items() if not looks_secret(i)}
 
 
 def atlas_file(root: Path, folder: Path) -> Optional[Path]:
@@ -82,7 +83,7 @@ def dataset_summary(ds_id: str, folder: Path, root: Optional[Path] = None) -> di
         if path.stat().st_size > MAX_MANIFEST_BYTES:
             raise ValueError("manifest.json is too big")
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        entry.update(name=redact_text(str(manifest.get("name", folder.name))), domains=list(manifest.get("domains", {})),
+        entry.update(name=redact_text(str(manifest.get("name", folder.name))), domains=[redact_text(str(d), pairs=False) for d in manifest.get("domains", {})],
                      train_tokens=manifest.get("totals", {}).get("train", {}).get("tokens"))
     except (OSError, ValueError, AttributeError, TypeError):
         entry["unreadable"] = True
@@ -92,13 +93,18 @@ def dataset_summary(ds_id: str, folder: Path, root: Optional[Path] = None) -> di
     return entry
 
 
-def _redact_excerpts(node: Any, key: Any = None) -> Any:
-    """The atlas with every string under a `text` key (hover texts, cluster excerpts) redacted."""
+def _redact_excerpts(node: Any, depth: int = 0) -> Any:
+    """The atlas with every string in it (excerpts, hover texts, source names and paths, topic
+    terms, keys) passed through redact_text without its key=value rule (corpus text is prose and
+    code, not configs)."""
+    if depth > 100:
+        return None
     if isinstance(node, dict):
-        return {k: _redact_excerpts(v, k) for k, v in node.items()}
+        return {(redact_text(k, pairs=False) if isinstance(k, str) else k): _redact_excerpts(v, depth + 1)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_redact_excerpts(v, key) for v in node]
-    if isinstance(node, str) and key == "text":
+        return [_redact_excerpts(v, depth + 1) for v in node]
+    if isinstance(node, str):
         return redact_text(node, pairs=False)
     return node
 
@@ -141,7 +147,7 @@ class _Datasets:
                 self._at = 0.0
             found = self.all()
         if ds_id not in found:
-            raise HTTPException(404, f"no dataset {ds_id!r} below the served folder")
+            raise HTTPException(404, f"no dataset {redact_text(ds_id[:200], pairs=False)!r} below the served folder")
         return found[ds_id]
 
 
@@ -159,7 +165,7 @@ def atlas_routes(root: str | Path) -> list:
     no_cache = {"Cache-Control": "no-cache"}
 
     def listing() -> dict:
-        return {"root": root.resolve().name,
+        return {"root": redact_text(root.resolve().name),
                 "datasets": [dataset_summary(i, p, root) for i, p in sorted(datasets.all().items())]}
 
     async def index_page(request: Request):
@@ -229,7 +235,7 @@ def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
                                               "data": "atlas.json"}).encode("utf-8"))
         entry["href"] = dest.relative_to(out).as_posix() + "/"
         published.append(ds_id)
-    _replace(out / "datasets.json", json.dumps({"root": root.resolve().name, "datasets": summaries}).encode("utf-8"))
+    _replace(out / "datasets.json", json.dumps({"root": redact_text(root.resolve().name), "datasets": summaries}).encode("utf-8"))
     _replace(out / "index.html", render({"mode": "static", "base": "../", "page": "atlas-index", "data": "datasets.json"}).encode("utf-8"))
     for name in ("atlas.js", "atlas.css"):
         _replace(site / "static" / name, (FRONTEND / name).read_bytes())

@@ -7,7 +7,8 @@ the newest point kept exactly (observe.store.downsample). Vectors (tokens per ex
 are averaged per bucket for the heatmaps and trajectories.
 
 Everything that carries text a person or a process wrote (events and notes, the config, artifacts)
-goes through glassroom.observe.redact here, so the live API, the live stream and the static site
+goes through glassroom.observe.redact here, and a series whose name holds a secret (`secret/sk-...`)
+is not listed or streamed, so the live API, the live stream and the static site
 show the same redacted values. With `public=True` (the published site, or a server bound to a
 non-loopback address) notes marked private are left out.
 """
@@ -21,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.observe.redact import redact, redact_event
-from glassroom.observe.runs import event_is_private, read_config, summarize
+from glassroom.observe.runs import event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
@@ -87,8 +88,8 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
     """Everything a run page needs besides the series: status, names, events, config, prediction.
     `root`: the served folder (files resolving outside it are not read)."""
     with StoreReader(run_dir) as reader:
-        names = reader.names()
-        vector_names = reader.vector_names()
+        names = [n for n in reader.names() if not looks_secret(n)]   # `secret/sk-...`: not listed
+        vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)
         artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
         status = reader.status()
@@ -145,7 +146,8 @@ class Cursor:
         if count != self._name_count:
             self._name_count = count
             for id_, name in self.reader.conn.execute("SELECT id, name FROM names"):
-                self.names.setdefault(id_, name)
+                if not looks_secret(name):   # a series whose name holds a secret is never streamed
+                    self.names.setdefault(id_, name)
 
     def poll(self) -> Optional[dict]:
         """New points, vectors, events and status since the last poll; None when nothing changed."""

@@ -26,12 +26,14 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from glassroom.errors import GlassroomError
-from glassroom.observe.runs import find_runs, inside, is_private, store_error, summarize
+from glassroom.observe.redact import redact_text
+from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
 from glassroom.observe.store import StoreReader
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
@@ -120,18 +122,25 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
         for run_id, run_dir in sorted(runs.items()):
             if inside(root, run_dir) is None:   # an id that leads out of DIR (never, via find_runs)
                 continue
+            if looks_secret(run_id):   # its id is its folder path, which would be in every URL
+                log(f"left out {redact_text(run_id)}: its folder name looks like a secret; rename the folder to publish it")
+                continue
             try:
                 if is_private(run_dir):
                     log(f"left out {run_id}: marked private")
                     continue
                 export_run(run_id, run_dir, tmp / "runs" / run_id, root=root)
-            except Exception as exc:   # one unreadable run must not stop the others being published
+            except (sqlite3.DatabaseError, OSError) as exc:   # one unreadable run must not stop the others
                 shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
                 log(f"skipped {run_id}: {store_error(exc)}")
                 continue
+            except Exception as exc:   # nor one that cannot be exported for another reason
+                shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
+                log(f"skipped {run_id}: cannot be exported ({type(exc).__name__}: {redact_text(str(exc))[:200]})")
+                continue
             summaries.append(summarize(run_id, run_dir, now))
             exported.append(run_id)
-        _write_json(tmp / "runs.json", {"root": root.resolve().name, "generated": now, "runs": summaries})
+        _write_json(tmp / "runs.json", {"root": redact_text(root.resolve().name), "generated": now, "runs": summaries})
         os.rename(tmp, data_dir / generation)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

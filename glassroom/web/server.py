@@ -35,7 +35,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, S
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from glassroom.observe.runs import find_runs, is_private, store_error, summarize
+from glassroom.observe.redact import redact_text
+from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error, summarize
 from glassroom.web import data
 from glassroom.web.atlas_page import atlas_routes
 
@@ -154,7 +155,8 @@ class Runs:
     def all(self) -> dict[str, Path]:
         with self._lock:
             if time.monotonic() - self._at > 2.0:
-                found = find_runs(self.root)
+                # A run whose folder path holds a secret (`runs/ghp_...`) is not shown: its id is its path.
+                found = {i: p for i, p in find_runs(self.root).items() if not looks_secret(i)}
                 if self.public:
                     found = {i: p for i, p in found.items() if self._shown(p)}
                 self._runs = found
@@ -168,7 +170,7 @@ class Runs:
                 self._at = min(self._at, time.monotonic() - 1.5)
             runs = self.all()
         if run_id not in runs:
-            raise HTTPException(404, f"no run {run_id!r} below the served folder")
+            raise HTTPException(404, f"no run {redact_text(run_id[:200])!r} below the served folder")
         return runs[run_id]
 
 
@@ -253,12 +255,17 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 payload = await run_in_threadpool(fn, request)
             except (sqlite3.DatabaseError, OSError) as exc:   # a damaged store: one line, no traceback
                 raise StoreUnreadable(request.query_params.get("run", "?")[:200], exc) from None
+            except HTTPException:
+                raise
+            except Exception as exc:   # anything else unexpected: one line, never a traceback in the log
+                raise HTTPException(500, f"run {request.query_params.get('run', '?')[:200]}: cannot be shown "
+                                         f"({type(exc).__name__}: {redact_text(str(exc))[:200]})") from None
             return JSONResponse(payload, headers={"Cache-Control": "no-cache"})
         return endpoint
 
     def list_runs(request: Request):
         now = time.time()
-        return {"root": root.resolve().name, "generated": now,
+        return {"root": redact_text(root.resolve().name), "generated": now,
                 "runs": [summarize(i, p, now) for i, p in sorted(runs.all().items())]}
 
     def run_meta(request: Request):

@@ -1,0 +1,153 @@
+"""Review attacks on redaction, `serve`, `publish` and `note` that once got through: a password
+holding `@` in a URL, `KEY: two words`, a secret in a metric name, a dataset's source name or a run's
+folder name, a config with YAML dates or binary values (a 500 and a skipped run), and `note` with a
+step past SQLite's integers or a megabyte of text. Values are random, made here."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from glassroom.observe.redact import REDACTED, redact_text
+from glassroom.observe.store import StoreReader, StoreWriter
+from glassroom.web.publish import publish
+from glassroom.web.server import create_app
+
+RNG = random.Random()
+ALNUM = string.ascii_letters + string.digits
+
+
+def rand(n: int, alphabet: str = ALNUM) -> str:
+    return "Zq" + "".join(RNG.choice(alphabet) for _ in range(n))
+
+
+def site_text(site: Path) -> str:
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in site.rglob("*") if p.is_file())
+
+
+def client(root: Path) -> TestClient:
+    return TestClient(create_app(root), base_url="http://127.0.0.1:8080", raise_server_exceptions=False)
+
+
+def test_url_password_holding_an_at_sign_goes_whole():
+    head, tail = rand(8), rand(10)
+    out = redact_text(f"git clone https://bob:{head}@{tail}@git.example.org/x.git")
+    assert head not in out and tail not in out
+    assert out == f"git clone https://{REDACTED}@git.example.org/x.git"
+    assert redact_text("see https://a.org/x?mail=a@b.c") == "see https://a.org/x?mail=a@b.c"   # no credentials
+
+
+def test_colon_pair_value_runs_to_the_end_of_the_line():
+    one, two = rand(10), rand(10)
+    out = redact_text(f"password: {one} {two}, user: bob\nnext: line")
+    assert one not in out and two not in out
+    assert out == f"password: {REDACTED}, user: bob\nnext: line"
+    hdr = rand(12)
+    assert redact_text(f"X-Api-Key: {hdr} extra") == f"X-Api-Key: {REDACTED}"
+    # KEY=VALUE in a command still ends at the space (the rest is the command)
+    assert redact_text("PASSWORD=abc ./run --steps 3") == f"PASSWORD={REDACTED} ./run --steps 3"
+
+
+@pytest.fixture
+def lab(tmp_path):
+    root = tmp_path / "lab"
+    token_name = "sk-" + rand(40)
+    run = root / "runs" / "a"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("when: 2024-01-01\nstamp: 2024-01-01 10:00:00\nblob: !!binary aGVsbG8=\n"
+                                     "tags: !!set {x, y}\n2024-02-02: k\nlr: .nan\nmodel: tiny\n")
+    with StoreWriter(run) as w:
+        w.event("start", "started", 0)
+        for s in range(1, 6):
+            w.log(s, {"train/loss": 3.0 - s * 0.1, f"secret/{token_name}": 1.0})
+        w.log_vector(5, f"moe/{token_name}", [1.0, 2.0])
+    folder_token = "ghp_" + rand(36)
+    with StoreWriter(root / "runs" / folder_token) as w:
+        w.log(1, {"train/loss": 1.0})
+    return root, token_name, folder_token
+
+
+def test_secret_in_a_metric_or_folder_name_never_leaves(lab, tmp_path):
+    root, token_name, folder_token = lab
+    logs: list[str] = []
+    site = tmp_path / "site"
+    publish(root, site, log=logs.append)
+    text = site_text(site)
+    assert token_name not in text and folder_token not in text
+    assert any("left out runs/" in m and "looks like a secret" in m for m in logs)
+    assert folder_token not in "\n".join(logs)
+    meta = json.loads(next(site.rglob("runs/runs/a/meta.json")).read_text())
+    assert meta["names"] == ["train/loss"] and meta["vector_names"] == []
+
+    c = client(root)
+    bodies = [c.get("/api/runs").text, c.get("/api/run?run=runs/a").text,
+              c.get(f"/api/run?run=runs/{folder_token}").text]
+    assert c.get(f"/runs/runs/{folder_token}").status_code == 404
+    for body in bodies:
+        assert token_name not in body and folder_token not in body
+
+
+def test_secret_metric_name_is_not_streamed(lab):
+    from glassroom.web.data import Cursor
+
+    root, token_name, _ = lab
+    cursor = Cursor("runs/a", root / "runs" / "a")
+    try:
+        with StoreWriter(root / "runs" / "a") as w:
+            w.log(6, {"train/loss": 2.0, f"secret/{token_name}": 2.0})
+        update = cursor.poll()
+    finally:
+        cursor.close()
+    assert update is not None and "train/loss" in update["series"]
+    assert token_name not in json.dumps(update)
+
+
+def test_config_with_yaml_dates_binary_sets_and_nan_is_shown_not_a_500(lab, tmp_path):
+    root, _, _ = lab
+    r = client(root).get("/api/run?run=runs/a")
+    assert r.status_code == 200, r.text
+    config = r.json()["config"]
+    assert config["when"] == "2024-01-01" and config["blob"] == "<5 bytes>" and config["tags"] == ["x", "y"]
+    assert config["lr"] == "nan" and config["2024-02-02"] == "k"
+    logs: list[str] = []
+    publish(root, tmp_path / "site", log=logs.append)
+    assert not any("skipped runs/a" in m for m in logs), logs
+    meta = json.loads(next((tmp_path / "site").rglob("runs/runs/a/meta.json")).read_text())
+    assert "when: '2024-01-01'" in meta["config_text"]
+
+
+def test_atlas_source_names_and_terms_are_redacted(tmp_path):
+    from glassroom.web.atlas_page import atlas_bytes
+
+    pw, tok = rand(12), "hf_" + rand(30)
+    path = tmp_path / "atlas.json"
+    path.write_text(json.dumps({"sources": [{"name": f"https://u:{pw}@mirror.example.org/c"}],
+                                "clusters": [{"terms": [tok, "theorem"], "excerpts": [{"text": "plain"}]}]}))
+    body = atlas_bytes(path).decode()
+    assert pw not in body and tok not in body
+    assert "mirror.example.org" in body and "theorem" in body
+
+
+def run_note(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", "note", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_note_refuses_a_step_past_sqlite_and_huge_text(tmp_path):
+    run = tmp_path / "run"
+    with StoreWriter(run) as w:
+        w.log(1, {"train/loss": 1.0})
+    for args in (["x", "--step", str(2**70)], ["y" * 30_000]):
+        r = run_note(str(run), *args)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.stderr
+    with StoreReader(run) as reader:
+        assert [e for e in reader.events() if e["kind"] == "note"] == []
+    assert run_note(str(run), "ok", "--step", "7").returncode == 0
