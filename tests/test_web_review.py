@@ -151,3 +151,12 @@ def test_note_refuses_a_step_past_sqlite_and_huge_text(tmp_path):
     with StoreReader(run) as reader:
         assert [e for e in reader.events() if e["kind"] == "note"] == []
     assert run_note(str(run), "ok", "--step", "7").returncode == 0
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8080@evil.com", "localhost:abc", "[::1]x", "localhost:80:evil"])
+def test_a_host_header_with_junk_after_the_name_is_refused(tmp_path, host):
+    with StoreWriter(tmp_path / "r") as w:
+        w.log(1, {"train/loss": 1.0})
+    c = client(tmp_path)
+    assert c.get("/api/runs", headers={"host": host}).status_code == 421
+    assert c.get("/api/runs", headers={"host": "127.0.0.1:8080"}).status_code == 200   # the control

@@ -56,7 +56,7 @@ def check_port(host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassroom.observe.runs import find_runs
+    from glassroom.observe.runs import find_runs, looks_secret
     from glassroom.web.server import is_loopback_name, serve
 
     if not args.dir.strip():
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if not name or any(c in name for c in "/ :@") and not name.startswith("["):
             raise GlassroomError(f"--allow-host: {name!r} is not a host name (give a name like lab.example.org, no port)")
     check_port(args.host, args.port)
-    runs = find_runs(root)
+    runs = [i for i in find_runs(root) if not looks_secret(i)]   # as the dashboard lists them
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
     shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
     print(f"serving {len(runs)} run{'s' if len(runs) != 1 else ''} below {root} at http://{shown}:{args.port}/ "

@@ -70,11 +70,17 @@ def render_page(page: str, boot: dict) -> str:
 
 
 def host_name(header: str) -> str:
-    """The name in a Host header, without its port: `127.0.0.1:8080` -> `127.0.0.1`, `[::1]:80` -> `[::1]`."""
+    """The name in a Host header, without its port: `127.0.0.1:8080` -> `127.0.0.1`, `[::1]:80` -> `[::1]`.
+    A port that is not digits (`127.0.0.1:8080@evil.com`, `localhost:abc`) leaves the header whole,
+    so it matches no allowed name."""
     header = header.strip().lower()
     if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+        name, _, rest = header.partition("]")
+        return name + "]" if rest == "" or (rest.startswith(":") and rest[1:].isdigit()) else header
+    if header.count(":") == 1:
+        name, port = header.split(":")
+        return name if port.isdigit() else header
+    return header
 
 
 def is_loopback_name(name: str) -> bool:
