@@ -160,3 +160,19 @@ def test_a_host_header_with_junk_after_the_name_is_refused(tmp_path, host):
     c = client(tmp_path)
     assert c.get("/api/runs", headers={"host": host}).status_code == 421
     assert c.get("/api/runs", headers={"host": "127.0.0.1:8080"}).status_code == 200   # the control
+
+
+def test_a_run_marked_private_after_publishing_is_gone_from_the_site(tmp_path):
+    root, site = tmp_path / "lab", tmp_path / "site"
+    mark = rand(16)
+    for name in ("keep", "hide"):
+        with StoreWriter(root / name) as w:
+            w.log(1, {"train/loss": 1.0})
+            w.event("note", f"{name} {mark}", 1)
+    publish(root, site)
+    assert (site / "runs" / "hide" / "index.html").is_file()
+    assert run_note(str(root / "hide"), "--private-run").returncode == 0
+    publish(root, site)
+    assert not (site / "runs" / "hide").exists()
+    assert f"hide {mark}" not in site_text(site)          # not in the previous generation either
+    assert f"keep {mark}" in site_text(site) and (site / "runs" / "keep" / "index.html").is_file()

@@ -13,7 +13,8 @@ Layout of SITE:
 Each export writes a new generation into a temporary folder, renames it into place, and only then
 replaces site.json (an atomic rename), so a reader sees the old site or the new one, never half of
 one; pages read site.json first and take all their data from that generation. The previous
-generation is kept for readers still on it; older ones are removed. Only what the pages show is
+generation is kept for readers still on it (unless it holds a run no longer published: a run marked
+private since is gone from the site, page and data, after one export); older ones are removed. Only what the pages show is
 exported, through the same redaction as the live server (glassroom.observe.redact: secret keys,
 secrets inside strings, notes and event texts), and no environment variable is. Runs marked private
 (`glassroom note RUN --private-run`) and private notes are left out entirely; files that resolve
@@ -100,6 +101,33 @@ def check_site_folder(out: Path, root: Optional[Path] = None) -> None:
         raise GlassroomError(f"--out {out}: folder is not empty and is not a glassroom site; give a new or empty folder")
 
 
+def _drop_what_is_no_longer_published(out: Path, data_dir: Path, generation: str, exported: set[str]) -> None:
+    """After the switch: a run that was published before and is not now (marked private since,
+    renamed, removed) loses its page and its data in the older generations, which are otherwise
+    kept one round for readers still on them."""
+    for old in (p for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g") and p.name != generation):
+        listed = old / "runs.json"
+        try:
+            ids = {r["id"] for r in json.loads(listed.read_text(encoding="utf-8"))["runs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            ids = None   # unreadable: drop the whole generation
+        if ids is None or not ids <= exported:
+            shutil.rmtree(old, ignore_errors=True)
+    pages = out / "runs"
+    if pages.is_dir():
+        for page in sorted(pages.rglob("index.html")):
+            run_id = page.parent.relative_to(pages).as_posix()
+            if run_id not in exported:
+                page.unlink(missing_ok=True)
+                for folder in [page.parent, *page.parent.parents]:   # empty folders up to SITE/runs
+                    if folder == pages or not folder.is_relative_to(pages):
+                        break
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
+
+
 def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
             log: Callable[[str], None] = lambda m: None) -> dict:
     """One export of every run below `root` into the site folder `out`; returns site.json's content."""
@@ -164,6 +192,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
     _replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 
+    _drop_what_is_no_longer_published(out, data_dir, generation, set(exported))
     keep = sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g"))[-2:]
     for p in data_dir.iterdir():
         if p.is_dir() and p.name not in keep and (p.name.startswith("g") or p.name.startswith(".tmp-")):
