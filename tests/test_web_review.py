@@ -176,3 +176,54 @@ def test_a_run_marked_private_after_publishing_is_gone_from_the_site(tmp_path):
     assert not (site / "runs" / "hide").exists()
     assert f"hide {mark}" not in site_text(site)          # not in the previous generation either
     assert f"keep {mark}" in site_text(site) and (site / "runs" / "keep" / "index.html").is_file()
+
+
+LIVE = "window.GR && GR.ready === true"
+ATLAS = "window.ATLAS && ATLAS.ready === true"
+
+
+def csp_violations(console: list[str]) -> list[str]:
+    return [line for line in console if "Content Security Policy" in line]
+
+
+@pytest.mark.skipif(__import__("web_helpers").chromium_path() is None, reason="chromium not installed")
+def test_no_page_breaks_its_content_security_policy_live_or_published(tiny_dataset, tmp_path):
+    """Every page (run list, run, compare, atlas list, atlas) on `serve` and on the published site
+    under a static server, with a real atlas: no CSP violation in the browser's log. The log does
+    catch one: an inline script planted at the end is reported."""
+    import shutil
+    import time
+
+    from glassroom.data.atlas import build_atlas
+    from web_helpers import Chromium, Server, free_port, write_run
+
+    root = tmp_path / "lab"
+    shutil.copytree(tiny_dataset, root / "data" / "tiny", ignore=shutil.ignore_patterns("atlas"))
+    build_atlas(root / "data" / "tiny", k=4, sample=1000, log=open("/dev/null", "w"))
+    write_run(root / "runs" / "r", steps=300)
+    site = tmp_path / "site"
+    publish(root, site)
+    port = free_port()
+    static = subprocess.Popen([sys.executable, "-m", "http.server", "-d", str(site), str(port), "--bind", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with Server(root) as server, Chromium() as browser:
+            pages = [(f"{server.url}/", LIVE), (f"{server.url}/runs/runs/r", LIVE), (f"{server.url}/compare?run=runs/r", LIVE),
+                     (f"{server.url}/atlas", ATLAS), (f"{server.url}/atlas/data/tiny", ATLAS)]
+            base = f"http://127.0.0.1:{port}"
+            pages += [(f"{base}/index.html", LIVE), (f"{base}/runs/runs/r/index.html", LIVE), (f"{base}/compare.html", LIVE),
+                      (f"{base}/atlas/index.html", ATLAS), (f"{base}/atlas/d/data/tiny/index.html", ATLAS)]
+            for url, ready in pages:
+                browser.navigate(url, ready=ready)
+                if ready == ATLAS and "tiny" in url:   # the atlas itself drew its points
+                    assert browser.eval("ATLAS.drawn") > 0, url
+            time.sleep(0.3)
+            browser.eval("1")
+            assert csp_violations(browser.console) == [], csp_violations(browser.console)[:2]
+            browser.eval("document.body.appendChild(Object.assign(document.createElement('script'), {textContent: 'window.planted = 1'})); 1")
+            time.sleep(0.3)
+            assert browser.eval("window.planted === undefined")
+            assert csp_violations(browser.console), "the browser log must show the planted inline script being blocked"
+    finally:
+        static.terminate()
+        static.wait(timeout=10)

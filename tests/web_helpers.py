@@ -182,6 +182,7 @@ class Chromium:
         self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         self.send("Page.enable", session=True)
         self.send("Runtime.enable", session=True)
+        self.send("Log.enable", session=True)   # Content-Security-Policy violations arrive as Log entries
         self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=True)
         self.console: list[str] = []
 
@@ -194,7 +195,7 @@ class Chromium:
         deadline = time.time() + timeout
         while True:
             reply = json.loads(self.ws.recv(timeout=max(0.1, deadline - time.time())))
-            if reply.get("method") in ("Runtime.exceptionThrown", "Runtime.consoleAPICalled"):
+            if reply.get("method") in ("Runtime.exceptionThrown", "Runtime.consoleAPICalled", "Log.entryAdded"):
                 self.console.append(json.dumps(reply.get("params"))[:500])
             if reply.get("id") == msg_id:
                 if "error" in reply:
