@@ -227,3 +227,27 @@ def test_no_page_breaks_its_content_security_policy_live_or_published(tiny_datas
     finally:
         static.terminate()
         static.wait(timeout=10)
+
+
+def test_note_on_a_store_locked_past_the_wait_says_busy_and_adds_nothing(tmp_path, monkeypatch):
+    import sqlite3
+
+    from glassroom.commands import note
+
+    run = tmp_path / "run"
+    with StoreWriter(run) as w:
+        w.log(1, {"train/loss": 1.0})
+    holder = sqlite3.connect(run / "store.sqlite", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, **{**k, "timeout": 0.2}))
+    args = type("A", (), {"run_dir": str(run), "text": "hello", "private": None, "step": None,
+                          "private_run": False, "public_run": False})()
+    from glassroom.errors import GlassroomError
+    with pytest.raises(GlassroomError, match="busy"):
+        note.run(args)
+    holder.execute("ROLLBACK")
+    holder.close()
+    monkeypatch.undo()
+    with StoreReader(run) as reader:
+        assert [e for e in reader.events() if e["kind"] == "note"] == []

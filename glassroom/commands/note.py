@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
                 said.append(f"{'private ' if private_note else ''}note {event_id} added to {args.run_dir} at step {step}")
         finally:
             writer.conn.close()  # nothing buffered; leave the run's status alone
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise GlassroomError(f"{path}: busy (another process held it for over 30 s); nothing was added, "
+                                 "try again") from None
+        if "readonly" in str(exc):
+            raise GlassroomError(f"{path}: cannot be written ({exc}); nothing was added") from None
+        raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was added") from None
     except sqlite3.DatabaseError as exc:
         raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was added") from None
     print("\n".join(said))
