@@ -11,7 +11,8 @@ config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). 
   (`https://user:pass@host` -> `https://<redacted>@host`), PEM private key blocks, well-known token
   shapes (AWS key ids and secret keys, `hf_`, `sk-`, `ghp_`.., `github_pat_`, `xox?-`, JWTs, ...),
   `Bearer ...` credentials, and the values of `KEY=VALUE`, `KEY: VALUE`, `--key=value` and
-  `--key value` pairs whose key looks secret, replaced by `<redacted>`.
+  `--key value` pairs whose key looks secret, replaced by `<redacted>` (a value after `KEY:` runs
+  to the end of the line or the next comma, semicolon or bracket; after `=` to the next space).
 
 Key rule (`key_is_secret`): the key is split into words on `_`, `-`, `.`, spaces and camelCase; it is
 secret when a word is one of SECRET_WORDS or the joined words contain `password`, `apikey`,
