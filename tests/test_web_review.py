@@ -251,3 +251,33 @@ def test_note_on_a_store_locked_past_the_wait_says_busy_and_adds_nothing(tmp_pat
     monkeypatch.undo()
     with StoreReader(run) as reader:
         assert [e for e in reader.events() if e["kind"] == "note"] == []
+
+
+def test_a_journal_nested_too_deep_is_one_line_in_the_api_and_the_stream(tmp_path):
+    import sqlite3
+
+    run = tmp_path / "r"
+    with StoreWriter(run) as w:
+        w.log(1, {"train/loss": 1.0})
+
+    def plant_deep_event():   # an edited database: event data nested 100,000 deep
+        with StoreWriter(run) as w:
+            w.event("note", "deep", 1, {"x": 1})
+        conn = sqlite3.connect(run / "store.sqlite")
+        conn.execute("UPDATE events SET data = ? WHERE text = 'deep'", ("[" * 100_000 + "]" * 100_000,))
+        conn.commit()
+        conn.close()
+
+    c = client(tmp_path)
+    with c.stream("GET", "/api/stream?run=r") as s:
+        body, planted = "", False
+        for chunk in s.iter_text():
+            body += chunk
+            if "event: hello" in body and not planted:
+                plant_deep_event()
+                planted = True
+            if "event: error" in body:
+                break
+    assert planted and "event: error" in body and "cannot be shown (RecursionError" in body, body[-300:]
+    r = c.get("/api/run?run=r")
+    assert r.status_code == 500 and "\n" not in r.json()["error"] and r.json()["error"].startswith("run r: cannot be shown")

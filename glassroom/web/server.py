@@ -220,6 +220,11 @@ def _distinct(request: Request, key: str, most: int) -> list[str]:
     return values
 
 
+def _cannot_show(run_id: str, exc: BaseException) -> str:
+    """One line for an unexpected failure while reading a run (a journal nested too deep, ...)."""
+    return f"run {redact_text(run_id)}: cannot be shown ({type(exc).__name__}: {redact_text(str(exc))[:200]})"
+
+
 class StoreUnreadable(HTTPException):
     """A run whose store.sqlite cannot be read (corrupt, truncated, not a database): 503, one line."""
 
@@ -264,8 +269,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
             except HTTPException:
                 raise
             except Exception as exc:   # anything else unexpected: one line, never a traceback in the log
-                raise HTTPException(500, f"run {request.query_params.get('run', '?')[:200]}: cannot be shown "
-                                         f"({type(exc).__name__}: {redact_text(str(exc))[:200]})") from None
+                raise HTTPException(500, _cannot_show(request.query_params.get("run", "?")[:200], exc)) from None
             return JSONResponse(payload, headers={"Cache-Control": "no-cache"})
         return endpoint
 
@@ -333,6 +337,10 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 for c in cursors:
                     c.close()
                 return [], StoreUnreadable(run_id, exc).detail
+            except Exception as exc:   # anything else: one error event, never a traceback
+                for c in cursors:
+                    c.close()
+                return [], _cannot_show(run_id, exc)
         return cursors, ""
 
     def _poll(cursors) -> tuple[list, str]:
@@ -342,6 +350,8 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 update = c.poll()
             except (sqlite3.DatabaseError, OSError) as exc:
                 return updates, StoreUnreadable(c.run_id, exc).detail
+            except Exception as exc:
+                return updates, _cannot_show(c.run_id, exc)
             if update:
                 updates.append(update)
         return updates, ""
