@@ -281,3 +281,23 @@ def test_a_journal_nested_too_deep_is_one_line_in_the_api_and_the_stream(tmp_pat
     assert planted and "event: error" in body and "cannot be shown (RecursionError" in body, body[-300:]
     r = c.get("/api/run?run=r")
     assert r.status_code == 500 and "\n" not in r.json()["error"] and r.json()["error"].startswith("run r: cannot be shown")
+
+
+def test_more_secret_shapes_inside_strings():
+    pw, hook, disc, oauth, sig, esc = rand(12), rand(24), rand(30), rand(30), rand(16), rand(12)
+    cases = {
+        f'{{\\"password\\": \\"{esc}\\"}}': esc,                                   # JSON escaped inside a string
+        f"curl -u admin:{pw} https://x.org": pw,
+        f"curl --user=admin:{pw} x": pw,
+        f"notify https://hooks.slack.com/services/T01/B02/{hook} on failure": hook,
+        f"https://discord.com/api/webhooks/123456/{disc}": disc,
+        f"ya29.{oauth}": oauth,
+        f"https://acct.blob.core.windows.net/c?sv=2020&sig={sig}&se=1": sig,
+    }
+    for text, secret in cases.items():
+        out = redact_text(text)
+        assert secret not in out and REDACTED in out, (text, out)
+    assert redact_text(f'{{\\"password\\": \\"{esc}\\"}}') == f'{{\\"password\\": \\"{REDACTED}\\"}}'
+    assert "hooks.slack.com/services/" in redact_text(f"https://hooks.slack.com/services/T01/B02/{hook}")
+    for control in ("docker run -u 1000:1000 img", "run -u 1000 x", "signal: 3", "design: dense"):
+        assert redact_text(control) == control

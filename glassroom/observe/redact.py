@@ -34,7 +34,7 @@ REDACTED = "<redacted>"
 SECRET_WORDS = {
     "token", "secret", "secrets", "password", "passwd", "pwd", "pass", "passphrase", "apikey", "credential",
     "credentials", "creds", "auth", "oauth", "authorization", "cookie", "cookies", "key", "keys", "privatekey",
-    "accesskey", "secretkey", "bearer", "signature", "dsn", "sessionid", "pat",
+    "accesskey", "secretkey", "bearer", "signature", "sig", "dsn", "sessionid", "pat", "webhook", "webhooks",
 }
 _SECRET_JOINED = ("apikey", "accesskey", "secretkey", "privatekey", "password", "passwd")
 # Words that make `token` a count or a vocabulary entry rather than a credential.
@@ -60,6 +60,9 @@ _TOKENS = [
     _B + r"npm_[A-Za-z0-9]{30,}",
     _B + r"AIza[0-9A-Za-z_\-]{35}",                                  # Google API keys
     _B + r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",   # JWTs
+    _B + r"ya29\.[0-9A-Za-z_\-]{20,}",                               # Google OAuth access tokens
+    r"(?<=hooks\.slack\.com/services/)[A-Za-z0-9/_\-]{8,}",          # Slack webhook URLs (the path is the secret)
+    r"(?<=/api/webhooks/)[0-9]+/[A-Za-z0-9_\-]{20,}",                 # Discord webhook URLs
 ]
 _TOKEN_RE = re.compile("|".join(f"(?:{p})" for p in _TOKENS))
 _PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
@@ -72,13 +75,15 @@ _URL_CREDS_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#\"'<>]+)@")
 _BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
 # KEY=VALUE and KEY: VALUE (the key optionally quoted), and --key=value / --key value. Only the key
 # and separator are matched first, so a harmless pair never swallows a secret that follows it.
-_VALUE_RE = re.compile(r"\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>]+")
+_VALUE_RE = re.compile(r"\\\"[^\"]*?\\\"|\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>]+")
 # After `KEY:` (a header or a YAML-like line: `X-Api-Key: abc def`, `password: two words`) an
 # unquoted value runs to the end of the line, or to a comma, semicolon or bracket.
-_LINE_VALUE_RE = re.compile(r"[^\s,;&\"'{}\[\]()<>][^\n\r,;{}\[\]<>]*")
+_LINE_VALUE_RE = re.compile(r"[^\s,;&\"'{}\[\]()<>][^\n\r,;{}\[\]]*")
 _PAIR_RE = re.compile(
     r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|\s+(?=[^\s\-]))"
-    r"|(?P<q>[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
+    r"|(?P<q>\\?[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
+# `curl -u user:password`, `--user user:password`: the part after the colon.
+_USER_PASS_RE = re.compile(r"(?<![A-Za-z0-9_\-])(-u|--user)(\s+|=)([^\s:'\"]+):([^\s'\"]+)")
 
 _INNER_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)=(?!=)")
 _ARGV_FLAG_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_\-]*$")
@@ -128,7 +133,8 @@ def _redact_pairs(text: str) -> str:
         value = _VALUE_RE.match(text, m.end())
         if value is None or value.group(0) in ('""', "''"):
             continue
-        quote = value.group(0)[0] if value.group(0)[0] in "\"'" else ""
+        quote = value.group(0)[:2] if value.group(0).startswith('\\"') else (
+            value.group(0)[0] if value.group(0)[0] in "\"'" else "")
         end = value.end()
         if not quote and not m.group("flag") and ":" in (m.group("sep") or ""):
             line = _LINE_VALUE_RE.match(text, m.end())
@@ -150,7 +156,11 @@ def redact_text(text: str, pairs: bool = True) -> str:
     out = _TOKEN_RE.sub(REDACTED, out)
     out = _AWS_SECRET_RE.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + REDACTED, out)
     out = _BEARER_RE.sub(_bearer, out)
-    return _redact_pairs(out) if pairs else out
+    if not pairs:
+        return out
+    out = _USER_PASS_RE.sub(lambda m: m.group(0) if m.group(4).isdigit()   # docker -u 1000:1000
+                            else f"{m.group(1)}{m.group(2)}{m.group(3)}:{REDACTED}", out)
+    return _redact_pairs(out)
 
 
 def _scalar_under_secret(value: Any) -> Any:
