@@ -301,3 +301,23 @@ def test_more_secret_shapes_inside_strings():
     assert "hooks.slack.com/services/" in redact_text(f"https://hooks.slack.com/services/T01/B02/{hook}")
     for control in ("docker run -u 1000:1000 img", "run -u 1000 x", "signal: 3", "design: dense"):
         assert redact_text(control) == control
+
+
+def test_publish_refuses_a_site_whose_folders_are_symlinks_and_writes_nothing_through_them(tmp_path):
+    from glassroom.errors import GlassroomError
+
+    root, site, elsewhere = tmp_path / "lab", tmp_path / "site", tmp_path / "elsewhere"
+    with StoreWriter(root / "r") as w:
+        w.log(1, {"train/loss": 1.0})
+    publish(root, site)
+    elsewhere.mkdir()
+    (elsewhere / "pages.js").write_text("mine")
+    for part in ("static", "runs"):
+        moved = site / part
+        import shutil
+        shutil.rmtree(moved)
+        moved.symlink_to(elsewhere, target_is_directory=True)
+        with pytest.raises(GlassroomError, match=f"{part} is a symbolic link"):
+            publish(root, site)
+        moved.unlink()
+    assert (elsewhere / "pages.js").read_text() == "mine" and sorted(p.name for p in elsewhere.iterdir()) == ["pages.js"]

@@ -44,6 +44,7 @@ SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a ful
 VECTOR_POINTS = 400
 STATIC_SUFFIXES = {".js", ".css"}
 SITE_MARKER = "site.json"
+SITE_PARTS = ("data", "static", "runs", "atlas", "index.html", "compare.html", SITE_MARKER)
 
 
 def _write_json(path: Path, payload) -> None:
@@ -99,6 +100,10 @@ def check_site_folder(out: Path, root: Optional[Path] = None) -> None:
         raise GlassroomError(f"--out {out}: cannot be read ({exc.strerror}); give a folder you can write") from None
     if busy and not (out / SITE_MARKER).is_file():
         raise GlassroomError(f"--out {out}: folder is not empty and is not a glassroom site; give a new or empty folder")
+    for name in SITE_PARTS:   # writing through a symlink would replace files somewhere else
+        if (out / name).is_symlink():
+            raise GlassroomError(f"--out {out}: {name} is a symbolic link; a site's folders must be its own "
+                                 "(remove the link or give a new folder)")
 
 
 def _drop_what_is_no_longer_published(out: Path, data_dir: Path, generation: str, exported: set[str]) -> None:
