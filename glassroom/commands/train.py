@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 
 from glassroom.commands import new_command
 
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.train.trainer import Trainer
 
     trainer = None
+    previous = _stop_on_sigterm()
     try:
         try:
             trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
@@ -79,6 +82,20 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         parallel.teardown()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if trainer.info.is_main and not args.quiet:
         print(json.dumps({"run": str(args.out), "step": trainer.step, **final}))
     return 0
+
+
+def _stop_on_sigterm():
+    """SIGTERM (kill, timeout, a scheduler) stops the run like Ctrl-C: a start that has not finished a
+    step removes what it created, a started run journals a `stopped` event. Returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt("stopped by SIGTERM")
+
+    return signal.signal(signal.SIGTERM, stop)

@@ -201,7 +201,8 @@ class Trainer:
             raise GlassroomError(
                 f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
                 f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
-        if choice.path is None and self.state_at_start != "resumed":
+        if choice.path is None and (self.state_at_start != "resumed" or not self._journaled_start()):
+            # a new run, or a resumed one killed before its start was journaled: this is its start
             self.record_event("start", self._start_text(), 0)
             return
         text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
@@ -212,6 +213,10 @@ class Trainer:
             if data["discarded_rows"]:
                 text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
         self.record_event("resume", text, self.step, data)
+
+    def _journaled_start(self) -> bool:
+        """Whether the journal holds this run's start (main rank; other ranks assume it does)."""
+        return self.store is None or any(kind == "start" for kind, _ in self.store.journal_from(0))
 
     def _load(self, choice: ckpt.ResumeChoice) -> tuple[str, dict]:
         """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
@@ -310,6 +315,13 @@ class Trainer:
             if self.store is not None:
                 self.store.event("error", str(exc), self.step)
                 self.store.set_status("failed", self.step, error=str(exc))
+            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under glassroom train
+            if self.store is not None and self.step > 0:
+                why = str(exc) or "interrupted"
+                self.store.event("stopped", f"{why} after step {self.step}; --resume continues from the newest "
+                                 "intact checkpoint", self.step)
+                self.store.set_status("stopped", self.step)
             raise
         finally:
             for observer in self.observers:
