@@ -120,14 +120,29 @@ def test_force_replaces_a_dataset_and_an_empty_folder_is_used(lab, tmp_path):
     root, recipe, out = lab
     ds = tmp_path / "again"
     build_dataset(load_recipe(recipe), ds, workers=1, log=io.StringIO())
-    (ds / "stale-marker").write_text("from the first build\n")
+    (ds / "shards" / "stale-marker").write_text("from the first build\n")
     build_dataset(load_recipe(recipe), ds, force=True, workers=1, log=io.StringIO())
-    assert dataset_format(ds) == FORMAT and not (ds / "stale-marker").exists()
+    assert dataset_format(ds) == FORMAT and not (ds / "shards" / "stale-marker").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     build_dataset(load_recipe(recipe), empty, workers=1, log=io.StringIO())  # no --force needed
     assert dataset_format(empty) == FORMAT
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "lock or build folder left behind"
+
+
+def test_force_refuses_a_dataset_that_also_holds_the_users_files(lab, tmp_path, capsys):
+    root, recipe, _ = lab
+    ds = tmp_path / "mine"
+    build_dataset(load_recipe(recipe), ds, workers=1, log=io.StringIO())
+    (ds / "notes.txt").write_text("my notes about this corpus\n")
+    before = tree_digest(ds)
+    code = main(["data", "build", str(recipe), "--out", str(ds), "--force", "--workers", "1"])
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2 and "notes.txt" in line and "not replacing it" in line
+    assert tree_digest(ds) == before
+    (ds / "notes.txt").unlink()
+    assert main(["data", "atlas", str(ds), "--k", "2"]) == 0  # the atlas is the dataset's own: replaced
+    assert main(["data", "build", str(recipe), "--out", str(ds), "--force", "--workers", "1"]) == 0
 
 
 def test_out_and_source_folders_may_not_contain_one_another(lab, tmp_path, capsys):

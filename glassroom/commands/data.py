@@ -39,7 +39,8 @@ The build happens in a temporary folder renamed into place at the end: a failed 
 existing DIR as it was. Progress lines go to stderr, the summary to stdout.
 
 DIR may be new or an empty folder; an existing dataset is replaced only with --force, and a folder
-that is not a glassroom dataset (its manifest.json lacks "format": "glassroom-dataset/N") never.
+that is not a glassroom dataset (its manifest.json lacks "format": "glassroom-dataset/N") never,
+nor a dataset that also holds files a build does not write (your notes: move them out first).
 One build at a time per DIR (a lock beside it, .DIR.lock); folders left by killed builds
 (.DIR.building-<pid>) are removed by the next build. Text in a document that spells a special
 token (<|endoftext|>) is encoded as ordinary text; only the builder ends documents with EOS.
@@ -74,7 +75,7 @@ def register_build(sub) -> None:
     p = new_command(sub, "build", "build a dataset from a recipe", BUILD_DESCRIPTION)
     p.add_argument("recipe", metavar="RECIPE", help="recipe YAML (see experiments/data-*.yaml)")
     p.add_argument("--out", required=True, metavar="DIR", help="dataset folder to create")
-    p.add_argument("--force", action="store_true", help="replace DIR if it holds a glassroom dataset (never any other folder)")
+    p.add_argument("--force", action="store_true", help="replace DIR if it holds a glassroom dataset and nothing else (never any other folder)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value, e.g. dedup.threshold=0.7")
     p.add_argument("--workers", type=int, help="cleaning processes (default: one per core)")
     p.add_argument("--progress-every", type=float, default=5.0, metavar="S", help="seconds between progress lines (default 5)")

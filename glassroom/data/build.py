@@ -100,6 +100,10 @@ def _extract_to_file(src, domain: str, path: Path) -> SourceReport:
     return report
 
 
+# What a build (and `data atlas`) writes at the top of DIR: --force replaces a dataset holding nothing else.
+DATASET_ENTRIES = frozenset({"manifest.json", "stats.json", "tokenizer.json", "shards", "atlas"})
+
+
 def dataset_format(folder: str | Path) -> str | None:
     """The format marker of `folder`'s manifest.json (`glassroom-dataset/1`) when the folder is a
     glassroom dataset; None for anything else (no manifest, a symlinked one, another program's)."""
@@ -164,6 +168,11 @@ def _check_out(out: Path, force: bool) -> None:
                              f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
     if not force:
         raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in DATASET_ENTRIES)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise GlassroomError(f"{out}: is a glassroom dataset but also holds {shown}, which a build does not "
+                             "write; not replacing it, even with --force: move them out or choose another --out")
 
 
 def _inside(child: Path, parent: Path) -> bool:
