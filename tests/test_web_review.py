@@ -321,3 +321,25 @@ def test_publish_refuses_a_site_whose_folders_are_symlinks_and_writes_nothing_th
             publish(root, site)
         moved.unlink()
     assert (elsewhere / "pages.js").read_text() == "mine" and sorted(p.name for p in elsewhere.iterdir()) == ["pages.js"]
+
+
+def test_a_public_stream_stops_when_its_run_is_marked_private(tmp_path):
+    run = tmp_path / "r"
+    with StoreWriter(run) as w:
+        w.log(1, {"train/loss": 1.0})
+    app = create_app(tmp_path, loopback_only=False, hosts={"127.0.0.1"})
+    c = TestClient(app, base_url="http://127.0.0.1:8080", raise_server_exceptions=False)
+    with c.stream("GET", "/api/stream?run=r") as s:
+        body, marked = "", False
+        for chunk in s.iter_text():
+            body += chunk
+            if "event: hello" in body and not marked:
+                assert run_note(str(run), "--private-run").returncode == 0
+                with StoreWriter(run) as w:
+                    w.log(2, {"train/loss": 0.5})
+                marked = True
+            if "event: error" in body:
+                break
+    assert "run r was marked private" in body
+    assert '"train/loss"' not in body.split("event: hello", 1)[1]   # the new point was never sent
+    assert c.get("/api/run?run=r").status_code == 404

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.observe.redact import redact, redact_event
-from glassroom.observe.runs import event_is_private, looks_secret, read_config, summarize
+from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
@@ -107,6 +107,10 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
     }
 
 
+class RunMadePrivate(Exception):
+    """A followed run was marked private while a public page streamed it."""
+
+
 class Cursor:
     """What one live page has already seen of one run: the last step per series, the last event id,
     the status. `poll()` returns only what is new since, so the stream sends small messages."""
@@ -150,7 +154,12 @@ class Cursor:
                     self.names.setdefault(id_, name)
 
     def poll(self) -> Optional[dict]:
-        """New points, vectors, events and status since the last poll; None when nothing changed."""
+        """New points, vectors, events and status since the last poll; None when nothing changed.
+        With `public`, raises RunMadePrivate once the run has been marked private."""
+        if self.public:
+            visibility = self.reader.artifact(VISIBILITY)
+            if isinstance(visibility, dict) and visibility.get("private"):
+                raise RunMadePrivate(f"run {self.run_id} was marked private")
         self._refresh_names()
         conn = self.reader.conn
         series: dict[str, Any] = {}

@@ -175,7 +175,7 @@ class Runs:
             with self._lock:   # maybe it was just created (re-list at most twice a second)
                 self._at = min(self._at, time.monotonic() - 1.5)
             runs = self.all()
-        if run_id not in runs:
+        if run_id not in runs or (self.public and not self._shown(runs[run_id])):   # marked private since
             raise HTTPException(404, f"no run {redact_text(run_id[:200])!r} below the served folder")
         return runs[run_id]
 
@@ -350,6 +350,8 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 update = c.poll()
             except (sqlite3.DatabaseError, OSError) as exc:
                 return updates, StoreUnreadable(c.run_id, exc).detail
+            except data.RunMadePrivate as exc:   # a public server stops following it at once
+                return updates, str(exc)
             except Exception as exc:
                 return updates, _cannot_show(c.run_id, exc)
             if update:
