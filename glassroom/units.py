@@ -25,7 +25,10 @@ def parse_count(value: int | float | str) -> float:
     match = _COUNT.match(value.replace("_", "").replace(",", ""))
     if not match:
         raise ValueError(f"{value!r} is not a count (use a number with an optional K, M, B or T)")
-    return float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+    count = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+    if not math.isfinite(count):
+        raise ValueError(f"{value!r} is not a finite count")
+    return count
 
 
 def format_count(value: float) -> str:

@@ -125,6 +125,15 @@ def test_mixture_command_reports_epochs_and_rejects_bad_weights(corpus, capsys):
     assert code == 2 and "not a built dataset" in error_line(err)
 
 
+def test_mixture_refuses_a_domain_given_twice_and_an_infinite_budget(corpus, capsys):
+    _, _, out = corpus
+    code, _, err = run_cli(["data", "mixture", str(out), "--weights", "email=1,email=2", "--tokens", "1M"], capsys)
+    assert code == 2 and "email is given twice" in error_line(err)
+    for tokens in ("1e400", "1e400K"):
+        code, _, err = run_cli(["data", "mixture", str(out), "--weights", "email=1", "--tokens", tokens], capsys)
+        assert code == 2 and error_line(err).startswith("error: --tokens:") and "not a finite count" in err
+
+
 def test_cli_subprocess_exit_code_and_single_line(corpus):
     root, recipe, out = corpus
     proc = subprocess.run([sys.executable, "-m", "glassroom", "data", "build", str(root / "missing.yaml"), "--out", str(root / "y")],

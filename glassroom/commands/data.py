@@ -137,6 +137,8 @@ def parse_weights(text: str) -> dict[str, float]:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise GlassroomError(f"--weights: expected domain=weight,..., got {item!r}")
+        if name.strip() in weights:
+            raise GlassroomError(f"--weights: domain {name.strip()} is given twice; give each domain once")
         try:
             weights[name.strip()] = float(value)
         except ValueError:
