@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from glassroom.errors import GlassroomError
 from glassroom.ladder.predict import make_prediction, preregister
 from glassroom.observe import journal
 from glassroom.observe.prediction import check_seal, seal
 from glassroom.observe.store import StoreReader, StoreWriter
+from glassroom.train.config import run_config_from_mapping
 from ladder_helpers import ROOT, write_ladder
 
 FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
@@ -31,7 +33,12 @@ def glassroom(*args) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def train_like_the_trainer(run_dir: Path, steps: int = 30) -> None:
+def train_like_the_trainer(run_dir: Path, steps: int = 30, config: dict | None = None) -> None:
+    """The store (and, given the hero's config mapping, RUN_DIR/config.yaml) as the trainer writes them."""
+    if config is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        resolved = run_config_from_mapping(config).to_dict()
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
     with StoreWriter(run_dir) as w:
         w.event("start", "training from step 0", 0, {"steps": steps})
         for s in range(1, steps + 1):
@@ -42,17 +49,27 @@ def train_like_the_trainer(run_dir: Path, steps: int = 30) -> None:
 
 
 @pytest.fixture(scope="module")
-def prediction(tmp_path_factory) -> dict:
+def ladder(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("seal") / "ladder"
     _, _, hero = write_ladder(out, noise=0.001, seed=0, spec_overrides=FAST)
-    return make_prediction(out, hero.config)
+    return out, hero.config
 
 
 @pytest.fixture(scope="module")
-def hero(prediction, tmp_path_factory) -> Path:
+def hero_config(ladder) -> dict:
+    return ladder[1]
+
+
+@pytest.fixture(scope="module")
+def prediction(ladder) -> dict:
+    return make_prediction(*ladder)
+
+
+@pytest.fixture(scope="module")
+def hero(prediction, hero_config, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("hero") / "hero"
     preregister(run_dir, prediction)
-    train_like_the_trainer(run_dir)
+    train_like_the_trainer(run_dir, config=hero_config)
     return run_dir
 
 
@@ -159,6 +176,74 @@ def test_editing_the_journal_in_the_database_is_found(copy, sql, needles):
     with sqlite3.connect(copy / "store.sqlite") as conn:
         conn.execute(sql)
     altered(copy, *needles)
+
+
+@pytest.mark.parametrize("sql, needles", [
+    # Stripping the chain must not make the journal look like one from before the chain existed.
+    ("UPDATE events SET digest = NULL", ("the journal's digests were removed", "event 1, the preregistration")),
+    ("UPDATE events SET digest = NULL; UPDATE events SET text = 'x' WHERE kind = 'eval' AND step = 20",
+     ("the journal's digests were removed",)),
+    ("ALTER TABLE events DROP COLUMN digest; UPDATE events SET text = 'x' WHERE kind = 'eval'",
+     ("digest column was removed",)),
+    ("DROP TABLE events", ("the events table(s) were removed",)),
+    # Cutting the journal back to the preregistration: the metric rows still show the run started.
+    ("DELETE FROM events WHERE kind != 'prediction'", ("30 metric row(s) but its journal has no start event",)),
+    ("UPDATE metrics SET time = 'yesterday' WHERE step = 3", ("time that is not a number",)),
+    # The seal's parts outside the digest: what the page shows must be what sealing wrote.
+    ("UPDATE artifacts SET value = json_remove(value, '$.seal.fields') WHERE name = 'prediction'",
+     ("seal changed after sealing: seal fields removed",)),
+    ("UPDATE artifacts SET value = json_set(value, '$.seal.created_iso', '2020-01-01T00:00:00Z') "
+     "WHERE name = 'prediction'", ("seal created_iso differs",)),
+    ("UPDATE artifacts SET value = json_set(value, '$.seal.note', 'ok') WHERE name = 'prediction'",
+     ("seal note added",)),
+    ("UPDATE artifacts SET value = json_set(value, '$.seal.fields', 'x', '$.mean[0]', 1.0) WHERE name = 'prediction'",
+     ("which part cannot be told",)),
+])
+def test_stripping_the_chain_or_the_seal_is_found(copy, sql, needles):
+    with sqlite3.connect(copy / "store.sqlite") as conn:
+        conn.executescript(sql)
+    altered(copy, *needles)
+
+
+def test_the_prediction_is_bound_to_its_hero_config(copy):
+    """A valid seal on a run that trains another config (more steps, another lr) is not that run's
+    prediction; settings that change how it runs (device, eval_every) may change on a resume."""
+    path = copy / "config.yaml"
+    original = path.read_text()
+    config = yaml.safe_load(original)
+    config["train"].update(device="cuda", eval_every=7, checkpoint_every=3)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert verify(copy).returncode == 0
+    steps = config["train"]["steps"]
+    config["train"]["steps"] = steps * 2
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    altered(copy, "config.yaml is not the hero the prediction was made for",
+            f"train.steps ({steps} predicted, {steps * 2} trained)")
+    path.write_text("model: [")
+    altered(copy, "config.yaml is damaged")
+    path.unlink()
+    altered(copy, "config.yaml was removed")
+
+
+def test_a_seal_whose_time_is_not_a_number_is_found(prediction):
+    sealed = seal(prediction, [], "abc")
+    sealed["seal"]["created"] = sealed["created"] = "soon"
+    body = {k: v for k, v in sealed.items() if k != "seal"}
+    sealed["seal"]["digest"] = journal.sha256_hex(journal.canonical(
+        {"prediction": body, "rungs": [], "commit": "abc", "created": "soon"}))
+    assert "not a time" in check_seal(sealed)
+
+
+def test_verify_refuses_a_store_that_is_not_a_file(tmp_path):
+    import os
+
+    run_dir = tmp_path / "fifo"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "store.sqlite")  # opening it would block
+    result = subprocess.run([sys.executable, "-m", "glassroom", "ladder", "verify", str(run_dir)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "not a regular file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_the_store_api_refuses_to_replace_the_prediction(copy, prediction):

@@ -231,6 +231,9 @@ def run_verify(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: {'is a file' if run_dir.exists() else 'no such folder'}, expected a run folder")
+    store = run_dir / "store.sqlite"
+    if store.exists() and not store.is_file():  # a folder, a FIFO (which would block), a device
+        raise GlassroomError(f"{store}: not a regular file, expected the run's SQLite store")
     try:
         result = verify_run(run_dir)
     except FileNotFoundError:

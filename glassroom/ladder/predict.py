@@ -25,6 +25,7 @@ and writes it with a chained journal event, only into a run that has not started
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import time
@@ -150,6 +151,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     """
     from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
     from glassroom.model.accounting import count_params
+    from glassroom.observe.prediction import predicted_run, run_digest
     from glassroom.train.config import run_config_from_mapping
     from glassroom.units import model_name
 
@@ -160,6 +162,8 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
                            allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
     cfg = run_config_from_mapping(hero_config, "hero")
+    # What binds the prediction to its hero: `ladder verify` compares it with RUN_DIR/config.yaml.
+    hero_run = json.loads(json.dumps(predicted_run(cfg.to_dict())))
     counts = count_params(cfg.model)
     n = counts.active if param_count == "active" else counts.non_embedding_active
     tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
@@ -189,7 +193,8 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
                      "irreducible": fit_cfg.irreducible, "param_count": param_count},
         "rungs": [{**r.identity(), "final": r.final_metrics()} for r in rungs], "code": _code_version(),
         "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
-                 "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule},
+                 "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule,
+                 "run_config": hero_run, "config_sha256": run_digest(hero_run)},
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
     }
 
@@ -241,8 +246,6 @@ def preregister(run_dir: str | Path, prediction: dict) -> dict:
     nothing (one SQLite transaction). The prediction's `created` is the moment of sealing; any time
     it carried is dropped.
     """
-    import json
-
     from glassroom.observe.journal import append_event
     from glassroom.observe.prediction import seal
     from glassroom.observe.store import StoreWriter

@@ -122,11 +122,17 @@ def check_seal(prediction: dict) -> Optional[str]:
         payload = _payload(prediction, s["rungs"], s["commit"], s["created"])
     except KeyError as exc:
         return f"the seal's {exc.args[0]} was removed"
+    created = s["created"]
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
+        return f"the seal's created was changed to {created!r}, which is not a time"
     if sha256_hex(canonical(payload)) == s["digest"]:
         if prediction.get("created") != s["created"]:
             return "prediction changed after sealing: created differs from the seal's time"
-        return None
-    sealed_fields = s.get("fields") if isinstance(s.get("fields"), dict) else {}
+        return _check_seal_record(s, payload)
+    if not isinstance(s.get("fields"), dict):
+        return ("prediction or seal changed after sealing, and the seal's per-part digests (fields) were "
+                "removed too, so which part cannot be told")
+    sealed_fields = s["fields"]
     now = _field_digests(payload)
     changed = sorted(k for k in now if k in sealed_fields and sealed_fields[k] != now[k])
     added = sorted(k for k in now if k not in sealed_fields)
@@ -144,28 +150,55 @@ def check_seal(prediction: dict) -> Optional[str]:
     return f"prediction changed after sealing: {what}"
 
 
+def _check_seal_record(s: dict, payload: dict) -> Optional[str]:
+    """The digest recomputes; the rest of the seal (its per-part digests, the printed time, no extra
+    keys) must also be what sealing wrote: the page shows them."""
+    expected = {"algorithm": SEAL_ALGORITHM, "digest": s["digest"], "created": payload["created"],
+                "created_iso": _iso(payload["created"]), "commit": payload["commit"], "rungs": payload["rungs"],
+                "fields": _field_digests(payload)}
+    parts = [f"seal {k} differs" for k in expected if k in s and canonical(s[k]) != canonical(expected[k])]
+    parts += [f"seal {k} removed" for k in expected if k not in s]
+    parts += [f"seal {k} added" for k in sorted(s) if k not in expected]
+    return f"seal changed after sealing: {'; '.join(parts)}" if parts else None
+
+
 def _short(field: str) -> str:
     return "prediction " + field.split(".", 1)[1] if field.startswith("prediction.") else f"seal {field}"
 
 
 def verify_run(run_dir: str | Path) -> dict:
-    """Check RUN_DIR's sealed prediction: the seal recomputes, the journal's chain is unbroken, the
-    preregistration event carries the seal's digest and precedes the run's start and first metric.
+    """Check RUN_DIR's sealed prediction: the seal recomputes, the journal's chain is unbroken and
+    covers the preregistration event, that event carries the seal's digest and precedes the run's
+    start and first metric, and the run's config.yaml is the hero the prediction was made for.
 
     Returns {"ok", "problem" (one line or None), "digest", "created", "first_step_time", "chain"}.
     Raises FileNotFoundError (no store), LookupError (no prediction) or sqlite3.DatabaseError.
     """
+    from glassroom.observe.journal import has_digest_column
     from glassroom.observe.store import StoreReader
 
     with StoreReader(run_dir) as reader:
         conn = reader.conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "artifacts" not in tables:
+            raise LookupError("no preregistered prediction")
         row = conn.execute("SELECT time, value FROM artifacts WHERE name = 'prediction'").fetchone()
+        missing = [t for t in ("events", "metrics") if t not in tables]
+        if missing:
+            if row is None:
+                raise LookupError("no preregistered prediction")
+            return {"ok": False, "problem": f"the {' and '.join(missing)} table(s) were removed from the store",
+                    "digest": None, "created": None, "first_step_time": None, "chain": None}
         events = conn.execute("SELECT id, time, step, kind, data FROM events ORDER BY id").fetchall()
-        sealed_events = [e for e in events if e[3] == "prediction" and _event_digest(e[4]) is not None]
+        digests = ({r[0]: r[1] for r in conn.execute("SELECT id, digest FROM events WHERE kind = 'prediction'")}
+                   if has_digest_column(conn) else None)
         chain = verify_chain(conn)
-        first_metric = conn.execute("SELECT MIN(time) FROM metrics").fetchone()[0]
-    result = {"ok": False, "problem": None, "digest": None, "created": None, "first_step_time": first_metric,
-              "chain": chain}
+        times = conn.execute("SELECT MIN(time), COUNT(*), SUM(typeof(time) NOT IN ('real', 'integer')) "
+                             "FROM metrics").fetchone()
+    first_metric, metric_rows, odd_times = times[0], int(times[1]), int(times[2] or 0)
+    sealed_events = [e for e in events if e[3] == "prediction" and _event_digest(e[4]) is not None]
+    result = {"ok": False, "problem": None, "digest": None, "created": None,
+              "first_step_time": first_metric if not odd_times else None, "chain": chain}
     if row is None:
         if sealed_events:
             result["problem"] = f"the prediction artifact was removed (event {sealed_events[0][0]} preregistered it)"
@@ -175,7 +208,7 @@ def verify_run(run_dir: str | Path) -> dict:
         prediction = json.loads(row[1])
         if not isinstance(prediction, dict):
             raise ValueError
-    except ValueError:
+    except (TypeError, ValueError):
         result["problem"] = "the prediction artifact was replaced by something that is not a prediction"
         return result
     s = prediction.get("seal") if isinstance(prediction.get("seal"), dict) else {}
@@ -184,6 +217,9 @@ def verify_run(run_dir: str | Path) -> dict:
     if problem:
         result["problem"] = problem
         return result
+    if digests is None:
+        result["problem"] = "the journal's digest column was removed (a sealed prediction's journal is always chained)"
+        return result
     if not chain["ok"]:
         result["problem"] = chain["problem"]
         return result
@@ -191,6 +227,10 @@ def verify_run(run_dir: str | Path) -> dict:
         result["problem"] = "the preregistration event was removed from the journal"
         return result
     event = sealed_events[0]
+    if digests.get(event[0]) is None:
+        result["problem"] = (f"the journal's digests were removed (event {event[0]}, the preregistration, has none; "
+                             "a sealed prediction's journal is chained from it on)")
+        return result
     if _event_digest(event[4]) != s["digest"]:
         result["problem"] = (f"event {event[0]} (prediction) records digest {_event_digest(event[4])[:12]}..., "
                              f"the artifact's seal {s['digest'][:12]}...: the prediction was resealed after preregistration")
@@ -201,15 +241,87 @@ def verify_run(run_dir: str | Path) -> dict:
         result["problem"] = (f"prediction made after the run started (start event {start[0]} at "
                              f"{_iso(start[1])}, prediction event {event[0]} sealed {_iso(created)})")
         return result
+    if odd_times:
+        result["problem"] = f"{odd_times} metric row(s) have a time that is not a number: the metrics were edited"
+        return result
     if first_metric is not None and float(first_metric) < created:
         result["problem"] = (f"prediction made after the run's first step (first metric at {_iso(first_metric)}, "
                              f"sealed {_iso(created)})")
         return result
+    if metric_rows and start is None:
+        result["problem"] = (f"the run has {metric_rows} metric row(s) but its journal has no start event: "
+                             "events were removed from the end of the journal")
+        return result
     if event[1] < created:
         result["problem"] = "the preregistration event is older than the seal's time: created was changed"
         return result
+    problem = check_hero_config(prediction, Path(run_dir), started=start is not None or metric_rows > 0)
+    if problem:
+        result["problem"] = problem
+        return result
     result["ok"] = True
     return result
+
+
+# ----------------------------------------------------------------------------- the hero it is about
+
+# Settings of a run that change how it is run or measured, not what is trained: a resume may change
+# them, and the prediction does not depend on them.
+OPERATIONAL_TRAIN_KEYS = ("micro_batch_size", "checkpoint_every", "eval_every", "eval_sequences", "device",
+                          "precision", "compile", "parallel", "keep_last", "keep_every", "max_bad_steps")
+
+
+def predicted_run(config: dict) -> dict:
+    """The part of a resolved run config (RunConfig.to_dict(), as RUN_DIR/config.yaml holds it) that a
+    prediction is about: the model, the data (path and weights) and every train setting but the
+    operational ones above. Its digest binds a prediction to its hero."""
+    def section(name: str) -> dict:
+        value = config.get(name) if isinstance(config, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    data = section("data")
+    return {"model": section("model"), "data": {"path": data.get("path"), "weights": data.get("weights")},
+            "train": {k: v for k, v in section("train").items() if k not in OPERATIONAL_TRAIN_KEYS}}
+
+
+def run_digest(run: dict) -> str:
+    return sha256_hex(canonical(json.loads(json.dumps(run))))
+
+
+def check_hero_config(prediction: dict, run_dir: Path, started: bool) -> Optional[str]:
+    """None when RUN_DIR/config.yaml is the run the prediction was made for (prediction["hero"]
+    ["config_sha256"] over predicted_run), or when it has no such digest (older predictions) or
+    the run has not written its config yet; else one line naming what differs."""
+    from glassroom import yaml_io
+
+    hero = prediction.get("hero") if isinstance(prediction.get("hero"), dict) else {}
+    expected = hero.get("config_sha256")
+    if not isinstance(expected, str):
+        return None
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return f"{path} was removed: the run has started, so it should name the hero it trains" if started else None
+    try:
+        config = yaml_io.load_file(path)
+    except Exception as exc:  # not YAML, an alias bomb, not text, unreadable: the file was damaged
+        return f"{path} is damaged ({type(exc).__name__}); the prediction was made for another config"
+    run = predicted_run(config)
+    if run_digest(run) == expected:
+        return None
+    predicted = hero.get("run_config") if isinstance(hero.get("run_config"), dict) else {}
+    a, b = _flatten(predicted), _flatten(json.loads(json.dumps(run)))
+    diffs = [f"{k} ({a.get(k)!r} predicted, {b.get(k)!r} trained)" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    what = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "") if diffs else "it differs"
+    return f"the run's config.yaml is not the hero the prediction was made for: {what}"
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
 
 def _event_digest(data: Optional[str]) -> Optional[str]:
@@ -222,4 +334,7 @@ def _event_digest(data: Optional[str]) -> Optional[str]:
 
 
 def _iso(when: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(when)))
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(when)))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return repr(when)
