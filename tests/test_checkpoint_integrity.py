@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -194,3 +195,16 @@ def test_a_consistent_checkpoint_of_another_version_is_one_line(run, tiny_datase
     result = run_train(run, tiny_dataset, resume=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"{newest}/trainer.json: not the training state this version writes" in result.stderr
+
+
+def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(run):
+    text = (run / "config.yaml").read_text()
+    assert "d_model: 64" in text
+    (run / "config.yaml").write_text(text.replace("d_model: 64", "d_model: 128"))
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    result = subprocess.run([sys.executable, "-m", "glassroom", "train", "--out", str(run), "--resume", "--quiet",
+                             "--set", "train.steps=16"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "step_0000012: written with another model.d_model (64 -> 128)" in lines[0] and "edited" in lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing set aside as damaged

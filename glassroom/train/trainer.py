@@ -13,6 +13,7 @@ the lr), so a run killed at any point and resumed continues bit for bit on the s
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -221,6 +222,7 @@ class Trainer:
     def _load(self, choice: ckpt.ResumeChoice) -> tuple[str, dict]:
         """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
         path = choice.path
+        self._check_checkpoint_config(path)
         saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
         try:
             self.step = int(saved["step"])
@@ -239,6 +241,24 @@ class Trainer:
                                  for _, damaged, _ in choice.damaged]
             text += f"; damaged checkpoints moved to {', '.join(data['set_aside'])}"
         return text, data
+
+    def _check_checkpoint_config(self, path: Path) -> None:
+        """The checkpoint was written with the settings this run resumes with (RUN_DIR/config.yaml may
+        have been edited since): a difference in a fixed setting is one line, not a failed load."""
+        from glassroom.train.run_dir import config_differences
+
+        try:
+            written = json.loads((path / ckpt.TRAINER_FILE).read_text(encoding="utf-8")).get("config")
+        except (OSError, ValueError, AttributeError):
+            return  # checked by the verification; the load below names what is wrong
+        if not isinstance(written, dict):
+            return
+        diffs = config_differences(written, self.cfg.to_dict())
+        if diffs:
+            listed = ", ".join(diffs[:3]) + (f" and {len(diffs) - 3} more" if len(diffs) > 3 else "")
+            raise GlassroomError(f"{path}: written with another {listed} than this run's config (was "
+                                 f"{self.run_dir / 'config.yaml'} edited?); resume with the settings "
+                                 "the checkpoint was written with, or train into a new --out")
 
     def _store_from(self, step: int, choice: ckpt.ResumeChoice) -> int:
         """Prepare the store for a run continuing after `step`: which journaled events not to repeat,
