@@ -152,9 +152,45 @@ def nan_noise_floor(ladder):
     return "noise_floor"
 
 
+def set_mid_curve(run_dir: Path, value, metric: str = "eval/macro/loss") -> None:
+    """Replace the value of the middle evaluation of `metric` (raw SQL: text and bytes stay as given)."""
+    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        name_id = conn.execute("SELECT id FROM names WHERE name = ?", (metric,)).fetchone()[0]
+        steps = [r[0] for r in conn.execute("SELECT step FROM metrics WHERE name_id = ? ORDER BY step", (name_id,))]
+        conn.execute("UPDATE metrics SET value = ? WHERE name_id = ? AND step = ?", (value, name_id, steps[len(steps) // 2]))
+
+
+def huge_loss_mid_curve(ladder):
+    """Near the float limit the fit's least-squares starts overflowed (a segfault in scipy's NNLS)."""
+    set_mid_curve(rung_dirs(ladder)[-1], 1e308)
+    return "is 1e+308 at step"
+
+
+def huge_final(ladder):
+    set_final(rung_dirs(ladder)[0], 1e300)
+    return "is 1e+300"
+
+
+def text_in_the_store(ladder):
+    set_mid_curve(rung_dirs(ladder)[1], "abc")
+    return "a metric value is not a number"
+
+
+def bytes_in_the_store(ladder):
+    set_final(rung_dirs(ladder)[2], b"\x00\xff")
+    return "a metric value is not a number"
+
+
+def zero_mid_curve_of_the_largest(ladder):
+    """The backtest compares the held-out rung's curve point by point (it printed `inf%`)."""
+    set_mid_curve(rung_dirs(ladder)[-1], 0.0)
+    return "is 0 at step"
+
+
 CASES = [negative, zero, nan, same_compute, non_monotone, unfinished, irreducible_above_a_final, few_curve_points,
          corrupt_store, alias_bomb_config, config_not_a_mapping, bad_listing, rungs_is_a_file, bad_spec_key,
-         nan_noise_floor]
+         nan_noise_floor, huge_loss_mid_curve, huge_final, text_in_the_store, bytes_in_the_store,
+         zero_mid_curve_of_the_largest]
 
 
 def files(folder: Path) -> dict:
@@ -240,7 +276,56 @@ def spec_empty(tmp_path):
     return tmp_path / "empty.yaml", "empty.yaml"
 
 
-SPECS = [spec_missing, spec_folder, spec_alias_bomb, spec_bad_key, spec_not_yaml, spec_empty]
+def demo_spec_with(tmp_path, stem: str, **changes) -> Path:
+    """experiments/ladder-demo.yaml with top-level keys (or `a__b` nested keys) replaced."""
+    raw = yaml.safe_load((ROOT / "experiments" / "ladder-demo.yaml").read_text())
+    for key, value in changes.items():
+        *parents, last = key.split("__")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def spec_rule_overflows(tmp_path):  # an OverflowError traceback before
+    return demo_spec_with(tmp_path, "overflow", scaling__lr={"base": 1.0, "of": "compute", "exponent": 1e10}), \
+        "scaling.lr: gives inf"
+
+
+def spec_negative_tokens(tmp_path):  # a complex number from (negative compute) ** exponent before
+    path = demo_spec_with(tmp_path, "negative", tokens=[-5, 1e5, 2e5, 3e5], hero__tokens=1e6)
+    raw = yaml.safe_load(path.read_text())
+    del raw["tokens_per_param"]
+    path.write_text(yaml.safe_dump(raw))
+    return path, "tokens[0]: must be a positive number of tokens"
+
+
+def spec_huge_tokens_per_param(tmp_path):  # OverflowError: cannot convert float infinity to integer
+    return demo_spec_with(tmp_path, "huge", tokens_per_param=1e300), "FLOPs, beyond any plan"
+
+
+def spec_dial_of_a_trillion(tmp_path):  # counted 6e10 layers one by one: hung
+    return demo_spec_with(tmp_path, "trillion", rungs=[16, 10**12]), "62500000000 layers"
+
+
+def spec_name_with_a_slash(tmp_path):  # names the pipeline's step folders
+    return demo_spec_with(tmp_path, "slash", name="../../etc"), "name: '../../etc'"
+
+
+def spec_eval_fraction_above_one(tmp_path):
+    return demo_spec_with(tmp_path, "eval", eval_fraction=1e9), "eval_fraction: must be above 0 and at most 1"
+
+
+def spec_negative_seed(tmp_path):  # numpy's default_rng(-1) raised at fit time
+    return demo_spec_with(tmp_path, "seed", fit__seed=-1), "fit.seed: must be zero or more"
+
+
+SPECS = [spec_missing, spec_folder, spec_alias_bomb, spec_bad_key, spec_not_yaml, spec_empty, spec_rule_overflows,
+         spec_negative_tokens, spec_huge_tokens_per_param, spec_dial_of_a_trillion, spec_name_with_a_slash,
+         spec_eval_fraction_above_one, spec_negative_seed]
 
 
 @pytest.mark.parametrize("case", SPECS, ids=[c.__name__ for c in SPECS])

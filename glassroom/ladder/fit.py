@@ -30,6 +30,7 @@ from glassroom.errors import GlassroomError
 HUBER_DELTA = 1e-3
 EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.5, 0.8, 1.2)
 EXPONENT_BOUNDS = (1e-4, 3.0)
+LOSS_MAX = 1e6  # glassroom.ladder.rungs.LOSS_MAX: beyond it a value is no loss (and overflows NNLS)
 EXPONENT_IMPLAUSIBLE = 2.0  # an exponent this steep means the fit ran to its bound (Fit.warnings)
 
 
@@ -223,6 +224,8 @@ def fit_law(law: Law, X: dict[str, Sequence[float]], y: Sequence[float], pinned:
     y = np.asarray(y, float)
     if not (np.all(np.isfinite(y)) and np.all(y > 0)):
         raise GlassroomError(f"{law.name}: every loss must be finite and above zero (the fit is in log loss)")
+    if np.any(y > LOSS_MAX):
+        raise GlassroomError(f"{law.name}: a loss of {float(y.max()):g} is above {LOSS_MAX:g}; no fit can use it")
     for name, x in X.items():
         if not (np.all(np.isfinite(x)) and np.all(x >= 0)):
             raise GlassroomError(f"{law.name}: every {name} must be finite and at least zero")

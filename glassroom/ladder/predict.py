@@ -85,10 +85,7 @@ def _rung_points(rungs, metric: str, fit_cfg) -> tuple[dict[str, np.ndarray], np
         if keep.sum() < 2:
             raise GlassroomError(f"{rung.run_dir}: fewer than 2 values of {metric} after {fit_cfg.skip_fraction:.0%} "
                                  "of the run; evaluate more often (eval_fraction)")
-        bad = keep & (values <= 0)
-        if bad.any():
-            raise GlassroomError(f"rung {rung.name} ({rung.run_dir}): {metric} is {values[bad][0]:g} at step "
-                                 f"{steps[bad][0]}; a loss must be above zero for the curve law")
+        rung.check_curve(metric, fit_cfg.skip_fraction)
         feats = curve_features(rung.params, rung.tokens_per_step, lr_multipliers(rung.config["train"]),
                                steps[keep], fit_cfg.momentum)
         for k in X:
@@ -297,6 +294,7 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
                            allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
     held, train = rungs[-1], rungs[:-1]
+    held.check_curve(fit_cfg.metric, fit_cfg.skip_fraction)  # its curve is compared point by point
     fit = fit_curves(train, fit_cfg.metric, fit_cfg)
     warnings += fit.warnings
     band = predict_curve(fit, held.params, held.config["train"], held.tokens_per_step, fit_cfg)

@@ -34,6 +34,9 @@ from glassroom import yaml_io
 from glassroom.errors import GlassroomError
 
 RUNGS_DIR = "rungs"
+# No loss (nats or bits) a fit can mean is this large; such a value is an edited or broken store,
+# and near the float limit it overflows the fit's least-squares starts.
+LOSS_MAX = 1e6
 SPEC_FILE = "spec.yaml"
 LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DIR/rungs/ holds old versions
 
@@ -79,6 +82,9 @@ class RungData:
         except sqlite3.DatabaseError as exc:
             raise GlassroomError(f"{self.run_dir / 'store.sqlite'}: unreadable run store ({exc}); "
                                  "retrain the rung or remove it from the ladder") from None
+        except (TypeError, ValueError) as exc:  # a metric row holding text or bytes: an edited store
+            raise GlassroomError(f"{self.run_dir / 'store.sqlite'}: a metric value is not a number ({exc}); "
+                                 "the store was edited: retrain the rung or remove it from the ladder") from None
 
     def raw_series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of `metric`, NaN where a value was not finite (stored as null)."""
@@ -110,7 +116,21 @@ class RungData:
         if value <= 0:
             raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss must be above "
                                  "zero for a scaling-law fit (is the store edited or the metric not a loss?)")
+        if value > LOSS_MAX:
+            raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss above "
+                                 f"{LOSS_MAX:g} is no loss a fit can use (is the store edited or the metric not a loss?)")
         return value
+
+    def check_curve(self, metric: str, skip_fraction: float) -> None:
+        """Every value of `metric` from skip_fraction of the run on (what the curve law and a backtest
+        use) above zero and at most LOSS_MAX; else one line naming the rung and the step."""
+        steps, values = self.series(metric)
+        keep = (steps >= max(1, math.ceil(skip_fraction * self.steps))) & (steps <= self.steps)
+        bad = keep & ((values <= 0) | (values > LOSS_MAX))
+        if bad.any():
+            raise GlassroomError(f"rung {self.name} ({self.run_dir}): {metric} is {values[bad][0]:g} at step "
+                                 f"{steps[bad][0]}; a loss must be above zero and at most {LOSS_MAX:g} for the "
+                                 "curve law (is the store edited?)")
 
     def final_metrics(self) -> dict[str, float]:
         """Every finite scalar the rung logged at its last step: what the prediction's seal records."""

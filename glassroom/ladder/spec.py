@@ -31,6 +31,7 @@ from typing import Any, Literal, Optional, Union
 from glassroom.config import build_section, load_yaml, require_positive
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.model.accounting import count_params, flops_per_token
+from glassroom.pipeline.step import NAME_RE
 from glassroom.train.config import run_config_from_mapping
 from glassroom.units import model_name, parse_count
 
@@ -46,6 +47,8 @@ PRESETS = {
     ("batch_tokens", "olmo"): (2048 * 160, "params", 108e6, 2.0 / 3.0, 1.0),
 }
 MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
+MAX_LAYERS = 10_000  # layers a dial value may give (shape.aspect); parameter counting walks each layer
+MAX_FLOPS = 1e40  # a rung's or hero's training compute; far beyond any run (the story hero: ~1e25)
 DERIVED_MODEL_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff")
 
 
@@ -91,7 +94,13 @@ class ScaleRule:
 
     def value(self, quantity: str, x: dict[str, float]) -> float:
         base, of, ref, exponent, scale = self.resolved(quantity)
-        out = scale * base * (x[of] / ref) ** exponent
+        try:
+            out = scale * base * (x[of] / ref) ** exponent
+        except OverflowError:
+            out = math.inf
+        if isinstance(out, complex) or not math.isfinite(out):
+            raise ConfigError(f"scaling.{quantity}: gives {out} at {of} {x[of]:.4g}; the rule's exponent or "
+                              "scale is out of range for this ladder")
         if self.min is not None:
             out = max(out, self.min)
         if self.max is not None:
@@ -148,6 +157,8 @@ class FitSection:
         if self.irreducible != "free" and not (math.isfinite(self.irreducible) and self.irreducible >= 0):
             raise ConfigError(f"{path}.irreducible: must be free or a number >= 0, got {self.irreducible}")
         require_positive(path, bootstrap=self.bootstrap)
+        if self.seed < 0:
+            raise ConfigError(f"{path}.seed: must be zero or more, got {self.seed}")
         if self.bootstrap > MAX_BOOTSTRAP:
             raise ConfigError(f"{path}.bootstrap: at most {MAX_BOOTSTRAP} replicates, got {self.bootstrap}")
         if not (math.isfinite(self.noise_floor) and 0 <= self.noise_floor < 1):
@@ -187,6 +198,14 @@ class LadderSpec:
                 raise ConfigError(f"{path}.{key}[{i + 1}]: rungs must increase, got {a} then {b}")
         if values[0] <= 0:
             raise ConfigError(f"{path}.{key}[0]: must be positive, got {values[0]}")
+        if not NAME_RE.match(self.name):
+            raise ConfigError(f"{path}.name: {self.name!r}: use letters, digits, '-', '_' and '.', starting with a "
+                              "letter or digit (it names the ladder's pipeline steps and folders)")
+        if not 0 < self.eval_fraction <= 1:
+            raise ConfigError(f"{path}.eval_fraction: must be above 0 and at most 1, got {self.eval_fraction}")
+        for i, tokens in enumerate(self.tokens or []):
+            if not (math.isfinite(tokens) and tokens > 0):
+                raise ConfigError(f"{path}.tokens[{i}]: must be a positive number of tokens, got {tokens}")
         if (self.tokens_per_param is None) == (self.tokens is None):
             raise ConfigError(f"{path}.tokens_per_param: set exactly one of tokens_per_param or tokens (per rung)")
         if self.tokens is not None and len(self.tokens) != len(values):
@@ -259,8 +278,11 @@ def model_mapping(spec: LadderSpec, d_model: int, overrides: Optional[dict] = No
     n_heads = d_model // rules.head_dim
     if n_heads % rules.kv_group:
         raise ConfigError(f"{where}: {n_heads} heads are not a multiple of shape.kv_group ({rules.kv_group})")
+    n_layers = max(1, round(d_model / rules.aspect))
+    if n_layers > MAX_LAYERS:
+        raise ConfigError(f"{where}: {n_layers} layers (d_model / shape.aspect {rules.aspect:g}); at most {MAX_LAYERS}")
     model = copy.deepcopy(spec.base["model"])
-    model.update(d_model=d_model, n_layers=max(1, round(d_model / rules.aspect)), n_heads=n_heads,
+    model.update(d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                  n_kv_heads=max(1, n_heads // rules.kv_group), head_dim=rules.head_dim,
                  d_ff=_round_up(rules.ffn_ratio * d_model, rules.multiple_of))
     if isinstance(model.get("moe"), dict):
@@ -288,10 +310,19 @@ def _plan_run(spec: LadderSpec, role: str, d_model: int, tokens: Optional[float]
     target_tokens = tokens if tokens is not None else tokens_per_param * n
     per_token = flops_per_token(model_cfg, seq_len)
     x = {"compute": per_token * target_tokens, "params": float(n), "d_model": float(d_model)}
-    batch_tokens = spec.scaling.batch_tokens.value("batch_tokens", x)
+    if not x["compute"] < MAX_FLOPS:
+        raise ConfigError(f"{where}: {target_tokens:.3g} tokens make {x['compute']:.3g} FLOPs, beyond any plan "
+                          f"(at most {MAX_FLOPS:g}); check tokens / tokens_per_param")
+    try:
+        batch_tokens = spec.scaling.batch_tokens.value("batch_tokens", x)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     batch_size = max(micro, int(round(batch_tokens / seq_len / micro)) * micro)
     steps = max(1, int(round(target_tokens / (batch_size * seq_len))))
-    lr = spec.scaling.lr.value("lr", x)
+    try:
+        lr = spec.scaling.lr.value("lr", x)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     if spec.scaling.warmup_tokens_per_param is not None:
         warmup = int(round(spec.scaling.warmup_tokens_per_param * n / (batch_size * seq_len)))
     else:
