@@ -1,4 +1,5 @@
-"""SIGTERM and a kill during the start: the run folder is left resumable or as it was, the journal says so."""
+"""SIGTERM, a kill during the start, a second train into a running run: the run folder is left resumable
+or as it was, the journal says so."""
 
 from __future__ import annotations
 
@@ -83,3 +84,22 @@ def test_resume_of_a_run_killed_before_its_start_was_journaled_records_the_start
     resumed = run_train(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)  # its journal begins with `start`, as the uninterrupted run's
+
+
+def test_a_second_train_into_a_running_run_is_refused_in_one_line(tiny_dataset, tmp_path):
+    out = tmp_path / "busy"
+    proc = start(out, tiny_dataset, "train.steps=400")
+    try:
+        wait_for(lambda: logged_steps(out) >= 2, proc)
+        second = run_train(out, tiny_dataset, "train.steps=400", resume=True)
+        lines = second.stderr.strip().splitlines()
+        assert second.returncode == 2 and len(lines) == 1, second.stderr
+        assert "another glassroom train is writing this run now" in lines[0]
+        assert proc.poll() is None  # the first run goes on
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    with StoreReader(out) as reader:
+        kinds = [e["kind"] for e in reader.events()]
+    assert kinds[0] == "start" and "resume" not in kinds and kinds[-1] == "stopped"
+    assert run_train(out, tiny_dataset, "train.steps=8", resume=True).returncode == 0  # the lock went with it

@@ -12,6 +12,7 @@ that failed before its first step created, and nothing else.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from dataclasses import dataclass
@@ -172,3 +173,31 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
         except OSError as exc:
             raise GlassroomError(f"--out {run_dir}: cannot write {CONFIG_FILE} ({exc.strerror or exc})") from None
     return state
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Create RUN_DIR if needed and hold an exclusive lock on it for this process's training (an
+    open descriptor of the folder, released by close_run_lock or when the process ends, even by
+    SIGKILL): a second `glassroom train` into the same folder, new or --resume, is refused in one
+    line instead of both writing its store and checkpoints."""
+    run_dir = Path(run_dir)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise GlassroomError(f"--out {run_dir}: cannot create or open the folder ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise GlassroomError(f"--out {run_dir}: another glassroom train is writing this run now; wait for it "
+                             "to end (or stop it) before starting or resuming it again") from None
+    return fd
+
+
+def close_run_lock(fd: Optional[int]) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

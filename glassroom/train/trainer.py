@@ -35,7 +35,7 @@ from glassroom.train.config import RunConfig
 from glassroom.train.evaluate import evaluate, load_validation
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
-from glassroom.train.run_dir import before_start, prepare_run_dir, undo_start
+from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, prepare_run_dir, undo_start
 
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
 # "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
@@ -112,15 +112,26 @@ class Trainer:
         self.manifest = self.dataset.manifest
         self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
         self.start_record = before_start(self.run_dir)
-        self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
-                                              barrier=lambda: parallel.barrier(self.info))
+        # One process trains a run folder at a time (main rank; held until run() ends).
+        self._run_lock = lock_run_dir(self.run_dir) if self.info.is_main else None
+        try:
+            self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
+                                                  barrier=lambda: parallel.barrier(self.info))
+        except BaseException:
+            self._release_run_lock()
+            raise
         try:
             self._start_up()
         except BaseException:
             if getattr(self, "store", None) is not None:
                 self.store.close()
             self.undo_failed_start()
+            self._release_run_lock()
             raise
+
+    def _release_run_lock(self) -> None:
+        close_run_lock(getattr(self, "_run_lock", None))
+        self._run_lock = None
 
     def undo_failed_start(self) -> None:
         """Remove what this start created in RUN_DIR (a new run that failed before its first step)."""
@@ -349,6 +360,7 @@ class Trainer:
                     observer.close()
             if self.store is not None:
                 self.store.close()
+            self._release_run_lock()
 
     # ------------------------------------------------------------------ one step
 
