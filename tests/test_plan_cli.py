@@ -91,3 +91,20 @@ def test_usage_mistakes_are_one_line_too():
     result = glassroom("plan", "experiments/llama3-8b.yaml", "--gpu", "tpu")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "invalid choice" in result.stderr
+
+
+def test_absurd_sizes_print_or_are_one_line():
+    """A 1e31-parameter model prints in powers of ten (no 20-digit `T` counts); a billion layers,
+    counted one by one, would never finish: refused; FLOPs past a float's range: refused."""
+    wide = glassroom("plan", "experiments/train-moe.yaml", "--set", "model.d_model=1000000000000000",
+                     "--set", "model.n_heads=1", "--tokens", "1e12")
+    assert wide.returncode == 0, wide.stderr
+    assert "total 2.4e+31 (" in wide.stdout and "weights 9.6e+31 B" in wide.stdout
+    assert "000000T" not in wide.stdout.split("\n", 1)[1]  # the first line's name is units.model_name's
+    deep = glassroom("plan", "experiments/train-moe.yaml", "--set", "model.n_layers=1000000000")
+    assert deep.returncode == 2 and "1,000,000,000 layers" in deep.stderr
+    assert len(deep.stderr.strip().splitlines()) == 1
+    overflow = glassroom("plan", "experiments/train-moe.yaml", "--set", "model.d_model=1000000000000000",
+                         "--set", "model.n_heads=1", "--tokens", "1e300", "--json")
+    assert overflow.returncode == 2 and "more FLOPs than a float can hold" in overflow.stderr
+    assert overflow.stdout == ""

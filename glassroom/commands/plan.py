@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from glassroom.commands import new_command, positive_count
 from glassroom.errors import GlassroomError
-from glassroom.units import format_count
+from glassroom.units import format_count as _format_count
+
+MAX_LAYERS = 1_000_000
+
+
+def format_count(value: float) -> str:
+    """units.format_count, in powers of ten beyond the trillions (no 300-digit `T` numbers)."""
+    return f"{float(value):.3g}" if abs(float(value)) >= 1e15 else _format_count(value)
 
 DESCRIPTION = """\
 Report a model's size and training cost from its config alone, without allocating it:
@@ -41,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.model.config import load_model_config
 
     tokens = positive_count(args.tokens, "--tokens")
+    if tokens is not None and not math.isfinite(tokens):
+        raise GlassroomError(f"--tokens: {args.tokens} is beyond any floating-point count")
     if args.gpus < 1:
         raise GlassroomError(f"--gpus: must be at least 1, got {args.gpus}")
     if not 0 < args.mfu <= 1:
@@ -51,7 +61,14 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     for path in args.files:
         cfg = load_model_config(path, args.set)
-        reports.append((path, cfg, plan(cfg, seq_len=args.seq_len, tokens=tokens, gpu=args.gpu, gpus=args.gpus, mfu=args.mfu)))
+        if cfg.n_layers > MAX_LAYERS:  # every layer is counted on its own: 1e9 layers would not finish
+            raise GlassroomError(f"{path}: model.n_layers: {cfg.n_layers:,} layers; glassroom plan counts at most "
+                                 f"{MAX_LAYERS:,}")
+        report = plan(cfg, seq_len=args.seq_len, tokens=tokens, gpu=args.gpu, gpus=args.gpus, mfu=args.mfu)
+        if not math.isfinite(report.get("total_flops", 0.0)):
+            raise GlassroomError(f"{path}: --tokens {args.tokens} at {report['flops_per_token']:.3e} FLOPs per token "
+                                 "is more FLOPs than a float can hold")
+        reports.append((path, cfg, report))
     for path, cfg, report in reports:
         if args.json:
             print(json.dumps({"file": path, **report}))
@@ -61,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bytes(n: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    if n >= 1e21:
+        return f"{n:.3g} B"
+    for unit, scale in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n:.0f} B"
