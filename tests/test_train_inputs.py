@@ -543,3 +543,18 @@ def test_fixing_the_config_after_a_refusal_then_works(capsys, tiny_dataset, tmp_
     assert (out / "config.yaml").is_file() and (out / "checkpoints" / "step_0000002").is_dir()
     code, err = train(capsys, out, tiny_dataset, "train.steps=2")
     assert_refused(code, err, "already holds a run; add --resume")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_a_shard_that_is_not_a_regular_file_is_named_and_never_read(capsys, data_copy, tmp_path, kind):
+    shard = data_copy / "shards" / "docs" / "train.bin"
+    shard.unlink()
+    if kind == "device":
+        shard.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(shard)  # opening it for reading would wait for ever
+    else:
+        shard.mkdir()
+    code, err = train(capsys, tmp_path / "run", data_copy)
+    assert_refused(code, err, f"{shard}: not a regular file")
+    assert not (tmp_path / "run").exists()

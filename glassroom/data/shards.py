@@ -99,7 +99,8 @@ class Shard:
         self.paths = shard_paths(root, domain, split)
         for key in ("tokens", "index"):
             if not self.paths[key].is_file():
-                raise GlassroomError(f"{self.paths[key]}: missing; rebuild the dataset with glassroom data build")
+                what = "missing" if not os.path.lexists(self.paths[key]) else "not a regular file (a folder, device, pipe or broken link)"
+                raise GlassroomError(f"{self.paths[key]}: {what}; rebuild the dataset with glassroom data build")
         self.domain, self.split = domain, split
         self.dtype = np.dtype(dtype)
         self.recorded_max = recorded_max
