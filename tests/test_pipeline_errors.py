@@ -100,3 +100,44 @@ def test_ray_flag_without_ray_or_with_jobs(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     assert "pip install -e '.[ray]'" in one_line_error(capsys, "run", exp, "--ray", "local", "--workspace", tmp_path / "ws")
+
+
+def test_progress_every_must_be_a_finite_number(tmp_path, capsys):
+    exp = write_experiment(tmp_path, GOOD)
+    for value in ("nan", "inf", "0"):
+        assert "--progress-every" in one_line_error(capsys, "run", exp, "--workspace", tmp_path / "ws",
+                                                    "--progress-every", value)
+    assert calls(tmp_path, "a") == 0
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("step.json", "{{", "step.json: damaged (JSONDecodeError)"),
+    ("step.json", "[1]", "step.json: damaged (a JSON list, not an object)"),
+    ("step.json", "{}", "step.json: damaged (no step name)"),
+    ("provenance.json", '{"x": 1}', "provenance.json: damaged (KeyError: 'experiment')"),
+    ("provenance.json", '{"experiment": {"path": "a", "sha256": 5}, "glassroom": {}}', "provenance.json: damaged (TypeError"),
+    ("provenance.json", '{"experiment": {"path": "a", "sha256": "ab"}, "glassroom": {}, "chain": [5]}',
+     "provenance.json: damaged"),
+    ("status.json", '{"duration_s": "long"}', "status.json: damaged (ValueError"),
+    ("status.json", '{"attempt": "2"}', "status.json: damaged (TypeError"),
+    ("status.json", "null", "status.json: damaged (a JSON NoneType, not an object)"),
+])
+def test_show_names_a_damaged_record_in_one_line(tmp_path, capsys, name, text, expected):
+    """Each used to end in a traceback (exit 1) or print `None` as if all were well."""
+    exp = write_experiment(tmp_path, GOOD)
+    assert glassroom("run", exp, "--workspace", tmp_path / "ws", capsys=capsys)[0] == 0
+    output = next((tmp_path / "ws" / "steps").glob("b-*"))
+    assert glassroom("show", output, capsys=capsys)[0] == 0
+    (output / name).write_text(text)
+    assert expected in one_line_error(capsys, "show", output)
+    assert (output / name).read_text() == text  # nothing rewritten
+
+
+def test_show_survives_a_time_beyond_the_calendar(tmp_path, capsys):
+    exp = write_experiment(tmp_path, GOOD)
+    assert glassroom("run", exp, "--workspace", tmp_path / "ws", capsys=capsys)[0] == 0
+    output = next((tmp_path / "ws" / "steps").glob("b-*"))
+    status = json.loads((output / "status.json").read_text())
+    (output / "status.json").write_text(json.dumps({**status, "started": 1e300}))
+    code, out, _ = glassroom("show", output, capsys=capsys)
+    assert code == 0 and "started ?" in out

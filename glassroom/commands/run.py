@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -54,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise GlassroomError(f"--jobs: must be at least 1, got {args.jobs}")
-    if args.progress_every <= 0:
-        raise GlassroomError(f"--progress-every: must be positive, got {args.progress_every}")
+    if not (math.isfinite(args.progress_every) and args.progress_every > 0):
+        raise GlassroomError(f"--progress-every: must be a positive number of seconds, got {args.progress_every}")
     if args.ray is not None and args.jobs is not None:
         raise GlassroomError("--jobs applies to the local runner; with --ray, each step's Resources decide")
     workspace = workspace_dir(args.workspace)

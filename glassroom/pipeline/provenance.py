@@ -11,12 +11,13 @@ import json
 import platform
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import glassroom
 from glassroom.errors import GlassroomError
-from glassroom.pipeline.status import PROVENANCE, RESULT, STEP, read_json, read_status
+from glassroom.pipeline.status import PROVENANCE, RESULT, STATUS, STEP
 from glassroom.pipeline.step import function_ref
 
 
@@ -94,14 +95,34 @@ def find_output(path: str | Path) -> Path:
     raise GlassroomError(f"{path}: not inside a step output (no {STEP} found in it or any folder above it)")
 
 
+def _record(output: Path, name: str) -> Any:
+    """A record file of a step output: None when absent; a GlassroomError naming it when damaged
+    (not JSON, or not the JSON object glassroom writes there). result.json may hold any JSON."""
+    path = output / name
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise GlassroomError(f"{path}: damaged ({type(exc).__name__}); rerun the step with "
+                             "`glassroom run EXPERIMENT --force NAME`") from None
+    if name != RESULT and not isinstance(value, dict):
+        raise GlassroomError(f"{path}: damaged (a JSON {type(value).__name__}, not an object); rerun the step "
+                             "with `glassroom run EXPERIMENT --force NAME`")
+    if name == STEP and not isinstance(value.get("name"), str):
+        raise GlassroomError(f"{path}: damaged (no step name); rerun the step with `glassroom run EXPERIMENT --force NAME`")
+    return value
+
+
 def load_show(path: str | Path) -> dict:
     output = find_output(path)
     return {
         "output": str(output),
-        "step": read_json(output / STEP),
-        "status": read_status(output),
-        "provenance": read_json(output / PROVENANCE),
-        "result": read_json(output / RESULT) if (output / RESULT).exists() else None,
+        "step": _record(output, STEP),
+        "status": _record(output, STATUS),
+        "provenance": _record(output, PROVENANCE),
+        "result": _record(output, RESULT),
     }
 
 
@@ -110,7 +131,10 @@ def _when(ts: Any) -> str:
 
     if not isinstance(ts, (int, float)):
         return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def _config_lines(config: Any, indent: str) -> list[str]:
@@ -139,11 +163,45 @@ def _config_lines(config: Any, indent: str) -> list[str]:
     return lines
 
 
+@contextmanager
+def _reading(output: str, name: str):
+    """Formatting a record that glassroom wrote but someone changed: one line naming the file."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise GlassroomError(f"{Path(output) / name}: damaged ({type(exc).__name__}: {exc}); rerun the step with "
+                             "`glassroom run EXPERIMENT --force NAME`") from None
+
+
 def format_show(info: dict) -> str:
-    step, status, prov = info["step"] or {}, info["status"] or {}, info["provenance"]
     lines = [info["output"]]
-    lines.append(f"  step        {step.get('name')}  version {step.get('version')}  kind {step.get('kind')}")
-    lines.append(f"  function    {step.get('function')}")
+    with _reading(info["output"], STEP):
+        step = info["step"] or {}
+        lines.append(f"  step        {step.get('name')}  version {step.get('version')}  kind {step.get('kind')}")
+        lines.append(f"  function    {step.get('function')}")
+    with _reading(info["output"], STATUS):
+        state = _format_status(info["status"] or {}, lines)
+    prov = info["provenance"]
+    with _reading(info["output"], PROVENANCE):
+        _format_provenance(prov, state, lines)
+    with _reading(info["output"], RESULT):
+        if info.get("result") is not None:
+            lines.append("  result")
+            lines += _config_lines(info["result"], "    ")
+    with _reading(info["output"], PROVENANCE if prov else STEP):
+        chain = prov["chain"] if prov else [step]
+        lines.append("  chain       (inputs first)" if len(chain) > 1 else "  config")
+        for record in chain:
+            if len(chain) > 1:
+                lines.append(f"    {record['name']}  {record['version']}  {record['function']}")
+                lines.append(f"      output {record['output']}")
+                lines += _config_lines(record.get("config"), "      ")
+            else:
+                lines += _config_lines(record.get("config"), "    ")
+    return "\n".join(lines)
+
+
+def _format_status(status: dict, lines: list[str]) -> str:
     state = status.get("state", "never started")
     detail = ""
     if status.get("started"):
@@ -157,6 +215,10 @@ def format_show(info: dict) -> str:
     lines.append(f"  status      {state}{detail}")
     if status.get("error"):
         lines.append(f"  error       {status['error']}")
+    return state
+
+
+def _format_provenance(prov: Any, state: str, lines: list[str]) -> None:
     if prov:
         exp = prov["experiment"]
         g = prov["glassroom"]
@@ -168,16 +230,3 @@ def format_show(info: dict) -> str:
         lines.append(f"  glassroom   {g.get('version')} at commit {commit}; python {prov.get('python')}")
     elif state != "done":
         lines.append("  provenance  none yet: it is written when the step finishes")
-    if info.get("result") is not None:
-        lines.append("  result")
-        lines += _config_lines(info["result"], "    ")
-    chain = prov["chain"] if prov else [step]
-    lines.append("  chain       (inputs first)" if len(chain) > 1 else "  config")
-    for record in chain:
-        if len(chain) > 1:
-            lines.append(f"    {record['name']}  {record['version']}  {record['function']}")
-            lines.append(f"      output {record['output']}")
-            lines += _config_lines(record.get("config"), "      ")
-        else:
-            lines += _config_lines(record.get("config"), "    ")
-    return "\n".join(lines)
