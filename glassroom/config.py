@@ -113,6 +113,9 @@ def build_section(cls: type, data: Any, path: str) -> Any:
     return instance
 
 
+MAX_INT = 2 ** 63 - 1
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "nothing (null)"
@@ -166,15 +169,17 @@ def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
     if hint is int:
         if isinstance(value, bool):
             raise ConfigError(f"{path}: expected a whole number, got {value!r}")
-        if isinstance(value, int):
-            return value
-        try:
-            number = parse_count(value)
-        except ValueError:
-            raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}") from None
-        if not math.isfinite(number) or number != int(number):
-            raise ConfigError(f"{path}: expected a whole number, got {value!r}")
-        return int(number)
+        if not isinstance(value, int):
+            try:
+                number = parse_count(value)
+            except ValueError:
+                raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}") from None
+            if not math.isfinite(number) or number != int(number):
+                raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+            value = int(number)
+        if abs(value) > MAX_INT:  # what the run store (SQLite), numpy and torch hold
+            raise ConfigError(f"{path}: {value:.3g} is too large (at most 2**63 - 1)")
+        return value
     if hint is float:
         if isinstance(value, bool):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
