@@ -307,3 +307,44 @@ def test_an_old_store_is_migrated_and_its_chain_starts_at_the_first_digest(tmp_p
         assert chain["ok"] and chain["legacy"] == 1 and chain["chained"] == 2
         conn.execute("UPDATE events SET text = 'changed' WHERE id = 2")
         assert "event 2 (note, step 3) was edited" in journal.verify_chain(conn)["problem"]
+
+
+NOTER = """
+import sys
+from glassroom.cli import main
+for i in range(200):
+    assert main(["note", sys.argv[1], f"note {sys.argv[2]}-{i}"]) == 0
+"""
+
+
+def test_the_chain_holds_with_two_note_writers_while_the_hero_trains(ladder, tiny_dataset, tmp_path):
+    """Three processes append to the journal at once (the trainer and two `glassroom note` loops of
+    200 notes): each event is chained inside its own write transaction, so the chain stays whole."""
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "train-tiny.yaml").read_text())
+    config["data"]["path"] = str(tiny_dataset)
+    config["train"].update(steps=80, checkpoint_every=20, eval_every=10)
+    (tmp_path / "hero.yaml").write_text(yaml.safe_dump(config))
+    hero = tmp_path / "hero"
+    preregister(hero, make_prediction(ladder[0], config))
+    train = subprocess.Popen([sys.executable, "-m", "glassroom", "train", str(tmp_path / "hero.yaml"), "--out",
+                              str(hero)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and train.poll() is None:  # start the notes once training has begun
+        with StoreReader(hero) as reader:
+            if reader.events(kinds=["start"]):
+                break
+        time.sleep(0.1)
+    notes = [subprocess.Popen([sys.executable, "-c", NOTER, str(hero), w], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for w in "ab"]
+    for process in notes + [train]:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-2000:]
+    with StoreReader(hero) as reader:
+        events = reader.events()
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("note") == 400 and "end" in kinds
+    start, end = events[kinds.index("start")]["time"], events[kinds.index("end")]["time"]
+    assert any(start < e["time"] < end for e in events if e["kind"] == "note")  # they did overlap
+    result = verify(hero)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"journal: {len(events)} events chained" in result.stdout
