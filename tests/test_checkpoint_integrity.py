@@ -208,3 +208,19 @@ def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(ru
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "step_0000012: written with another model.d_model (64 -> 128)" in lines[0] and "edited" in lines[0]
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing set aside as damaged
+
+
+def test_a_damaged_run_store_is_one_line_for_resume_and_metrics(run, tiny_dataset):
+    (run / "store.sqlite").write_bytes(b"not a database at all, " * 200)
+    for name in ("store.sqlite-wal", "store.sqlite-shm"):
+        (run / name).unlink(missing_ok=True)
+    checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
+    for argv in (train_cmd(run, tiny_dataset) + ["--resume"], [sys.executable, "-m", "glassroom", "metrics", str(run)]):
+        result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"{run / 'store.sqlite'}: cannot be read" in lines[0] and "damaged" in lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == checkpoints
+    (run / "store.sqlite").rename(run / "store.sqlite.damaged")  # what the message says to do
+    resumed = run_train(run, tiny_dataset, "train.steps=14", resume=True)
+    assert resumed.returncode == 0, resumed.stderr

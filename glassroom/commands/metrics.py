@@ -28,14 +28,25 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from glassroom.errors import GlassroomError
+    from glassroom.observe.store import store_path
+
+    try:
+        return _show(args)
+    except FileNotFoundError as exc:
+        raise GlassroomError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:  # not a database, malformed, missing tables, busy for too long
+        raise GlassroomError(f"{store_path(args.run_dir)}: cannot be read ({exc}); the run store is damaged "
+                             "or is not a glassroom run store") from None
+
+
+def _show(args: argparse.Namespace) -> int:
     from glassroom.errors import GlassroomError
     from glassroom.observe.store import StoreReader
 
-    try:
-        reader = StoreReader(args.run_dir)
-    except FileNotFoundError as exc:
-        raise GlassroomError(str(exc)) from None
-    with reader:
+    with StoreReader(args.run_dir) as reader:
         names = reader.names()
         if args.name is None:
             if args.json:

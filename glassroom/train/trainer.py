@@ -17,6 +17,7 @@ import json
 import math
 import os
 import signal
+import sqlite3
 import sys
 import time
 from collections import Counter
@@ -159,17 +160,28 @@ class Trainer:
         self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
         self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
         self.step = 0
-        self.store: Optional[StoreWriter] = StoreWriter(self.run_dir) if self.info.is_main else None
+        self.store: Optional[StoreWriter] = None
+        try:
+            self.store = StoreWriter(self.run_dir) if self.info.is_main else None
+            prediction = self._preregistered()
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged_store(exc) from None
         from glassroom.observe.anomalies import AnomalyObserver
 
         # Objects with on_step(trainer, step, metrics), state() and load_state(state).
         self.observers = [AnomalyObserver(cfg.observe)]
-        prediction = self._preregistered()
         if prediction is not None:
             from glassroom.observe.prediction import BandWatcher
 
             self.observers.append(BandWatcher(prediction))
         self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
+
+    def _damaged_store(self, exc: Exception) -> GlassroomError:
+        from glassroom.observe.store import store_path
+
+        return GlassroomError(f"{store_path(self.run_dir)}: cannot be read or written ({exc}); the run store is "
+                              "damaged: move it aside (the checkpoints are kept) and --resume to continue with a new "
+                              "store, or restore it from a copy")
 
     def _preregistered(self):
         """The prediction preregistered in this run's store before it started, if any."""
@@ -347,6 +359,8 @@ class Trainer:
                 self.store.event("error", str(exc), self.step)
                 self.store.set_status("failed", self.step, error=str(exc))
             raise
+        except sqlite3.DatabaseError as exc:  # the store went bad under the run (disk, another program)
+            raise self._damaged_store(exc) from None
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under glassroom train
             if self.store is not None and self.step > 0:
                 why = str(exc) or "interrupted"
