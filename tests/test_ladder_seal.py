@@ -348,3 +348,25 @@ def test_the_chain_holds_with_two_note_writers_while_the_hero_trains(ladder, tin
     result = verify(hero)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"journal: {len(events)} events chained" in result.stdout
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda p: p.pop("metric"), "no metric"),
+    (lambda p: p.update(steps="x"), "steps is not a list"),
+    (lambda p: p.update(mean=p["mean"][:-1]), "mean is not one finite number per step"),
+    (lambda p: p["hi"].__setitem__(0, float("nan")), "hi is not one finite number per step"),
+    (lambda p: p.update(confidence=2), "confidence"),
+])
+def test_a_damaged_band_is_refused_before_it_is_sealed_or_trained_against(prediction, tmp_path, damage, needle):
+    """preregister refuses it, and so does the trainer's band watcher (an edited store): one line, not
+    a KeyError or a TypeError at the first evaluation."""
+    from glassroom.observe.prediction import BandWatcher
+
+    damaged = json.loads(json.dumps(prediction))
+    damage(damaged)
+    with pytest.raises(GlassroomError, match=needle):
+        preregister(tmp_path / "hero", damaged)
+    assert not (tmp_path / "hero" / "store.sqlite").exists() or StoreReader(tmp_path / "hero").artifact("prediction") is None
+    with pytest.raises(GlassroomError, match=f"preregistered prediction is damaged \\({needle}"):
+        BandWatcher(damaged)
+    BandWatcher(prediction)  # the intact one is accepted

@@ -244,14 +244,22 @@ def preregister(run_dir: str | Path, prediction: dict) -> dict:
     it carried is dropped.
     """
     from glassroom.observe.journal import append_event
-    from glassroom.observe.prediction import seal
+    from glassroom.observe.prediction import band_problem, seal
     from glassroom.observe.store import StoreWriter
 
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: is a file, expected a run folder")
+    problem = band_problem(prediction)
+    final = prediction.get("final_interval") if isinstance(prediction, dict) else None
+    if problem is None and not (isinstance(prediction.get("final_loss"), (int, float))
+                                and isinstance(final, list) and len(final) == 2):
+        problem = "no final_loss and final_interval"
+    if problem:
+        raise GlassroomError(f"{run_dir}: cannot preregister a damaged prediction ({problem}); make it again "
+                             "with `glassroom ladder run --hero`")
     rungs = [{"name": r.get("name"), "config_hash": r.get("config_sha256"), "final": r.get("final")}
-             for r in prediction.get("rungs", [])]
+             for r in prediction.get("rungs", []) if isinstance(r, dict)]
     commit = seal_commit()
     try:
         writer = StoreWriter(run_dir)

@@ -44,11 +44,40 @@ def deviation(prediction: dict, step: int, loss: float) -> Optional[float]:
     return None if sigma <= 0 else (loss - mean) / sigma
 
 
+def band_problem(prediction) -> Optional[str]:
+    """None when `prediction` has a usable band (metric, increasing integer steps, mean/lo/hi of
+    finite numbers, one per step, confidence in (0, 1)); else what is wrong, in a few words."""
+    if not isinstance(prediction, dict):
+        return f"a JSON {type(prediction).__name__}, not a prediction"
+    if not isinstance(prediction.get("metric"), str):
+        return "no metric"
+    steps = prediction.get("steps")
+    if not (isinstance(steps, list) and steps and all(isinstance(v, int) and not isinstance(v, bool) for v in steps)
+            and all(a < b for a, b in zip(steps, steps[1:]))):
+        return "steps is not a list of increasing step numbers"
+    for key in ("mean", "lo", "hi"):
+        values = prediction.get(key)
+        if not (isinstance(values, list) and len(values) == len(steps)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)):
+            return f"{key} is not one finite number per step"
+    confidence = prediction.get("confidence", 0.95)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        return "confidence is not in (0, 1)"
+    return None
+
+
 class BandWatcher:
     """Trainer observer: logs `prediction/deviation` for the predicted metric and journals exits
-    from and returns into the band."""
+    from and returns into the band. A damaged band (an edited store) is refused before the first
+    step: training against it would log deviations from numbers nobody predicted."""
 
-    def __init__(self, prediction: dict):
+    def __init__(self, prediction: dict, where: str = "store.sqlite"):
+        problem = band_problem(prediction)
+        if problem:
+            from glassroom.errors import GlassroomError
+
+            raise GlassroomError(f"{where}: the preregistered prediction is damaged ({problem}); "
+                                 "`glassroom ladder verify` says what was altered; train into a new folder")
         self.prediction = prediction
         self.metric = prediction["metric"]
         self.z = NormalDist().inv_cdf((1 + prediction.get("confidence", 0.95)) / 2)
