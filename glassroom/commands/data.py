@@ -92,8 +92,17 @@ def run_build(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.progress_every) and args.progress_every > 0):
         raise GlassroomError(f"--progress-every: must be a positive number of seconds, got {args.progress_every}")
     recipe = load_recipe(args.recipe, args.set)
-    manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers, recipe_file=args.recipe,
-                             progress_interval=args.progress_every)
+    import signal
+
+    from glassroom.commands.train import _stop_on_sigterm
+
+    previous = _stop_on_sigterm()  # SIGTERM cleans up like Ctrl-C: no build folder or lock left
+    try:
+        manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers,
+                                 recipe_file=args.recipe, progress_interval=args.progress_every)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:

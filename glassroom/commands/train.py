@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import threading
 
@@ -90,12 +91,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stop_on_sigterm():
-    """SIGTERM (kill, timeout, a scheduler) stops the run like Ctrl-C: a start that has not finished a
-    step removes what it created, a started run journals a `stopped` event. Returns the old handler."""
+    """SIGTERM (kill, timeout, a scheduler) stops the command like Ctrl-C: for train, a start that has
+    not finished a step removes what it created and a started run journals a `stopped` event; for
+    data build, the unfinished build folder and lock are removed. Child processes forked after this
+    die of SIGTERM as before. Returns the old handler (None off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    main_pid = os.getpid()
 
     def stop(signum, frame):
+        if os.getpid() != main_pid:  # a forked worker: the default action
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         raise KeyboardInterrupt("stopped by SIGTERM")
 
     return signal.signal(signal.SIGTERM, stop)
