@@ -363,3 +363,11 @@ def test_verify_bad_inputs_are_one_line(tmp_path, clean_ladder):
     broken.mkdir()
     (broken / "store.sqlite").write_bytes(b"garbage" * 200)
     one_line_error(glassroom("ladder", "verify", broken), "unreadable run store")
+
+
+def test_run_with_an_unknown_force_name_writes_nothing(tmp_path, tiny_dataset):
+    out = tmp_path / "ladder"
+    result = glassroom("ladder", "run", ROOT / "tests" / "configs" / "ladder-tiny.yaml", "--out", out,
+                       "--data", tiny_dataset, "--force", "nope")
+    one_line_error(result, "--force nope: no such step; the steps are: ")
+    assert not out.exists()  # it used to write DIR/ladder_experiment.py first

@@ -177,7 +177,7 @@ def run_run(args: argparse.Namespace) -> int:
 
     from glassroom.config import load_yaml
     from glassroom.data.shards import read_manifest
-    from glassroom.ladder.run import run_experiment, write_experiment, write_ladder_folder
+    from glassroom.ladder.run import ladder_steps, run_experiment, write_experiment, write_ladder_folder
     from glassroom.ladder.spec import load_spec
 
     if args.jobs < 1:
@@ -189,6 +189,11 @@ def run_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: is a file, expected a folder")
+    rung_steps, later = ladder_steps(spec, raw, data, with_hero=args.hero)
+    names = [step.name for step in rung_steps + later]
+    for name in args.force:  # before anything is written to --out
+        if name not in names:
+            raise GlassroomError(f"--force {name}: no such step; the steps are: {', '.join(names)}")
     experiment = write_experiment(out, Path(args.spec), data, args.hero)
     graph, result = run_experiment(experiment, out, args.jobs, args.force or None)
     rungs = [node for node in graph if node.step.kind == "rungs"]
