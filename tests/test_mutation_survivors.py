@@ -251,3 +251,64 @@ def test_bits_per_byte_is_nats_over_ln2_over_bytes(tiny_dataset):
         assert results[f"eval/{vs.domain}/bpb"] == pytest.approx(math.log2(vocab) * tokens / n_bytes, rel=1e-6)
     bpbs = [results[f"eval/{vs.domain}/bpb"] for vs in sets]
     assert results["eval/macro/bpb"] == pytest.approx(sum(bpbs) / len(bpbs), rel=1e-12)
+
+
+# ---------------------------------------------------------------- train: checkpoints in process
+
+
+def test_checkpoints_save_verify_retain_fall_back_and_load_in_process(tmp_path):
+    """The checkpoint module without a training run (so scripts/mutation.sh can test its mutants in
+    seconds): manifest checksums, retention, a flipped and a truncated file named, the fallback to
+    the newest intact checkpoint, and a load that restores model, optimizer and RNG exactly."""
+    import hashlib
+    import json
+
+    from glassroom.train import checkpoint as ckpt
+
+    model = build_model(MOE, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    saved = {}
+    for step in range(1, 5):
+        model(torch.randint(0, 256, (2, 8), generator=torch.Generator().manual_seed(step))).logits.float().pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        saved[step] = ({k: v.clone() for k, v in model.state_dict().items()},
+                       {n: optimizer.state[p]["exp_avg"].clone() for n, p in model.named_parameters()},
+                       torch.get_rng_state().clone())
+        ckpt.save_checkpoint(tmp_path, step, model, optimizer, {"train_state": {"tokens_seen": 100 * step}},
+                             keep_last=2, keep_every=None)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [3, 4]  # retention: the newest two
+    newest = tmp_path / "checkpoints" / "step_0000004"
+    assert ckpt.verify_checkpoint(newest, 4) is None and ckpt.verify_checkpoint(newest, 3) is not None
+    manifest = json.loads((newest / "manifest.json").read_text())["files"]
+    assert {"trainer.json", ".metadata"} <= set(manifest)
+    for name, entry in manifest.items():
+        content = (newest / name).read_bytes()
+        assert entry == {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}, name
+
+    data = max((n for n in manifest if n.endswith(".distcp")), key=lambda n: manifest[n]["bytes"])
+    content = bytearray((newest / data).read_bytes())
+    content[len(content) // 2] ^= 0xFF
+    (newest / data).write_bytes(bytes(content))
+    assert ckpt.verify_checkpoint(newest, 4) == f"checkpoints/step_0000004/{data}: checksum mismatch"
+    (newest / data).write_bytes(bytes(content[:100]))
+    assert ckpt.verify_checkpoint(newest, 4) == (f"checkpoints/step_0000004/{data}: truncated "
+                                                 f"(100 bytes, the manifest says {manifest[data]['bytes']})")
+    choice = ckpt.choose_for_resume(tmp_path)
+    assert choice.step == 3 and choice.path.name == "step_0000003" and choice.verified
+    assert [(s, p.name) for s, p, _ in choice.damaged] == [(4, "step_0000004")]
+    moved = ckpt.set_aside(tmp_path, newest)
+    assert moved == tmp_path / "checkpoints" / "damaged" / "step_0000004" and not newest.exists()
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [3]
+
+    fresh = build_model(MOE, seed=1)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
+    torch.manual_seed(123)
+    state = ckpt.load_checkpoint(choice.path, fresh, fresh_optimizer)
+    assert state["step"] == 3 and state["train_state"] == {"tokens_seen": 300}
+    weights, moments, rng = saved[3]
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    for name, param in fresh.named_parameters():
+        assert torch.equal(fresh_optimizer.state[param]["exp_avg"], moments[name]), name
+    assert torch.equal(torch.get_rng_state(), rng)
