@@ -61,6 +61,16 @@ def _final(run_dir: Path, metric: str) -> Optional[float]:
     return None if latest is None else latest[1]
 
 
+def _sealed(run_dir: Path) -> dict:
+    """The hero's sealed prediction as its store holds it: {digest, created_iso} (empty if none)."""
+    from glassroom.observe.store import StoreReader
+
+    with StoreReader(run_dir) as reader:
+        stored = reader.artifact("prediction") or {}
+    seal = stored.get("seal") if isinstance(stored.get("seal"), dict) else {}
+    return {"digest": seal.get("digest"), "created_iso": seal.get("created_iso")}
+
+
 def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict:
     from glassroom.ladder.run import run_experiment
     from glassroom.pipeline.experiment import load_experiment
@@ -98,6 +108,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     fit_dir = graph.nodes["demo-fit"].output
     prediction = json.loads((fit_dir / "prediction.json").read_text())
     achieved = _final(hero_dir, prediction["metric"])
+    sealed = _sealed(hero_dir)
     lo, hi = prediction["final_interval"]
     summary = {
         "dataset": str(graph.nodes["demo-data"].output / "dataset"),
@@ -105,7 +116,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
         "metric": prediction["metric"], "predicted": prediction["final_loss"], "interval": [lo, hi],
         "achieved": achieved, "relative_error": None if achieved is None else (prediction["final_loss"] - achieved) / achieved,
         "inside": None if achieved is None else bool(lo <= achieved <= hi),
-        "preregistered": prediction["created_iso"], "seconds": {"train": trained - started, "publish": published - trained},
+        "preregistered": sealed["created_iso"] or prediction["created_iso"], "seal": sealed["digest"], "seconds": {"train": trained - started, "publish": published - trained},
     }
     backtest = fit_dir / "backtest.json"
     if backtest.is_file():
@@ -128,6 +139,9 @@ def format_summary(s: dict) -> str:
         lines.append(f"hero {s['metric']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, {s['interval'][1]:.4f}] "
                      f"(preregistered {s['preregistered']}), achieved {s['achieved']:.4f} "
                      f"({s['relative_error']:+.2%} off, {'inside' if s['inside'] else 'outside'} the interval)")
+    if s.get("seal"):
+        lines.append(f"sealed:   sha256 {s['seal']} (keep a copy; `glassroom ladder verify {s['hero']}` checks "
+                     "that the prediction is unchanged and was made before the hero's first step)")
     lines.append(f"site:     {s['site']}/index.html (serve it with any static file server); "
                  f"`glassroom serve {Path(s['site']).parent}` to watch again")
     lines.append(f"time:     {s['seconds']['train'] / 60:.1f} min to build, train and fit; "

@@ -60,3 +60,15 @@ def test_ladder_run_bad_input(tmp_path):
     assert not (tmp_path / "l").exists()
     bad = glassroom("ladder", "run", tmp_path / "none.yaml", "--out", tmp_path / "l")
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_the_demo_summary_names_the_seal_and_how_to_verify_it():
+    from glassroom.demo import format_summary
+
+    summary = {"dataset": "lab/data/d", "rungs": ["a", "b"], "ladder": "lab/ladders/f", "hero": "lab/runs/hero-1",
+               "site": "lab/site", "metric": "eval/macro/loss", "predicted": 3.75, "interval": [3.7, 3.8],
+               "achieved": 3.78, "relative_error": -0.008, "inside": True, "preregistered": "2026-11-30T00:33:34Z",
+               "seal": "ab" * 32, "seconds": {"train": 60.0, "publish": 1.0}}
+    text = format_summary(summary)
+    assert f"sealed:   sha256 {'ab' * 32}" in text and "glassroom ladder verify lab/runs/hero-1" in text
+    assert "sealed:" not in format_summary({**summary, "seal": None})
