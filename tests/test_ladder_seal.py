@@ -370,3 +370,17 @@ def test_a_damaged_band_is_refused_before_it_is_sealed_or_trained_against(predic
     with pytest.raises(GlassroomError, match=f"preregistered prediction is damaged \\({needle}"):
         BandWatcher(damaged)
     BandWatcher(prediction)  # the intact one is accepted
+
+
+def test_a_note_with_an_undecodable_byte_is_stored_and_chained(copy):
+    """`glassroom note RUN $'\\xff'` reaches the store as a lone surrogate, which SQLite refused with a
+    UnicodeEncodeError traceback (exit 1); it is stored with U+FFFD and the chain stays whole."""
+    result = subprocess.run([sys.executable, "-m", "glassroom", "note", str(copy), b"bad \xff byte"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    with StoreWriter(copy) as writer:
+        writer.event("note", "\ud800", 30)  # a surrogate no byte gives
+    with StoreReader(copy) as reader:
+        texts = [e["text"] for e in reader.events(kinds=["note"])]
+    assert texts[0] == "bad \ufffd byte" and "\ufffd" in texts[1]
+    assert verify(copy).returncode == 0

@@ -60,6 +60,18 @@ def _finite_or_none(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+def _storable(text: str) -> str:
+    """`text` as SQLite can store it: lone surrogates (undecodable bytes that Python kept) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:
+            return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 class StoreWriter:
     """Appends to a run's store. Use as a context manager, or call close()."""
 
@@ -137,7 +149,9 @@ class StoreWriter:
         return [(kind, int(at)) for kind, at in rows]
 
     def event(self, kind: str, text: str, step: Optional[int] = None, data: Any = None) -> int:
-        """Record an event now (buffered metrics are committed first, so the order holds)."""
+        """Record an event now (buffered metrics are committed first, so the order holds). Text that is
+        not valid Unicode (a non-UTF-8 byte on the command line) is stored with U+FFFD in its place."""
+        kind, text = _storable(kind), _storable(text)
         self.flush()
         # Chained to the previous event's digest (journal.py), in one write transaction.
         own = not self.conn.in_transaction
