@@ -156,11 +156,12 @@ def test_out_and_source_folders_may_not_contain_one_another(lab, tmp_path, capsy
     # The other way round: a dataset whose own folder is read by a source; --force would delete it.
     ds = tmp_path / "ds"
     build_dataset(load_recipe(recipe), ds, workers=1, log=io.StringIO())
-    (ds / "extra").mkdir()
-    (ds / "extra" / "a.txt").write_text("some text of mine " * 20)
+    extra = ds / "shards" / "extra"  # inside the dataset's own folders (files beside them are refused anyway)
+    extra.mkdir()
+    (extra / "a.txt").write_text("some text of mine " * 20)
     before = tree_digest(ds)
     code = main(["data", "build", str(recipe), "--out", str(ds), "--force",
-                 "--set", f"domains.web.sources=[{{kind: files, path: {ds / 'extra' / 'a.txt'}}}]"])
+                 "--set", f"domains.web.sources=[{{kind: files, path: {extra / 'a.txt'}}}]"])
     line = one_error_line(capsys.readouterr().err)
     assert code == 2 and "inside --out" in line
     assert tree_digest(ds) == before
