@@ -187,10 +187,28 @@ def zero_mid_curve_of_the_largest(ladder):
     return "is 0 at step"
 
 
+def listed_twice(ladder):
+    first = rung_dirs(ladder)[0].relative_to(ladder)
+    (ladder / "ladder.json").write_text(json.dumps({"rungs": [str(first), f"./{first}"] + [
+        str(r.relative_to(ladder)) for r in rung_dirs(ladder)[1:]]}))
+    return f"lists the rung '{first}' twice"
+
+
+def spec_is_a_folder(ladder):  # was ignored: the fit ran with default settings
+    (ladder / "spec.yaml").unlink()
+    (ladder / "spec.yaml").mkdir()
+    return "spec.yaml: not a file"
+
+
+def listing_is_a_folder(ladder):  # was ignored: every DIR/rungs/* was fitted instead
+    (ladder / "ladder.json").mkdir()
+    return "ladder.json: not a file"
+
+
 CASES = [negative, zero, nan, same_compute, non_monotone, unfinished, irreducible_above_a_final, few_curve_points,
          corrupt_store, alias_bomb_config, config_not_a_mapping, bad_listing, rungs_is_a_file, bad_spec_key,
          nan_noise_floor, huge_loss_mid_curve, huge_final, text_in_the_store, bytes_in_the_store,
-         zero_mid_curve_of_the_largest]
+         zero_mid_curve_of_the_largest, listed_twice, spec_is_a_folder, listing_is_a_folder]
 
 
 def files(folder: Path) -> dict:
@@ -371,3 +389,14 @@ def test_run_with_an_unknown_force_name_writes_nothing(tmp_path, tiny_dataset):
                        "--data", tiny_dataset, "--force", "nope")
     one_line_error(result, "--force nope: no such step; the steps are: ")
     assert not out.exists()  # it used to write DIR/ladder_experiment.py first
+
+
+def test_a_step_json_that_is_not_an_object_is_ignored(clean_ladder, tmp_path):
+    """step.json is optional (it only records the pipeline version): a damaged one was an
+    AttributeError traceback."""
+    ladder = tmp_path / "ladder"
+    shutil.copytree(clean_ladder, ladder)
+    (rung_dirs(ladder)[0] / "step.json").write_text("[1]")
+    result = glassroom("ladder", "fit", ladder, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["rungs"][0]["version"] is None

@@ -44,6 +44,8 @@ LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DI
 def rung_dirs(ladder_dir: Path) -> list[Path]:
     """The rungs' run folders: those DIR/ladder.json lists (relative to DIR), else every DIR/rungs/*."""
     listing = ladder_dir / LISTING_FILE
+    if listing.exists() and not listing.is_file():
+        raise GlassroomError(f"{listing}: not a file; remove it or rerun `glassroom ladder run`")
     if listing.is_file():
         try:
             names = json.loads(listing.read_text())["rungs"]
@@ -51,6 +53,12 @@ def rung_dirs(ladder_dir: Path) -> list[Path]:
             raise GlassroomError(f"{listing}: unreadable; rerun `glassroom ladder run`") from None
         if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
             raise GlassroomError(f"{listing}: \"rungs\" must be a list of rung folders; rerun `glassroom ladder run`")
+        seen = {}
+        for name in names:
+            key = (ladder_dir / name).resolve()
+            if key in seen:
+                raise GlassroomError(f"{listing}: lists the rung {seen[key]!r} twice (as {name!r}); each rung once")
+            seen[key] = name
         return [ladder_dir / name for name in names]
     root = ladder_dir / RUNGS_DIR
     if not root.is_dir():
@@ -154,6 +162,8 @@ def read_spec_settings(ladder_dir: str | Path):
     from glassroom.ladder.spec import FitSection, load_spec
 
     path = Path(ladder_dir) / SPEC_FILE
+    if path.exists() and not path.is_file():
+        raise GlassroomError(f"{path}: not a file, expected the ladder's spec (or no spec.yaml for the defaults)")
     if not path.is_file():
         return FitSection(), "active"
     spec = load_spec(path)
@@ -188,9 +198,11 @@ def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
     step_file = run_dir / "step.json"
     if step_file.is_file():
         try:
-            version = json.loads(step_file.read_text()).get("version")
+            record = json.loads(step_file.read_text())
         except (OSError, ValueError):
-            version = None
+            record = None
+        version = record.get("version") if isinstance(record, dict) else None
+        version = version if isinstance(version, str) else None
     return RungData(
         name=model_name(counts.total, counts.active), run_dir=run_dir, config=raw, total_params=counts.total,
         active_params=counts.active, params=counts.active if param_count == "active" else counts.non_embedding_active,
