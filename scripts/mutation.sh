@@ -36,10 +36,10 @@ declare -A FILES=(
   [glassroom/ladder/fit.py]="tests/test_ladder_fit.py tests/test_mutation_survivors.py"
 )
 declare -A SELECT=(
-  [glassroom/model/moe.py]="not route and not ladder and not curve and not endpoint and not bits_per_byte and not checkpoints"
-  [glassroom/model/transformer.py]="not route and not ladder and not curve and not endpoint and not anomaly and not epoch and not checkpoints"
+  [glassroom/model/moe.py]="test_model or projection or window"
+  [glassroom/model/transformer.py]="test_model or projection or window"
   [glassroom/train/checkpoint.py]="checkpoints_save_verify"
-  [glassroom/data/mixture.py]="not route and not ladder and not curve and not endpoint and not anomaly and not projection and not window_positions and not window_mask and not checkpoints"
+  [glassroom/data/mixture.py]="test_data_mixture or epoch"
   [glassroom/observe/anomalies.py]="detector or spike_by_ratio or jump_in_the_param_norm or layer_that_changed"
   [glassroom/observe/redact.py]=""
   [glassroom/ladder/fit.py]="law or leave_largest or endpoint or intervals"

@@ -83,15 +83,31 @@ def test_a_sliding_layer_sees_exactly_window_positions():
 # ---------------------------------------------------------------- data: epochs of a small domain
 
 
-def test_each_epoch_of_a_domain_visits_every_window_in_a_new_order(tiny_dataset):
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    """A two-domain dataset (email, web) from stdlib sources, built in one process (no worker pool,
+    so scripts/mutation.sh can run this in its forked children)."""
+    import io
+
+    from data_helpers import make_corpus, write_recipe
+    from glassroom.data.build import build_dataset
+    from glassroom.data.recipe import load_recipe
+
+    root = tmp_path_factory.mktemp("epochs")
+    make_corpus(root)
+    build_dataset(load_recipe(write_recipe(root)), root / "dataset", workers=1, log=io.StringIO())
+    return root / "dataset"
+
+
+def test_each_epoch_of_a_domain_visits_every_window_in_a_new_order(small_dataset):
     from glassroom.data.mixture import Mixture
 
-    mix = Mixture(tiny_dataset, {"prose": 0.1, "code": 0.9}, seq_len=32, batch_size=8, seed=5)
-    d = mix.domains.index("prose")
+    mix = Mixture(small_dataset, {"email": 0.1, "web": 0.9}, seq_len=32, batch_size=8, seed=5)
+    d = mix.domains.index("email")
     n = int(mix.windows[d])
-    g = np.arange(0, 12 * n, dtype=np.int64)  # about 1.2 epochs of prose at weight 0.1
+    g = np.arange(0, 12 * n, dtype=np.int64)  # about 1.2 epochs of email at weight 0.1
     dom, start = mix.locate(g)
-    order = start[dom == d] // mix.seq_len  # prose's k-th sequence, k = 0, 1, ...
+    order = start[dom == d] // mix.seq_len  # email's k-th sequence, k = 0, 1, ...
     assert len(order) >= n + 50
     first, second = order[:n], order[n:]
     assert sorted(first.tolist()) == list(range(n))  # an epoch is a permutation of the windows
