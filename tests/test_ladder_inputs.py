@@ -356,7 +356,8 @@ def test_plan_and_run_refuse_bad_specs_in_one_line(tmp_path, case):
 
 @pytest.mark.parametrize("args, needle", [
     (["--cpu-flops", "nan"], "--cpu-flops"), (["--cpu-flops", "inf"], "--cpu-flops"), (["--cpu-flops", "0"], "--cpu-flops"),
-    (["--mfu", "nan"], "--mfu"), (["--gpus", "0"], "--gpus"), (["--gpu", "h999"], "invalid choice")])
+    (["--mfu", "nan"], "--mfu"), (["--gpus", "0"], "--gpus"), (["--gpu", "h999"], "invalid choice"),
+    (["--mfu", "1e-320"], "too small to time a run"), (["--cpu-flops", "1e-300"], "too small to time a run")])
 def test_plan_options_refused_in_one_line(args, needle):
     one_line_error(glassroom("ladder", "plan", ROOT / "experiments" / "ladder-demo.yaml", *args), needle)
 

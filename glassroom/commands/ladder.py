@@ -76,6 +76,9 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.cpu_flops is not None and not (math.isfinite(args.cpu_flops) and args.cpu_flops > 0):
         raise GlassroomError(f"--cpu-flops: must be a positive finite number, got {args.cpu_flops}")
     report = plan_ladder(load_spec(args.spec), args.gpu, args.gpus, args.mfu, args.cpu_flops)
+    if not math.isfinite(report["hero"]["seconds"]):  # a denormal --mfu or --cpu-flops
+        raise GlassroomError(f"--mfu / --cpu-flops: {report['hardware']['flops_per_s']:.3g} FLOP/s is too small "
+                             "to time a run (the hero would take forever)")
     print(json.dumps(report) if args.json else format_plan(report))
     return 0
 
