@@ -108,3 +108,6 @@ def test_absurd_sizes_print_or_are_one_line():
                          "--set", "model.n_heads=1", "--tokens", "1e300", "--json")
     assert overflow.returncode == 2 and "more FLOPs than a float can hold" in overflow.stderr
     assert overflow.stdout == ""
+    forever = glassroom("plan", "experiments/train-moe.yaml", "--gpu", "h200", "--tokens", "1T", "--mfu", "1e-320",
+                        "--json")  # printed `"days": Infinity`, which is not JSON
+    assert forever.returncode == 2 and "too small to time a run" in forever.stderr and forever.stdout == ""

@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             raise GlassroomError(f"{path}: model.n_layers: {cfg.n_layers:,} layers; glassroom plan counts at most "
                                  f"{MAX_LAYERS:,}")
         report = plan(cfg, seq_len=args.seq_len, tokens=tokens, gpu=args.gpu, gpus=args.gpus, mfu=args.mfu)
+        if not math.isfinite(report.get("days", 0.0)):  # a denormal --mfu
+            raise GlassroomError(f"--mfu: {args.mfu:g} is too small to time a run (it would take forever)")
         if not math.isfinite(report.get("total_flops", 0.0)):
             raise GlassroomError(f"{path}: --tokens {args.tokens} at {report['flops_per_token']:.3e} FLOPs per token "
                                  "is more FLOPs than a float can hold")
