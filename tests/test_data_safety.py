@@ -446,19 +446,3 @@ def test_bad_input_through_a_real_process(lab):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
     assert "bomb.yaml" in proc.stderr and "Traceback" not in proc.stderr
 
-
-def test_sigterm_stops_a_build_like_ctrl_c_and_leaves_the_old_dataset_and_nothing_else(lab, tmp_path):
-    root, recipe, _ = lab
-    out = tmp_path / "data"
-    build_dataset(load_recipe(recipe), out, workers=1, log=io.StringIO())
-    before = tree_digest(out)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "glassroom", "data", "build", str(recipe), "--out", str(out),
-                             "--force", "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    _wait_for_build_folder(proc, out)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in err, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # no build folder, no lock
-    assert tree_digest(out) == before

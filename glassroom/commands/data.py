@@ -92,17 +92,11 @@ def run_build(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.progress_every) and args.progress_every > 0):
         raise GlassroomError(f"--progress-every: must be a positive number of seconds, got {args.progress_every}")
     recipe = load_recipe(args.recipe, args.set)
-    import signal
-
-    from glassroom.commands.train import _stop_on_sigterm
-
-    previous = _stop_on_sigterm()  # SIGTERM cleans up like Ctrl-C: no build folder or lock left
-    try:
-        manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers,
-                                 recipe_file=args.recipe, progress_interval=args.progress_every)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    # SIGTERM keeps its default action here: a Python handler inherited by the forked workers would
+    # keep a worker stuck in a lock from dying, and the pool's shutdown would wait for it for ever.
+    # What a killed build leaves is removed by the next build (docs/data-build.md, Safety rules).
+    manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers, recipe_file=args.recipe,
+                             progress_interval=args.progress_every)
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:

@@ -91,10 +91,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stop_on_sigterm():
-    """SIGTERM (kill, timeout, a scheduler) stops the command like Ctrl-C: for train, a start that has
-    not finished a step removes what it created and a started run journals a `stopped` event; for
-    data build, the unfinished build folder and lock are removed. Child processes forked after this
-    die of SIGTERM as before. Returns the old handler (None off the main thread)."""
+    """SIGTERM (kill, timeout, a scheduler) stops training like Ctrl-C: a start that has not finished a
+    step removes what it created, a started run journals a `stopped` event. A process forked after
+    this dies of SIGTERM as before. Returns the old handler (None off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
     main_pid = os.getpid()
