@@ -171,6 +171,15 @@ def huge_final(ladder):
     return "is 1e+300"
 
 
+def tiny_finals(ladder):
+    """Losses of 1e-300: the bootstrap's perturbed values underflowed to zero (log warnings, a garbage fit)."""
+    for run_dir in rung_dirs(ladder):
+        with sqlite3.connect(run_dir / "store.sqlite") as conn:
+            conn.execute("UPDATE metrics SET value = value * 1e-300 WHERE name_id IN "
+                         "(SELECT id FROM names WHERE name LIKE 'eval/%')")
+    return "is no loss a fit can use"
+
+
 def text_in_the_store(ladder):
     set_mid_curve(rung_dirs(ladder)[1], "abc")
     return "a metric value is not a number"
@@ -208,7 +217,7 @@ def listing_is_a_folder(ladder):  # was ignored: every DIR/rungs/* was fitted in
 CASES = [negative, zero, nan, same_compute, non_monotone, unfinished, irreducible_above_a_final, few_curve_points,
          corrupt_store, alias_bomb_config, config_not_a_mapping, bad_listing, rungs_is_a_file, bad_spec_key,
          nan_noise_floor, huge_loss_mid_curve, huge_final, text_in_the_store, bytes_in_the_store,
-         zero_mid_curve_of_the_largest, listed_twice, spec_is_a_folder, listing_is_a_folder]
+         zero_mid_curve_of_the_largest, tiny_finals, listed_twice, spec_is_a_folder, listing_is_a_folder]
 
 
 def files(folder: Path) -> dict:

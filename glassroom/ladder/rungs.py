@@ -37,6 +37,7 @@ RUNGS_DIR = "rungs"
 # No loss (nats or bits) a fit can mean is this large; such a value is an edited or broken store,
 # and near the float limit it overflows the fit's least-squares starts.
 LOSS_MAX = 1e6
+LOSS_MIN = 1e-6  # likewise below: the bootstrap's perturbed values underflow to zero
 SPEC_FILE = "spec.yaml"
 LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DIR/rungs/ holds old versions
 
@@ -124,20 +125,21 @@ class RungData:
         if value <= 0:
             raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss must be above "
                                  "zero for a scaling-law fit (is the store edited or the metric not a loss?)")
-        if value > LOSS_MAX:
-            raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss above "
-                                 f"{LOSS_MAX:g} is no loss a fit can use (is the store edited or the metric not a loss?)")
+        if not LOSS_MIN <= value <= LOSS_MAX:
+            raise GlassroomError(f"rung {self.name} ({self.run_dir}): final {metric} is {value:g}; a loss outside "
+                                 f"[{LOSS_MIN:g}, {LOSS_MAX:g}] is no loss a fit can use (is the store edited or the "
+                                 "metric not a loss?)")
         return value
 
     def check_curve(self, metric: str, skip_fraction: float) -> None:
         """Every value of `metric` from skip_fraction of the run on (what the curve law and a backtest
-        use) above zero and at most LOSS_MAX; else one line naming the rung and the step."""
+        use) in [LOSS_MIN, LOSS_MAX]; else one line naming the rung and the step."""
         steps, values = self.series(metric)
         keep = (steps >= max(1, math.ceil(skip_fraction * self.steps))) & (steps <= self.steps)
-        bad = keep & ((values <= 0) | (values > LOSS_MAX))
+        bad = keep & ((values < LOSS_MIN) | (values > LOSS_MAX))
         if bad.any():
             raise GlassroomError(f"rung {self.name} ({self.run_dir}): {metric} is {values[bad][0]:g} at step "
-                                 f"{steps[bad][0]}; a loss must be above zero and at most {LOSS_MAX:g} for the "
+                                 f"{steps[bad][0]}; a loss must be in [{LOSS_MIN:g}, {LOSS_MAX:g}] for the "
                                  "curve law (is the store edited?)")
 
     def final_metrics(self) -> dict[str, float]:
