@@ -218,8 +218,9 @@ def register_verify(sub) -> None:
     p = new_command(sub, "verify", "check a run's sealed prediction and chained journal",
                     "Check the preregistered prediction of a run (the hero): its SHA-256 seal recomputes\n"
                     "over the prediction, the rungs' config hashes and final metrics, the code commit and the\n"
-                    "time of sealing; the journal's digest chain is unbroken; and the prediction was sealed\n"
-                    "before the run started and before its first metric. Exit 0 and one line when intact;\n"
+                    "time of sealing; the journal is chained (digests not stripped) and the chain unbroken;\n"
+                    "the prediction was sealed before the run started and before its first metric; and the\n"
+                    "run's config.yaml is the hero it was made for. Exit 0 and one line when intact;\n"
                     f"exit {ALTERED_EXIT} and one line saying what was altered otherwise; exit 2 for bad input.\n"
                     "It cannot catch someone who rewrote the whole chain and seal: keep a copy of the digest\n"
                     "(docs/ladder.md, \"The sealed prediction\").\n\n"
