@@ -188,3 +188,7 @@ def test_metrics_runs_and_note_commands(reference_run, tmp_path):
                  ["metrics", str(tmp_path)]):
         result = glassroom(*args)
         assert result.returncode == 2 and result.stderr.startswith("error: "), args
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("not runs\n")
+    result = glassroom("runs", str(a_file))
+    assert result.returncode == 2 and result.stderr == f"error: {a_file}: is a file, not a folder; give the folder that holds the runs\n"

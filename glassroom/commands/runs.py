@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
 
     root = Path(args.root)
     if not root.is_dir():
-        raise GlassroomError(f"{root}: no such folder")
+        what = "is a file, not a folder" if root.exists() else "no such folder"
+        raise GlassroomError(f"{root}: {what}; give the folder that holds the runs")
     runs = find_runs(root)
     if not runs:
         raise GlassroomError(f"{root}: no runs below this folder (a run is a folder with store.sqlite)")
