@@ -19,8 +19,9 @@ any point continues exactly with --resume. docs/train.md lists every config key.
 Every input is checked before RUN_DIR is created (config values, the dataset, its shard indexes,
 token ids against the vocabulary, seq_len against every shard): a mistake is one line, `error: ...`,
 exit 2, and leaves RUN_DIR as it was. --out must be a new folder, an empty one, one holding only a
-run store (a run not yet started), or a run (with --resume); a start that fails before its first
-step removes what it created. docs/train.md has the
+run store (a run not yet started), or a run (with --resume), and not one another glassroom train
+is writing now; a start that fails before its first step removes what it created. Ctrl-C or
+SIGTERM stops a run cleanly (journaled as `stopped`; --resume continues it). docs/train.md has the
 list of what is refused.
 
 examples:
