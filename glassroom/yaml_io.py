@@ -5,7 +5,8 @@ PyYAML's safe loader refuses code, but not size: a few hundred bytes of nested a
 ("billion laughs") expand into millions of nodes when constructed or dumped again. `safe_load`
 composes the node graph first (aliases stay shared references, so composing is cheap), counts the
 nodes the document would have once every alias is expanded, and refuses it when that count, the
-nesting depth or the text's size passes a limit. Only then is the document constructed.
+nesting depth or the text's size passes a limit. A key given twice in one mapping is refused too
+(PyYAML would keep the last one silently). Only then is the document constructed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ class YamlLimitError(ValueError):
     """The document is bigger, deeper or more aliased than any config needs."""
 
 
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """Two equal plain keys in one mapping (two domains named `code`): PyYAML keeps the last one
+    silently; a config that says a thing twice is refused instead, naming the key and its line."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+            if key.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key.value!r} (a key may appear once in a mapping)", key.start_mark)
+            seen.add(key.value)
+
+
 def _expanded_size(root: yaml.Node) -> int:
     """Nodes in the document with every alias expanded, computed on the shared graph (memoised),
     stopping as soon as the limits are passed. Raises YamlLimitError."""
@@ -40,6 +53,8 @@ def _expanded_size(root: yaml.Node) -> int:
             sizes[key] = 1
             continue
         if isinstance(node, yaml.MappingNode):
+            if not done:
+                _refuse_duplicate_keys(node)
             children = [n for pair in node.value for n in pair]
         else:
             children = list(node.value)
