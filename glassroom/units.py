@@ -32,8 +32,11 @@ def parse_count(value: int | float | str) -> float:
 
 
 def format_count(value: float) -> str:
-    """`8030261248` -> `8.0B`, `61_300_000` -> `61.3M`, `530e9` -> `530B`, `512` -> `512`."""
+    """`8030261248` -> `8.0B`, `61_300_000` -> `61.3M`, `530e9` -> `530B`, `512` -> `512`,
+    `2.4e31` -> `2.4e+31`."""
     value = float(value)
+    if abs(value) >= 1e15:   # past a thousand T a suffix helps nobody: 2.4e+31
+        return f"{value:.2g}"
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(value) >= scale:
             scaled = value / scale

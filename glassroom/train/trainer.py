@@ -173,7 +173,9 @@ class Trainer:
         if prediction is not None:
             from glassroom.observe.prediction import BandWatcher
 
-            self.observers.append(BandWatcher(prediction))
+            from glassroom.observe.store import store_path
+
+            self.observers.append(BandWatcher(prediction, where=str(store_path(self.run_dir))))
         self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
 
     def _damaged_store(self, exc: Exception) -> GlassroomError:
