@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from glassroom.observe.store import StoreWriter
 from glassroom.web.publish import publish
-from web_helpers import Chromium, Server, chromium_path, free_port, write_prediction, write_run
+from web_helpers import Chromium, Server, StaticSiteServer, chromium_path, write_prediction, write_run
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium not installed (scripts/install-system.sh)")
 
@@ -134,20 +130,7 @@ def test_index_and_compare_pages(server, browser):
 def test_published_site_draws_from_a_static_file_server(lab, browser, tmp_path):
     site = tmp_path / "site"
     publish(lab, site)
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(site)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 20
-        while True:
-            try:
-                urllib.request.urlopen(url + "/site.json", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+    with StaticSiteServer(site) as url:
         browser.navigate(f"{url}/index.html")
         links = browser.eval("[...document.querySelectorAll('#runs a')].map(a => a.getAttribute('href'))")
         assert "./runs/ladder/rung-1/index.html" in links
@@ -158,6 +141,3 @@ def test_published_site_draws_from_a_static_file_server(lab, browser, tmp_path):
         assert browser.eval(HEAT_COLOURS.format(title="Expert load, layer 3")) > 20
         browser.navigate(f"{url}/compare.html?run=hero&run=ladder/rung-1")
         assert browser.eval(NONNULL.format(title="Loss", i=2)) > 500
-    finally:
-        proc.terminate()
-        proc.wait(10)

@@ -467,25 +467,10 @@ def test_pages_under_the_csp_show_the_seal_and_an_unreadable_store(server):
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium not installed (scripts/install-system.sh)")
 def test_the_published_run_page_shows_the_seal(site):
-    import urllib.request
-
-    from web_helpers import free_port
+    from web_helpers import StaticSiteServer
 
     out, _, _ = site
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 20
-        while True:
-            try:
-                urllib.request.urlopen(url + "/site.json", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
+    with StaticSiteServer(out) as url:
         page = (out / "runs" / "hero" / "index.html").read_text()
         assert '<meta http-equiv="Content-Security-Policy"' in page
         with Chromium() as browser:
@@ -494,9 +479,6 @@ def test_the_published_run_page_shows_the_seal(site):
             assert browser.eval("document.getElementById('seal-digest').textContent") == DIGEST
             assert browser.eval("[...document.querySelectorAll('.card .seal code')].map(c => c.textContent)") == [DIGEST]
             assert browser.eval("GR.charts.length") > 3
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_server_on_another_address_hides_private_runs_and_notes(lab):

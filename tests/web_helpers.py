@@ -108,6 +108,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class StaticSiteServer:
+    """A published site served by Python's plain http.server on 127.0.0.1 (as any static host would),
+    ready once site.json answers. `with StaticSiteServer(site) as url: ...`"""
+
+    def __init__(self, site: Path):
+        self.site = Path(site)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> str:
+        self.proc = subprocess.Popen([sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
+                                      "-d", str(self.site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/site.json", timeout=2).read()
+                return self.url
+            except OSError:
+                if time.time() > deadline:
+                    self.__exit__()
+                    raise
+                time.sleep(0.1)
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 class Server:
     """`glassroom serve DIR` in a subprocess on 127.0.0.1 and a free port; stops on exit."""
 
