@@ -27,7 +27,7 @@ MODULES=()
 # (in-process, seconds; the training runs of `glassroom train` happen in subprocesses, which
 # mutmut cannot map to mutants).
 declare -A FILES=(
-  [glassroom/model/moe.py]="tests/test_model.py tests/test_mutation_survivors.py"
+  [glassroom/model/moe.py]="tests/test_model.py tests/test_mutation_survivors.py tests/test_moe_reference.py"
   [glassroom/model/transformer.py]="tests/test_model.py tests/test_mutation_survivors.py"
   [glassroom/train/checkpoint.py]="tests/test_mutation_survivors.py"
   [glassroom/data/mixture.py]="tests/test_data_mixture.py tests/test_mutation_survivors.py"
@@ -36,7 +36,7 @@ declare -A FILES=(
   [glassroom/ladder/fit.py]="tests/test_ladder_fit.py tests/test_mutation_survivors.py"
 )
 declare -A SELECT=(
-  [glassroom/model/moe.py]="test_model or projection or window"
+  [glassroom/model/moe.py]="test_model or projection or window or per_token_reference"
   [glassroom/model/transformer.py]="test_model or projection or window"
   [glassroom/train/checkpoint.py]="checkpoints_save_verify"
   [glassroom/data/mixture.py]="test_data_mixture or epoch"
