@@ -162,3 +162,39 @@ def test_wandb_mirror_uploads_the_redacted_config(monkeypatch, tmp_path):
     cfg = types.SimpleNamespace(observe=types.SimpleNamespace(wandb_project="p"), to_dict=lambda: tree)
     WandbSink(cfg, tmp_path / "run")._start()
     assert secret not in repr(captured["config"]) and captured["config"]["train"] == {"tokens_per_step": 64}
+
+
+# Exact outputs at the rules' edges (the mutation check found these branches untested here).
+@pytest.mark.parametrize("text, expected", [
+    # every pair is looked at, not only the first ones: a harmless pair never ends the scan
+    ("lr=0.1 batch=4 PASSWORD=hunter2xyz epochs=3", "lr=0.1 batch=4 PASSWORD=<redacted> epochs=3"),
+    ("steps: 10 api_key: abc123def more", "steps: 10 api_key: <redacted>"),
+    # -u user:password is a credential; -u uid:gid is not
+    ("docker run -u 1000:1000 img && curl -u admin:s3cretpw https://x.org",
+     "docker run -u 1000:1000 img && curl -u admin:<redacted> https://x.org"),
+    # the key and separator stay, the 40-character secret goes
+    ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_access_key = <redacted>"),
+    ("Basic authentication is off; header Basic dXNlcjpwYXNzd29yZA==",
+     "Basic authentication is off; header Basic <redacted>"),
+    # quotes are kept around the redacted value, escaped quotes too
+    ('password="abc def" and token=\'xyz123\' and passwd=\\"esc\\" end',
+     'password="<redacted>" and token=\'<redacted>\' and passwd=\\"<redacted>\\" end'),
+    # a pair inside a value already redacted, or an empty value, does not end the scan either
+    ('password="x y=z" api_key=abc123', 'password="<redacted>" api_key=<redacted>'),
+    ('password="" api_key=abc123', 'password="" api_key=<redacted>'),
+    ("", ""),
+])
+def test_exact_redaction_at_the_edges(text, expected):
+    assert redact_text(text) == expected
+
+
+def test_exact_tree_redaction_of_keys_argv_and_empty_sections():
+    token_key = "ghp_" + "a" * 36
+    tree = {"auth": {}, "token": [], token_key: 1,
+            "cmd": ["python", "--lr", "0.1", "--api-key", "abc", "--token", "-x"],
+            "argv": ["--password", "pw1", "--x", "--token", "t0k"]}
+    assert redact(tree) == {
+        "auth": {}, "token": [], "<redacted>": 1,   # empty sections hold nothing; a token as a key goes
+        "cmd": ["python", "--lr", "0.1", "--api-key", "<redacted>", "--token", "-x"],   # "-x" is a flag
+        "argv": ["--password", "<redacted>", "--x", "--token", "<redacted>"],
+    }
