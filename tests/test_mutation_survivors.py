@@ -328,3 +328,36 @@ def test_checkpoints_save_verify_retain_fall_back_and_load_in_process(tmp_path):
     for name, param in fresh.named_parameters():
         assert torch.equal(fresh_optimizer.state[param]["exp_avg"], moments[name]), name
     assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_checkpoints_save_verify_keep_every_and_malformed_manifests(tmp_path):
+    """Retention keeps every `keep_every`-th step besides the newest `keep_last`; a manifest whose
+    entries have the wrong shape or name a file outside the checkpoint is damage, named in one line."""
+    import json
+
+    from glassroom.train import checkpoint as ckpt
+
+    model = build_model(MOE, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(1, 7):
+        ckpt.save_checkpoint(tmp_path, step, model, optimizer, {"train_state": {}}, keep_last=2, keep_every=2)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4, 5, 6]
+
+    newest = tmp_path / "checkpoints" / "step_0000006"
+    original = (newest / "manifest.json").read_text()
+    files = json.loads(original)["files"]
+    name = next(iter(files))
+    broken = {
+        "bytes as text": {**files, name: {"bytes": "12", "sha256": files[name]["sha256"]}},
+        "no digest": {**files, name: {"bytes": files[name]["bytes"]}},
+        "outside": {**files, "../step_0000005/trainer.json": files[name]},
+        "absolute": {**files, "/etc/passwd": files[name]},
+    }
+    for what, entries in broken.items():
+        (newest / "manifest.json").write_text(json.dumps({"format": 1, "files": entries}))
+        problem = ckpt.verify_checkpoint(newest, 6)
+        assert problem == "checkpoints/step_0000006/manifest.json: not a readable checksum manifest", what
+    (newest / "manifest.json").write_text(json.dumps({"format": 1, "files": []}))
+    assert ckpt.verify_checkpoint(newest, 6) is not None
+    (newest / "manifest.json").write_text(original)
+    assert ckpt.verify_checkpoint(newest, 6) is None
