@@ -68,3 +68,33 @@ def test_params_and_tokens_law_when_rungs_vary_both():
     fixed_ratio = identifiable_nd(N[:4], 20 * N[:4])
     assert not fixed_ratio[0] and "6 rungs" in fixed_ratio[1]
     assert not identifiable_nd(np.logspace(7, 9, 6), 20 * np.logspace(7, 9, 6))[0]
+
+
+def test_intervals_are_the_bootstrap_quantiles_and_the_method_follows_the_data():
+    """Exact: each parameter's interval is the (1 -+ confidence) / 2 quantiles of its bootstrap
+    replicates, and predict_interval's band the same quantiles of the replicates' curves; the
+    resampling scheme is cases for many points, residuals for few, rung blocks for curves."""
+    from glassroom.ladder.fit import LAW_C, predict_interval
+
+    rng = np.random.default_rng(5)
+    C = np.logspace(17, 21, 6)
+    loss = law_c(C) * np.exp(rng.normal(0, 0.003, len(C)))
+    fit = bootstrap(fit_law(LAW_C, {"C": C}, loss), {"C": C}, loss, replicates=40, noise_floor=0.002,
+                    confidence=0.8, seed=0)
+    assert fit.bootstrap_method == "residual" and len(fit.boot) == 40
+    for name in fit.params:
+        values = [b[name] for b in fit.boot]
+        assert fit.intervals[name] == (float(np.quantile(values, 0.1)), float(np.quantile(values, 0.9))), name
+    target = {"C": [1e22]}
+    mean, lo, hi = predict_interval(fit, target, confidence=0.8)
+    curves = [fit.predict(target, b)[0] for b in fit.boot]
+    assert mean[0] == fit.predict(target)[0]
+    assert (lo[0], hi[0]) == (np.quantile(curves, 0.1), np.quantile(curves, 0.9)) and lo[0] < mean[0] < hi[0]
+
+    many = np.logspace(17, 21, 8)   # the fewest points that are resampled as cases
+    many_loss = law_c(many) * np.exp(rng.normal(0, 0.003, len(many)))
+    assert bootstrap(fit_law(LAW_C, {"C": many}, many_loss), {"C": many}, many_loss,
+                     replicates=5).bootstrap_method == "cases"
+    groups = np.repeat(np.arange(3), 2)
+    assert bootstrap(fit_law(LAW_C, {"C": C}, loss), {"C": C}, loss, groups=groups,
+                     replicates=5).bootstrap_method == "rung-block residual"
