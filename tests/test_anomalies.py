@@ -94,3 +94,39 @@ def test_a_planted_loss_spike_is_named_as_the_loss(tiny_dataset, tmp_path):
     assert [e["step"] for e in loss_events] == [51]
     assert loss_events[0]["text"].startswith("loss ") and "at step 51" in loss_events[0]["text"]
     assert "training loss rose most in" in loss_events[0]["text"]
+
+
+def test_detector_explains_with_exact_numbers():
+    """The event's data and text, number by number, on streams worked out by hand: a loss at twice
+    its running minimum with per-domain rises ranked (only rising domains named, three at most), and
+    a param-norm jump split by group (shares of the change in squared norm) and by layer."""
+    import math
+
+    detector = AnomalyDetector(window=10, sigma=1e9, min_history=3, loss_ratio=1.5)
+    domains = ("code", "prose", "math", "wiki", "legal")
+    for step in range(1, 6):
+        assert detector.observe(step, {"train/loss": 2.0, **{f"train/loss/{d}": 2.0 for d in domains}}) == []
+    spike = {"train/loss": 4.0, "train/loss/code": 6.0, "train/loss/prose": 3.0, "train/loss/math": 2.5,
+             "train/loss/wiki": 2.25, "train/loss/legal": 1.5, "train/loss/web": 9.0}   # web: no history yet
+    assert detector.observe(6, spike) == [{
+        "text": "loss 2.00x its running minimum at step 6: training loss rose most in code +4.00, prose +1.00, math +0.50",
+        "data": {"metric": "train/loss", "step": 6, "value": 4.0, "test": "ratio", "ratio": 2.0, "running_min": 2.0,
+                 "domains": {"code": 4.0, "prose": 1.0, "math": 0.5, "wiki": 0.25, "legal": -0.5}}}]
+
+    detector = AnomalyDetector(window=10, sigma=6, min_history=3)
+    steady = {"norm/param/total": 10.0, "norm/param/experts": 8.0, "norm/param/router_bias": 6.0,
+              **{f"norm/param/router_bias/layer_{i}": 1.0 for i in (1, 2, 3)}}
+    for step in range(1, 6):
+        assert detector.observe(step, {"train/loss": 2.0, **steady}) == []
+    # squared norms: total +100 = experts +25 + router bias +75; bias layers +60, +15, +0.5
+    jump = {"norm/param/total": math.sqrt(200), "norm/param/experts": math.sqrt(89),
+            "norm/param/router_bias": math.sqrt(111), "norm/param/router_bias/layer_1": math.sqrt(61),
+            "norm/param/router_bias/layer_2": 4.0, "norm/param/router_bias/layer_3": math.sqrt(1.5)}
+    [event] = detector.observe(6, {"train/loss": 2.0, **jump})
+    assert event["text"].endswith(": 75% from the MoE router bias (layers 1-2), which the load balancer sets, "
+                                  "not the gradient")
+    data = event["data"]
+    assert data["attribution"] == {"router_bias": 0.75, "experts": 0.25} and list(data["attribution"]) == [
+        "router_bias", "experts"]
+    assert data["layers"] == [1, 2] and data["not_trained_by_gradient"] == "router_bias"
+    assert (data["test"], data["mean"], data["std"], data["window"]) == ("rolling", 0.0, 0.0, 4)
