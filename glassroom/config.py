@@ -33,22 +33,8 @@ ALLOW_INF = {"allow_inf": True}
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping; a clear error for anything else."""
-    path = Path(path)
-    if not path.exists():
-        raise GlassroomError(f"{path}: no such file")
-    if path.is_dir():
-        raise GlassroomError(f"{path}: is a folder, expected a YAML config file")
-    if not path.is_file():
-        raise GlassroomError(f"{path}: not a regular file, expected a YAML config file")
-    try:
-        data = yaml_io.load_file(path)
-    except UnicodeDecodeError:
-        raise GlassroomError(f"{path}: not a text file, expected a YAML config") from None
-    except OSError as exc:
-        raise GlassroomError(f"{path}: cannot be read ({exc.strerror or exc}); check its permissions") from None
-    except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
-        raise GlassroomError(f"{path}: {yaml_io.describe_error(exc)}") from None
+    """A YAML file whose top level is a mapping; a clear error for anything else (yaml_io's rules)."""
+    data = yaml_io.read_user_file(path, "a YAML config file")
     if not isinstance(data, dict):
         raise GlassroomError(f"{path}: expected a YAML mapping of sections (model:, train:, ...)")
     return data

@@ -112,3 +112,27 @@ def load_file(path: str | Path) -> Any:
     if size > MAX_BYTES:
         raise YamlLimitError(f"{size:,} bytes, more than the {MAX_BYTES:,} a config may have")
     return safe_load(path.read_text(encoding="utf-8"))
+
+
+def read_user_file(path: str | Path, what: str) -> Any:
+    """The document in a file a user named (a run config, a recipe, a ladder spec), every problem
+    one GlassroomError naming the path: missing, a folder, a device or pipe (never read: a FIFO
+    would block), unreadable, not text, not YAML, or past the limits. `what` is how the messages
+    name the expected file ("a YAML config file")."""
+    from glassroom.errors import GlassroomError
+
+    p = Path(path)
+    if not p.exists():
+        raise GlassroomError(f"{path}: no such file")
+    if p.is_dir():
+        raise GlassroomError(f"{path}: is a folder, expected {what}")
+    if not p.is_file():
+        raise GlassroomError(f"{path}: not a regular file (a device, pipe or socket); give {what}")
+    try:
+        return load_file(p)
+    except UnicodeDecodeError:
+        raise GlassroomError(f"{path}: not a text file, expected {what}") from None
+    except OSError as exc:   # permissions, an I/O error
+        raise GlassroomError(f"{path}: cannot be read ({exc.strerror or exc}); check the path") from None
+    except (yaml.YAMLError, YamlLimitError) as exc:
+        raise GlassroomError(f"{path}: {describe_error(exc)}") from None

@@ -59,3 +59,17 @@ def test_train_refuses_them_in_one_line_and_makes_no_run(tmp_path, capsys, text,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and expected in err[0]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", [["train", "{p}", "--out", "{o}"], ["data", "build", "{p}", "--out", "{o}"],
+                                     ["ladder", "plan", "{p}"], ["plan", "{p}"]])
+def test_a_pipe_given_as_a_config_is_refused_without_reading_it(tmp_path, capsys, command):
+    import os
+
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)   # reading it would block until someone writes: never opened
+    args = [a.format(p=fifo, o=tmp_path / "out") for a in command]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a regular file" in err[0]
+    assert not (tmp_path / "out").exists()

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
-
 from glassroom import yaml_io
 from glassroom.config import apply_overrides, as_dict, build_section, require_positive
-from glassroom.errors import ConfigError
+from glassroom.errors import ConfigError, GlassroomError
 
 SOURCE_KINDS = (
     "files", "archive", "jsonl", "parquet", "python-stdlib", "bible", "shakespeare", "austen",
@@ -213,21 +211,10 @@ def _check_sections(path: str, text: str) -> None:
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """A validated recipe from a YAML file, with `key.path=value` overrides applied first. Read with
     glassroom.yaml_io (size, depth and alias-expansion limits); every problem is one ConfigError."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{path}: no such file")
-    if p.is_dir():
-        raise ConfigError(f"{path}: is a folder, expected a recipe YAML file")
-    if not p.is_file():
-        raise ConfigError(f"{path}: not a regular file (a device, pipe or socket); give a recipe YAML file")
     try:
-        raw = yaml_io.load_file(p)
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a text file, expected a recipe YAML file") from None
-    except OSError as exc:  # unreadable: permissions, an I/O error
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}); check the recipe path") from None
-    except (yaml.YAMLError, yaml_io.YamlLimitError) as exc:
-        raise ConfigError(f"{path}: {yaml_io.describe_error(exc)}") from None
+        raw = yaml_io.read_user_file(path, "a recipe YAML file")
+    except GlassroomError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a YAML mapping with name: and domains: (see experiments/data-*.yaml)")
     raw = apply_overrides(raw, overrides or [])
