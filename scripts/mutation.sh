@@ -37,7 +37,7 @@ declare -A FILES=(
 )
 declare -A SELECT=(
   [glassroom/model/moe.py]="test_model or projection or window or per_token_reference"
-  [glassroom/model/transformer.py]="test_model or projection or window"
+  [glassroom/model/transformer.py]="test_model or projection or window or rope"
   [glassroom/train/checkpoint.py]="checkpoints_save_verify"
   [glassroom/data/mixture.py]="test_data_mixture or epoch"
   [glassroom/observe/anomalies.py]="detector or spike_by_ratio or jump_in_the_param_norm or layer_that_changed"

@@ -58,6 +58,9 @@ def test_every_projection_into_the_residual_stream_is_scaled_by_depth(cfg):
 
 
 def test_sliding_window_mask_is_exactly_the_band():
+    from glassroom.model import transformer
+
+    transformer._MASKS.clear()   # built here, not taken from the cache (so a mutant of it is tested)
     for seq, window in ((9, 1), (12, 4), (16, 5)):
         mask = sliding_window_mask(seq, window, torch.device("cpu"))
         want = torch.tensor([[0 <= i - j < window for j in range(seq)] for i in range(seq)])
@@ -361,3 +364,29 @@ def test_checkpoints_save_verify_keep_every_and_malformed_manifests(tmp_path):
     assert ckpt.verify_checkpoint(newest, 6) is not None
     (newest / "manifest.json").write_text(original)
     assert ckpt.verify_checkpoint(newest, 6) is None
+
+
+def test_rope_is_a_rotation_by_position_that_keeps_only_relative_offsets():
+    """RoPE from its definition: pair i of a head turns by position * theta^(-2i/h); so norms are kept,
+    position 0 is the identity, and a query-key product depends on the offset alone (shift both
+    positions and it is unchanged)."""
+    from glassroom.model.transformer import apply_rope, rope_tables
+
+    head_dim, theta = 8, 10_000.0
+    cos, sin = rope_tables(head_dim, 64, theta)
+    expected = torch.outer(torch.arange(64, dtype=torch.float64),
+                           theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    torch.testing.assert_close(cos, expected.cos().float())
+    torch.testing.assert_close(sin, expected.sin().float())
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 64, head_dim, generator=g), torch.randn(1, 1, 64, head_dim, generator=g)
+    rq = apply_rope(q, cos, sin)
+    torch.testing.assert_close(rq[..., 0, :], q[..., 0, :])                       # position 0: unchanged
+    torch.testing.assert_close(rq.norm(dim=-1), q.norm(dim=-1))                    # a rotation
+    same_q, same_k = q[..., :1, :].expand(1, 1, 64, head_dim), k[..., :1, :].expand(1, 1, 64, head_dim)
+    rq, rk = apply_rope(same_q, cos, sin), apply_rope(same_k, cos, sin)
+    scores = rq[0, 0] @ rk[0, 0].T                                                 # (query pos, key pos)
+    for offset in (0, 3, 17):
+        diagonal = torch.diagonal(scores, -offset)
+        torch.testing.assert_close(diagonal, diagonal[0].expand_as(diagonal), rtol=1e-4, atol=1e-4)
