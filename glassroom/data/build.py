@@ -175,10 +175,6 @@ def _check_out(out: Path, force: bool) -> None:
                              "write; not replacing it, even with --force: move them out or choose another --out")
 
 
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
 def _check_sources(recipe: Recipe, out: Path) -> None:
     """Every source is there to read, and none reads from inside DIR nor DIR from inside a source
     folder (a rebuild would read its own output, and --force would delete the source)."""
@@ -190,10 +186,10 @@ def _check_sources(recipe: Recipe, out: Path) -> None:
                     root = root.resolve()
                 except (OSError, RuntimeError):
                     continue
-                if _inside(root, out):
+                if root.is_relative_to(out):
                     raise GlassroomError(f"{where}: reads {root}, which is inside --out {out}; "
                                          "choose an --out outside the sources")
-                if recursive and _inside(out, root):
+                if recursive and out.is_relative_to(root):
                     raise GlassroomError(f"{where}: --out {out} is inside the source folder {root}, which the "
                                          "source reads; choose an --out outside the sources")
             check_source(src, where)

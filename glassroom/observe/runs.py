@@ -47,7 +47,7 @@ def inside(root: str | Path, path: str | Path) -> Optional[Path]:
         real = Path(path).resolve(strict=True)
     except (OSError, RuntimeError):   # missing, a symlink loop, unreadable
         return None
-    return real if real == base or base in real.parents else None
+    return real if real.is_relative_to(base) else None
 
 
 def _is_store(root: Path, folder: Path) -> bool:
