@@ -26,9 +26,17 @@ class MoEConfig:
     bias_update_rate: float = 1e-3
     aux_loss_coef: float = 0.0
     z_loss_coef: float = 0.0
+    # Renormalise the chosen experts' weights to sum to 1: null (default) when top_k > 1, true always,
+    # false never (Qwen3-MoE's norm_topk_prob false).
+    norm_topk_prob: Optional[bool] = None
+    routed_scale: float = 1.0  # multiplies the routed combine weights (DeepSeek-V3's routed_scaling_factor)
+
+    def renormalises(self) -> bool:
+        return self.top_k > 1 if self.norm_topk_prob is None else self.norm_topk_prob
 
     def check(self, path: str) -> None:
-        require_positive(path, n_experts=self.n_experts, top_k=self.top_k, d_expert=self.d_expert)
+        require_positive(path, n_experts=self.n_experts, top_k=self.top_k, d_expert=self.d_expert,
+                         routed_scale=self.routed_scale)
         if self.top_k > self.n_experts:
             raise ConfigError(
                 f"{path}.top_k: {self.top_k} is larger than n_experts ({self.n_experts})"
@@ -37,6 +45,26 @@ class MoEConfig:
             path, n_shared_experts=self.n_shared_experts, first_dense_layers=self.first_dense_layers,
             bias_update_rate=self.bias_update_rate, aux_loss_coef=self.aux_loss_coef, z_loss_coef=self.z_loss_coef,
         )
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Stretching RoPE to contexts longer than pretraining's: `linear` divides every frequency by
+    `factor`; `llama3` (Llama 3.1's rule) keeps high frequencies, divides low ones by `factor` and blends
+    between, by wavelength against `original_max_seq_len`."""
+
+    type: Literal["llama3", "linear"]
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_seq_len: int = 8192
+
+    def check(self, path: str) -> None:
+        require_positive(path, factor=self.factor, low_freq_factor=self.low_freq_factor,
+                         high_freq_factor=self.high_freq_factor, original_max_seq_len=self.original_max_seq_len)
+        if self.type == "llama3" and self.high_freq_factor <= self.low_freq_factor:
+            raise ConfigError(f"{path}.high_freq_factor: must be above low_freq_factor ({self.low_freq_factor}), "
+                              f"got {self.high_freq_factor}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +83,8 @@ class ModelConfig:
     sliding_window: Optional[int] = None
     global_every: Optional[int] = None
     moe: Optional[MoEConfig] = None
+    norm_eps: float = 1e-6  # epsilon of every RMSNorm (QK-norm included)
+    rope_scaling: Optional[RopeScaling] = None
 
     # ------------------------------------------------------------------ derived shape
 
@@ -96,6 +126,7 @@ class ModelConfig:
             rope_theta=self.rope_theta,
             sliding_window=self.sliding_window,
             global_every=self.global_every,
+            norm_eps=self.norm_eps,
         )
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(

@@ -2,7 +2,8 @@
 
 Token-choice top-k: each token picks `top_k` of `n_experts` routed experts by its router scores
 (sigmoid or softmax of fp32 router logits) plus a per-expert `router_bias`. The bias only chooses;
-the combine weights come from the scores alone (normalised over the chosen experts when top_k > 1).
+the combine weights come from the scores alone (normalised over the chosen experts when top_k > 1, or
+as `norm_topk_prob` says), times `routed_scale`.
 The bias is a persistent buffer moved by `update_router_bias` once per optimizer step
 (auxiliary-loss-free balancing, as in DeepSeek-V3), never by a gradient.
 
@@ -111,8 +112,10 @@ class MoEFeedForward(nn.Module):
         with torch.no_grad():
             chosen = torch.topk(scores + self.router_bias.float(), self.top_k, dim=-1).indices
         weights = scores.gather(1, chosen)
-        if self.top_k > 1:
+        if self.cfg.renormalises():
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        if self.cfg.routed_scale != 1.0:
+            weights = weights * self.cfg.routed_scale
         return logits, scores, chosen, weights
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

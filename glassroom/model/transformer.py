@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glassroom.model.config import ModelConfig
+from glassroom.model.config import ModelConfig, RopeScaling
 from glassroom.model.layers import RMSNorm, SwiGLU
 from glassroom.model.moe import MoEFeedForward
 
@@ -38,9 +38,26 @@ class TransformerOutput:
     moe_loss: torch.Tensor
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (max_seq_len, head_dim / 2), computed in float64 for accuracy."""
+def rope_frequencies(head_dim: int, theta: float, scaling: Optional[RopeScaling] = None) -> torch.Tensor:
+    """The head_dim / 2 rotation frequencies (radians per position), float64, after `scaling`."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling is None:
+        return inv_freq
+    if scaling.type == "linear":
+        return inv_freq / scaling.factor
+    # llama3: wavelengths shorter than original / high_freq_factor keep their frequency, longer than
+    # original / low_freq_factor are divided by factor, and the band between blends the two linearly
+    # in original / wavelength.
+    wavelength = 2 * math.pi / inv_freq
+    ratio = scaling.original_max_seq_len / wavelength
+    blend = ((ratio - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)).clamp(0, 1)
+    return (1 - blend) * inv_freq / scaling.factor + blend * inv_freq
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float,
+                scaling: Optional[RopeScaling] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (max_seq_len, head_dim / 2), computed in float64 for accuracy."""
+    inv_freq = rope_frequencies(head_dim, theta, scaling)
     angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
     return angles.cos().float(), angles.sin().float()
 
@@ -61,8 +78,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(cfg.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, cfg.d_model, bias=False)
-        self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+        self.q_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -98,9 +115,9 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.attn_norm = RMSNorm(cfg.d_model)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, cfg.layer_window(layer))
-        self.mlp_norm = RMSNorm(cfg.d_model)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         if cfg.is_moe_layer(layer):
             self.mlp: nn.Module = MoEFeedForward(cfg.d_model, cfg.moe)
         else:
@@ -120,9 +137,9 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model)
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        cos, sin = rope_tables(cfg.dim_per_head, cfg.max_seq_len, cfg.rope_theta)
+        cos, sin = rope_tables(cfg.dim_per_head, cfg.max_seq_len, cfg.rope_theta, cfg.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 

@@ -39,9 +39,20 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Model options added after runs already existed, with the value that reproduces those runs: a saved
+# config without the key is read as having this value (a run written before they existed still resumes).
+ADDED_DEFAULTS = {"model.norm_eps": 1e-6, "model.rope_scaling": None,
+                  "model.moe.norm_topk_prob": None, "model.moe.routed_scale": 1.0}
+
+
 def config_differences(saved: dict, current: dict, keys=RESUME_FIXED) -> list[str]:
     """'key (old -> new)' for every setting under `keys` that differs."""
     a, b = _flatten(saved), _flatten(current)
+    for flat in (a, b):
+        for key, value in ADDED_DEFAULTS.items():
+            section = key.rsplit(".", 1)[0]
+            if key not in flat and any(k.startswith(section + ".") for k in flat):
+                flat[key] = value
     diffs = []
     for key in sorted(set(a) | set(b)):
         if any(key == k or key.startswith(k + ".") for k in keys) and a.get(key) != b.get(key):
