@@ -5,6 +5,10 @@ for the layers that have one); optional QK-norm normalises each head's queries a
 RoPE. Feed-forwards are SwiGLU, or the MoE of moe.py above `first_dense_layers`. Parallelism is
 applied from outside (train/parallel.py), so this file stays a plain model.
 
+For generation, `model.new_cache(batch, max_len)` pre-allocates every layer's keys and values and
+`model(input_ids, cache=cache)` runs only the new tokens at positions cache.pos.. against them (a
+window layer attends to the keys within its window); without a cache the forward is unchanged.
+
 `build_model(cfg, seed)` constructs and initialises deterministically: every parameter draws from
 its own generator seeded by (seed, parameter name), so the same seed gives the same weights
 whatever the construction order; projections into the residual stream are scaled by
@@ -81,7 +85,8 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None, pos: int = 0) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -90,12 +95,44 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         gqa = self.n_kv_heads != self.n_heads
-        if self.window is None or self.window >= seq:
+        if kv is not None:
+            out = self._attend_cached(q, k, v, kv, pos, gqa)
+        elif self.window is None or self.window >= seq:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
             mask = sliding_window_mask(seq, self.window, x.device)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+    def _attend_cached(self, q, k, v, kv, pos: int, gqa: bool) -> torch.Tensor:
+        """Write the new keys and values at positions pos.. of the cache, then attend the new
+        queries to every cached key they may see (within the window, for a window layer)."""
+        keys, values = kv
+        new = q.shape[2]
+        end = pos + new
+        keys[:, :, pos:end] = k
+        values[:, :, pos:end] = v
+        start = 0 if self.window is None else max(0, pos - self.window + 1)
+        k, v = keys[:, :, start:end], values[:, :, start:end]
+        if new == 1:  # one query sees every key kept
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+        if pos == 0 and (self.window is None or self.window >= new):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        distance = torch.arange(pos, end, device=q.device)[:, None] - torch.arange(start, end, device=q.device)
+        mask = distance >= 0
+        if self.window is not None:
+            mask &= distance < self.window
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+class KVCache:
+    """Keys and values of every layer, pre-allocated (batch, kv_heads, max_len, head_dim), and
+    `pos`, the number of positions written: the next forward's tokens go at pos, pos + 1, ..."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+        self.keys, self.values = keys, values
+        self.batch, self.max_len = keys[0].shape[0], keys[0].shape[2]
+        self.pos = 0
 
 
 _MASKS: dict[tuple[int, int, str], torch.Tensor] = {}
@@ -123,8 +160,8 @@ class Block(nn.Module):
         else:
             self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
 
-    def forward(self, x, cos, sin):
-        x = x + self.attn(self.attn_norm(x), cos, sin)
+    def forward(self, x, cos, sin, kv=None, pos=0):
+        x = x + self.attn(self.attn_norm(x), cos, sin, kv, pos)
         if isinstance(self.mlp, MoEFeedForward):
             out, moe_loss = self.mlp(self.mlp_norm(x))
             return x + out, moe_loss
@@ -143,8 +180,14 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, input_ids: torch.Tensor, *, z_loss: bool = False) -> TransformerOutput:
-        """input_ids (batch, seq) -> logits (batch, seq, vocab), plus the auxiliary loss terms."""
+    def forward(self, input_ids: torch.Tensor, *, z_loss: bool = False,
+                cache: Optional[KVCache] = None) -> TransformerOutput:
+        """input_ids (batch, seq) -> logits (batch, seq, vocab), plus the auxiliary loss terms.
+
+        With a `cache` (from new_cache), input_ids are the next tokens after the cache's `pos`
+        positions: only they run, and their logits come back (no auxiliary losses)."""
+        if cache is not None:
+            return self._forward_cached(input_ids, cache)
         seq = input_ids.shape[1]
         if seq > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len {self.cfg.max_seq_len}")
@@ -160,6 +203,38 @@ class Transformer(nn.Module):
         logits = F.linear(x, weight)
         logit_z = torch.logsumexp(logits.float(), dim=-1).pow(2).mean() if z_loss else None
         return TransformerOutput(logits=logits, logit_z_loss=logit_z, moe_loss=moe_loss)
+
+    # ------------------------------------------------------------------ generation
+
+    def new_cache(self, batch: int, max_len: Optional[int] = None, dtype: Optional[torch.dtype] = None) -> KVCache:
+        """An empty KV cache for `batch` sequences of up to `max_len` positions (default max_seq_len),
+        in `dtype` (default the model's), on the model's device."""
+        max_len = self.cfg.max_seq_len if max_len is None else max_len
+        if not 0 < max_len <= self.cfg.max_seq_len:
+            raise ValueError(f"a cache of {max_len} positions does not fit the model's max_seq_len {self.cfg.max_seq_len}")
+        weight = self.embed.weight
+        shape = (batch, self.cfg.kv_heads, max_len, self.cfg.dim_per_head)
+        dtype = dtype or weight.dtype
+        keys = [torch.zeros(shape, dtype=dtype, device=weight.device) for _ in self.blocks]
+        values = [torch.zeros(shape, dtype=dtype, device=weight.device) for _ in self.blocks]
+        return KVCache(keys, values)
+
+    def _forward_cached(self, input_ids: torch.Tensor, cache: KVCache) -> TransformerOutput:
+        batch, new = input_ids.shape
+        pos = cache.pos
+        if batch != cache.batch:
+            raise ValueError(f"a batch of {batch} sequences given to a cache made for a batch of {cache.batch}")
+        if pos + new > cache.max_len:
+            raise ValueError(f"{pos} cached + {new} new positions: the cache has room for {cache.max_len} positions "
+                             f"(the model's max_seq_len is {self.cfg.max_seq_len})")
+        cos, sin = self.rope_cos[pos:pos + new], self.rope_sin[pos:pos + new]
+        x = self.embed(input_ids)
+        for block, keys, values in zip(self.blocks, cache.keys, cache.values):
+            x, _ = block(x, cos, sin, (keys, values), pos)
+        x = self.norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        cache.pos = pos + new
+        return TransformerOutput(logits=F.linear(x, weight), logit_z_loss=None, moe_loss=torch.zeros((), device=x.device))
 
     # ------------------------------------------------------------------ MoE helpers
 

@@ -1,0 +1,111 @@
+"""Generation (glassroom/generate.py) and `glassroom sample`: greedy equals a plain argmax loop over
+the full forward, sampling is seeded and honours top-p, EOS stops, bad input is one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from glassroom.cli import main
+from glassroom.errors import GlassroomError
+from glassroom.generate import generate, pick_next
+from glassroom.model.config import ModelConfig, MoEConfig
+from glassroom.model.transformer import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SLIDING = ModelConfig(vocab_size=300, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64,
+                      sliding_window=5, global_every=2)
+MOE = dataclasses.replace(SLIDING, qk_norm=True, sliding_window=None, global_every=None,
+                          moe=MoEConfig(n_experts=4, top_k=2, d_expert=32, n_shared_experts=1, first_dense_layers=1))
+
+
+def _greedy_without_cache(model, prompt, n):
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("cfg", [SLIDING, MOE], ids=["sliding", "moe"])
+def test_greedy_equals_argmax_over_the_full_forward(cfg):
+    model = build_model(cfg, seed=1)
+    prompt = [5, 17, 9, 250, 3, 3, 41]
+    [out] = generate(model, [prompt], max_new_tokens=40)
+    assert out.new_ids == _greedy_without_cache(model, prompt, 40)
+    assert out.stop_reason == "max_new_tokens" and out.prompt_ids == prompt
+
+
+def test_prompts_of_different_lengths_in_one_call_equal_each_alone():
+    model = build_model(SLIDING, seed=2)
+    prompts = [[1, 2, 3], [7, 8, 9, 10, 11], [4, 5, 6], [200]]
+    together = generate(model, prompts, max_new_tokens=12, temperature=0.0)
+    for prompt, got in zip(prompts, together):
+        assert got.new_ids == generate(model, [prompt], max_new_tokens=12)[0].new_ids
+
+
+def test_eos_stops_and_is_kept_as_the_last_new_token():
+    model = build_model(SLIDING, seed=3)
+    free = generate(model, [[1, 2, 3]], max_new_tokens=20)[0].new_ids
+    eos = free[5]
+    first = free.index(eos)
+    out = generate(model, [[1, 2, 3]], max_new_tokens=20, eos_id=eos)[0]
+    assert out.new_ids == free[:first + 1] and out.stop_reason == "eos"
+    # In a batch, the finished prompt stops there while the other goes on.
+    other = [9, 9, 9]
+    other_free = generate(model, [other], max_new_tokens=20)[0].new_ids
+    both = generate(model, [[1, 2, 3], other], max_new_tokens=20, eos_id=eos)
+    assert both[0].new_ids == out.new_ids
+    assert both[1].new_ids == (other_free[:other_free.index(eos) + 1] if eos in other_free else other_free)
+
+
+def test_sampling_is_seeded_and_differs_between_seeds():
+    model = build_model(MOE, seed=4)
+    runs = [generate(model, [[1, 2, 3]], 30, temperature=1.5, seed=s)[0].new_ids for s in (0, 0, 1)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    # A tiny top-p keeps only the most likely token: greedy, whatever the temperature and seed.
+    greedy = generate(model, [[1, 2, 3]], 30)[0].new_ids
+    assert generate(model, [[1, 2, 3]], 30, temperature=2.0, top_p=1e-6, seed=7)[0].new_ids == greedy
+
+
+def test_top_p_draws_only_from_the_nucleus_and_temperature_reshapes():
+    # probabilities 0.5, 0.3, 0.15, 0.05: top-p 0.7 keeps the first two, 0.85 the first three.
+    logits = torch.log(torch.tensor([[0.05, 0.5, 0.15, 0.3]])).repeat(4000, 1)
+    gen = torch.Generator().manual_seed(0)
+    drawn = pick_next(logits, 1.0, 0.7, gen)
+    counts = torch.bincount(drawn, minlength=4).tolist()
+    assert counts[0] == 0 and counts[2] == 0
+    assert abs(counts[1] / 4000 - 0.5 / 0.8) < 0.03
+    drawn = pick_next(logits, 1.0, 0.85, gen)
+    assert torch.bincount(drawn, minlength=4)[0] == 0 and torch.bincount(drawn, minlength=4)[2] > 0
+    # Plain sampling follows the probabilities; a low temperature sharpens them.
+    drawn = pick_next(logits, 1.0, 1.0, gen)
+    assert abs(float((drawn == 0).float().mean()) - 0.05) < 0.015
+    cold = pick_next(logits, 0.25, 1.0, gen)
+    assert float((cold == 1).float().mean()) > 0.85
+    assert torch.equal(pick_next(logits[:2], 0.0, 0.5, None), torch.tensor([1, 1]))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_new_tokens": 0}, "--max-new-tokens: must be 1 or more"),
+    ({"temperature": -0.5}, "--temperature: must be 0"),
+    ({"top_p": 0.0}, "--top-p: must be in (0, 1]"),
+    ({"top_p": 1.5}, "--top-p: must be in (0, 1]"),
+    ({"prompt": list(range(64))}, "leave no room in the model's max_seq_len of 64"),
+    ({"prompt": list(range(40)), "max_new_tokens": 30}, "ask for at most 24"),
+    ({"prompt": []}, "at least one token"),
+])
+def test_generation_options_are_checked(kwargs, message):
+    model = build_model(SLIDING, seed=0)
+    args = {"prompt": [1, 2], "max_new_tokens": 4, **kwargs}
+    prompt = args.pop("prompt")
+    with pytest.raises(GlassroomError) as info:
+        generate(model, [prompt], **args)
+    assert message in str(info.value) and "\n" not in str(info.value)
