@@ -1,0 +1,95 @@
+"""The model card (README.md) of an exported folder: what the model is and where it came from.
+
+Parameters (total and active), training tokens by domain at the exported step, per-domain bits per
+byte of the last evaluation at or before that step (`eval/<domain>/bpb`), downstream scores
+(`downstream/<task>/<metric>`) if the store has any, and provenance: run name, step, the dataset's
+manifest digest, the git commit and the preregistered prediction's seal digest when recorded, and
+the run's config. Everything that comes from the run passes through glassroom.observe.redact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from glassroom.observe.redact import redact, redact_text
+
+
+def _store_values(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, float], Optional[dict]]:
+    """(eval/<domain>/bpb, downstream/* values at or before `step`, the prediction artifact)."""
+    from glassroom.observe.store import StoreReader, store_path
+
+    if not store_path(run_dir).is_file():
+        return {}, {}, None
+    bpb, downstream = {}, {}
+    with StoreReader(run_dir) as reader:
+        for name in reader.names():
+            is_bpb = name.startswith("eval/") and name.endswith("/bpb")
+            if not (is_bpb or name.startswith("downstream/")):
+                continue
+            steps, values = reader.series(name, end=step)
+            if len(steps):
+                (bpb if is_bpb else downstream)[name] = float(values[-1])
+        prediction = reader.artifact("prediction")
+    return bpb, downstream, prediction
+
+
+def _digest(path: Path) -> Optional[str]:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _commit(run_dir: Path, prediction: Optional[dict]) -> Optional[str]:
+    try:
+        return json.loads((run_dir / "provenance.json").read_text())["commit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    seal = (prediction or {}).get("seal") if isinstance(prediction, dict) else None
+    return seal.get("commit") if isinstance(seal, dict) else None
+
+
+def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str, train_state: dict) -> str:
+    from glassroom.config import build_section
+    from glassroom.model.accounting import count_params
+    from glassroom.model.config import ModelConfig
+    from glassroom.units import format_count, model_name
+
+    cfg = build_section(ModelConfig, config["model"], "model")
+    counts = count_params(cfg)
+    bpb, downstream, prediction = _store_values(run_dir, step)
+    name = redact_text(run_dir.name)
+    lines = [f"# {name} ({model_name(counts.total, counts.active)})", "",
+             f"A {'Mixture-of-Experts' if cfg.moe else 'dense'} decoder trained with glassroom, exported at step "
+             f"{step} as `{arch_class}` for Hugging Face `transformers`.", "",
+             "## Parameters", "", f"- total: {counts.total:,} ({format_count(counts.total)})",
+             f"- active per token: {counts.active:,} ({format_count(counts.active)})", ""]
+    tokens = train_state.get("tokens_by_domain") or {}
+    lines += ["## Training tokens by domain", "", "| domain | tokens |", "|---|---|"]
+    lines += [f"| {redact_text(str(d))} | {int(n):,} |" for d, n in sorted(tokens.items())]
+    lines += [f"| total | {int(train_state.get('tokens_seen', sum(tokens.values()))):,} |", ""]
+    if bpb:
+        lines += ["## Bits per byte (held-out, last evaluation)", "", "| domain | bpb |", "|---|---|"]
+        lines += [f"| {redact_text(n[len('eval/'):-len('/bpb')])} | {v:.4f} |" for n, v in sorted(bpb.items())]
+        lines.append("")
+    if downstream:
+        lines += ["## Downstream scores", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {redact_text(n[len('downstream/'):])} | {v:.4f} |" for n, v in sorted(downstream.items())]
+        lines.append("")
+    data_path = Path(str((config.get("data") or {}).get("path", "")))
+    seal = prediction.get("seal") if isinstance(prediction, dict) else None
+    lines += ["## Provenance", "", f"- run: {name}", f"- step: {step}",
+              f"- dataset manifest sha256: {_digest(data_path / 'manifest.json') or 'unknown (dataset not found)'}"]
+    commit = _commit(run_dir, prediction)
+    if commit:
+        lines.append(f"- git commit: {redact_text(str(commit))}")
+    if isinstance(seal, dict) and seal.get("digest"):
+        lines.append(f"- preregistered prediction seal (sha256): {redact_text(str(seal['digest']))}")
+    shown = yaml.safe_dump(redact(config), sort_keys=False).rstrip()
+    lines += ["", "## Config", "", "```yaml", shown, "```", ""]
+    return "\n".join(lines)

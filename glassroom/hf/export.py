@@ -1,0 +1,174 @@
+"""Writing a Hugging Face folder: config.json, model.safetensors (sharded with an index above a size),
+tokenizer files, generation_config.json, the model card and a marker that says glassroom wrote it.
+
+`export_run(run_dir, out, step=None, dtype="fp32")` exports a run's checkpoint (newest intact, or
+`step`); `write_folder` writes any glassroom model section + state dict. The folder is written into
+a temporary folder beside `out` and renamed into place: it is complete or absent. `out` must not
+exist, be empty, or (with `force`) be an earlier glassroom export, which is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from glassroom.errors import GlassroomError
+
+MARKER = "glassroom-export.json"
+DTYPES = {"fp32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
+DEFAULT_SHARD = 2 * 10**9
+EOS = "<|endoftext|>"
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from `2GB`, `500MB`, `10KB` or a plain number of bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", str(text), re.IGNORECASE)
+    if not match:
+        raise GlassroomError(f"--max-shard-size {text!r}: expected a size such as 2GB, 500MB or 1000000")
+    units = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+    size = int(float(match.group(1)) * units[(match.group(2) or "b").lower()])
+    if size < 1:
+        raise GlassroomError(f"--max-shard-size {text!r}: must be at least one byte")
+    return size
+
+
+def check_out(out: Path, force: bool, inside: Optional[Path] = None) -> None:
+    """Refuse an --out that would destroy something: a file, a non-empty folder that is not a
+    glassroom export (or one without --force), a folder inside `inside` (the run folder)."""
+    out = Path(out)
+    if inside is not None and out.resolve().is_relative_to(Path(inside).resolve()):
+        raise GlassroomError(f"--out {out}: is inside the run folder {inside}; export to a folder outside it")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise GlassroomError(f"--out {out}: exists and is not a folder; choose another path")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise GlassroomError(f"--out {out}: exists and is not empty (and is not a glassroom export); "
+                                 "choose a new folder")
+        if not force:
+            raise GlassroomError(f"--out {out}: holds an earlier export; add --force to replace it, or choose a new folder")
+
+
+def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _write_weights(folder: Path, tensors: dict[str, torch.Tensor], max_bytes: int) -> list[str]:
+    from safetensors.torch import save_file
+
+    shards = _shards(tensors, max_bytes)
+    if len(shards) == 1:
+        save_file(shards[0], str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return ["model.safetensors"]
+    names, weight_map = [], {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(folder / name), metadata={"format": "pt"})
+        names.append(name)
+        weight_map.update({tensor: name for tensor in shard})
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return names + ["model.safetensors.index.json"]
+
+
+def _dump(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n")
+
+
+def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor], tokenizer: Path,
+                 dtype: str = "fp32", max_shard_size: int = DEFAULT_SHARD, card: Callable[[str], str] | None = None,
+                 force: bool = False, provenance: Optional[dict] = None) -> Path:
+    """Export `model` (a model: mapping) with weights `state` (glassroom names) to `out`, atomically.
+    `card(arch_class)` returns README.md's text. Returns `out`."""
+    from glassroom.config import build_section
+    from glassroom.data.tokenizer import load_tokenizer
+    from glassroom.hf.architectures import CLASSES, choose, hf_config, to_hf
+    from glassroom.model.config import ModelConfig
+
+    out = Path(out)
+    if dtype not in DTYPES:
+        raise GlassroomError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    check_out(out, force)
+    cfg = build_section(ModelConfig, model, "model")
+    biases_zero = all(not t.any() for name, t in state.items() if name.endswith("router_bias"))
+    arch = choose(cfg, router_bias_zero=biases_zero)
+    tok = load_tokenizer(tokenizer)
+    eos = tok.token_to_id(EOS)
+    if tok.get_vocab_size() > cfg.vocab_size:
+        raise GlassroomError(f"{tokenizer}: {tok.get_vocab_size()} tokens, more than model.vocab_size ({cfg.vocab_size})")
+    torch_dtype, dtype_name = DTYPES[dtype]
+    tensors = {name: t.detach().to("cpu", torch_dtype) for name, t in to_hf(state, cfg, arch).items()}
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        files = _write_weights(tmp, tensors, max_shard_size)
+        _dump(tmp / "config.json", hf_config(cfg, arch, eos, dtype_name))
+        shutil.copyfile(tokenizer, tmp / "tokenizer.json")
+        _dump(tmp / "tokenizer_config.json", {
+            "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": EOS, "bos_token": None,
+            "unk_token": None, "add_bos_token": False, "add_eos_token": False,
+            "model_max_length": cfg.max_seq_len, "clean_up_tokenization_spaces": False})
+        _dump(tmp / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})
+        _dump(tmp / "generation_config.json", {"eos_token_id": eos, "pad_token_id": eos, "bos_token_id": None,
+                                               "max_length": cfg.max_seq_len})
+        if card is not None:
+            (tmp / "README.md").write_text(card(CLASSES[arch]))
+        _dump(tmp / MARKER, {"format": 1, "architecture": CLASSES[arch], "dtype": dtype_name,
+                             "weights": files, **(provenance or {})})
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`; an existing `out` (empty, or an export with --force) goes only after."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None, dtype: str = "fp32",
+               max_shard_size: int = DEFAULT_SHARD, force: bool = False) -> Path:
+    """Export a run's checkpoint (newest intact, or `step`) as a Hugging Face folder at `out`."""
+    from glassroom.hf.card import model_card
+    from glassroom.hf.load import read_run, run_state, run_tokenizer_path
+
+    run_dir, out = Path(run_dir), Path(out)
+    if dtype not in DTYPES:
+        raise GlassroomError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    check_out(out, force, inside=run_dir)
+    run = read_run(run_dir, step)
+    tokenizer = run_tokenizer_path(run)
+    state = run_state(run)
+    try:
+        train_state = json.loads((run.checkpoint / "trainer.json").read_text())["train_state"]
+    except (OSError, ValueError, KeyError):
+        train_state = {}
+    return write_folder(
+        out, run.config["model"], state, tokenizer, dtype, max_shard_size, force=force,
+        card=lambda arch_class: model_card(run_dir, run.config, run.step, arch_class, train_state),
+        provenance={"run": run_dir.name, "step": run.step})
