@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "glassroom.commands.plan",
     "glassroom.commands.data",
     "glassroom.commands.train",
+    "glassroom.commands.export",
+    "glassroom.commands.sample",
     "glassroom.commands.metrics",
     "glassroom.commands.runs",
     "glassroom.commands.note",
