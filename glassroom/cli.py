@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "glassroom.commands.train",
     "glassroom.commands.export",
     "glassroom.commands.sample",
+    "glassroom.commands.eval",
     "glassroom.commands.metrics",
     "glassroom.commands.runs",
     "glassroom.commands.note",

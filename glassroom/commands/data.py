@@ -21,6 +21,7 @@ Turn raw text into a dataset that `glassroom train` reads, and report on it.
   build    RECIPE.yaml --out DIR: extract sources, clean, dedup, split, train a tokenizer, write shards
   mixture  DIR --weights ...: tokens and epochs per domain that a weighted mixture would draw
   atlas    DIR [--k 40]: embed, cluster and map a sample of documents (docs/data-atlas.md)
+  tasks    DIR: lm-eval tasks over the validation split, for glassroom eval (docs/data-build.md)
 
 docs/data-build.md explains every recipe key, what DIR holds and the cleaning thresholds.
 
@@ -217,4 +218,60 @@ def run_atlas(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture), (register_atlas, run_atlas)]
+TASKS_DESCRIPTION = """\
+Write lm-evaluation-harness tasks over the dataset's held-out (validation) split into DIR/tasks,
+for `glassroom eval`, `train.eval_tasks` and `lm_eval --include_path DIR/tasks` alike (offline):
+
+  glassroom_mc_<domain>   multiple choice (HellaSwag-style): a passage of a validation document, its
+                          true continuation against --choices - 1 passages of the same length range
+                          from other documents of the domain; acc and acc_norm (group glassroom_mc)
+  glassroom_bpb_<domain>  rolling log-likelihood over the validation tokens [1 : N*L+1] (L = --seq-len,
+                          N = --windows): its bits_per_byte equals the trainer's eval/<domain>/bpb for
+                          train.seq_len = L and train.eval_sequences = N (group glassroom_bpb)
+
+DIR/tasks holds a YAML per task and group, a JSONL of documents per task, utils.py and
+manifest.json (tasks, items, seed, the sources of the documents). It is written into a temporary
+folder and renamed into place: running again replaces DIR/tasks and nothing else. The same --seed
+gives the same items. docs/data-build.md has the details.
+
+example:
+  glassroom data tasks data/tiny --seq-len 32 --windows 4 --items 100
+"""
+
+
+def register_tasks(sub) -> None:
+    p = new_command(sub, "tasks", "write local lm-eval tasks over the validation split (DIR/tasks)", TASKS_DESCRIPTION)
+    p.add_argument("dataset", metavar="DIR", help="a built dataset")
+    p.add_argument("--seq-len", type=int, default=512, metavar="L", help="window of the bits-per-byte tasks: the run's train.seq_len (default 512)")
+    p.add_argument("--windows", type=int, default=32, metavar="N", help="windows per domain: the run's train.eval_sequences (default 32)")
+    p.add_argument("--items", type=int, default=200, metavar="N", help="multiple-choice items per domain (default 200)")
+    p.add_argument("--choices", type=int, default=4, metavar="K", help="choices per item, the true one included (default 4)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the items and distractors (default 0)")
+    p.add_argument("--json", action="store_true", help="print the tasks manifest as JSON instead of the summary")
+    p.set_defaults(run=run_tasks)
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    from glassroom.data.build import require_dataset
+    from glassroom.downstream.tasks import write_tasks
+
+    require_dataset(args.dataset)
+    manifest = write_tasks(args.dataset, seq_len=args.seq_len, windows=args.windows, items=args.items,
+                           choices=args.choices, seed=args.seed)
+    if args.json:
+        print(json.dumps(manifest, indent=2))
+        return 0
+    print(f"{args.dataset}/tasks: {len(manifest['tasks'])} tasks (seed {manifest['seed']})")
+    for name, t in manifest["tasks"].items():
+        what = (f"{t['items']} items of {t['choices']} choices" if t["kind"] == "multiple_choice"
+                else f"{t['windows']} windows of {t['seq_len']} tokens, {t['n_bytes']:.0f} bytes")
+        print(f"  {name:<28}{what}")
+    for group, members in manifest["groups"].items():
+        print(f"  {group:<28}group of {len(members)}")
+    for note in manifest["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture), (register_atlas, run_atlas),
+               (register_tasks, run_tasks)]

@@ -1,0 +1,109 @@
+"""`glassroom eval PATH --tasks LIST`: lm-eval tasks on a run's checkpoint or a Hugging Face folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
+
+DESCRIPTION = """\
+Score a model on lm-evaluation-harness tasks, in-process, through glassroom's model adapter
+(log-likelihood, rolling log-likelihood, greedy generation; batched).
+
+PATH is a run folder (its newest intact checkpoint, or --step) or a Hugging Face folder (from
+`glassroom export`). Tasks are looked up in the tasks folder: for a run folder, its dataset's
+tasks/ (written by `glassroom data tasks DATASET`), or --tasks-dir. Local tasks:
+  glassroom_mc_<domain>   multiple-choice continuation from held-out documents (acc, acc_norm)
+  glassroom_bpb_<domain>  rolling log-likelihood over the validation stream (bits_per_byte; equals
+                          the trainer's eval/<domain>/bpb at --max-length = train.seq_len)
+  glassroom_mc, glassroom_bpb   the groups of each (mean over domains)
+Names lm-eval ships (hellaswag, arc_easy, lambada_openai, ...) pass through; they download their
+data, so they need the network.
+
+For a run folder the scores are also written to its store at the checkpoint's step as
+downstream/<task>/<metric> with a `downstream` event (the dashboard draws them over checkpoints);
+evaluating the same step again replaces them. A Hugging Face folder's scores are printed only.
+
+example:
+  glassroom data tasks data/tiny --seq-len 32 --windows 4
+  glassroom eval runs/tiny --tasks glassroom_mc,glassroom_bpb
+  glassroom eval exported/ --tasks glassroom_mc_prose --tasks-dir data/tiny/tasks --limit 50 --json
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "eval", "score a checkpoint on lm-eval tasks (local or from the hub)", DESCRIPTION)
+    p.add_argument("path", metavar="PATH", help="a run folder or a Hugging Face folder")
+    p.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task or group names")
+    p.add_argument("--tasks-dir", metavar="DIR", help="folder of task files (default: the run's DATASET/tasks)")
+    p.add_argument("--step", type=int, metavar="N", help="the checkpoint at step N (default: the newest intact one)")
+    p.add_argument("--limit", type=int, metavar="N", help="at most N items per task")
+    p.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per forward (default 8)")
+    p.add_argument("--max-length", type=int, metavar="L",
+                   help="longest sequence the model sees (default: a run's train.seq_len, else the model's max_seq_len)")
+    p.add_argument("--json", action="store_true", help="print the scores as JSON")
+    p.set_defaults(run=run)
+
+
+def _check(args: argparse.Namespace) -> list[str]:
+    names = [n.strip() for n in args.tasks.split(",") if n.strip()]
+    if not names:
+        raise GlassroomError("--tasks: give at least one task name, e.g. --tasks glassroom_mc")
+    if len(set(names)) != len(names):
+        raise GlassroomError("--tasks: a task is named twice; name each once")
+    for key in ("limit", "batch_size", "max_length", "step"):
+        value = getattr(args, key)
+        least = 0 if key == "step" else 1
+        if value is not None and value < least:
+            raise GlassroomError(f"--{key.replace('_', '-')}: must be at least {least}, got {value}")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    names = _check(args)
+    from glassroom.hf.load import is_hf_folder, load, read_run
+
+    path = Path(args.path).expanduser()
+    if not path.is_dir():
+        raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
+    is_run = (path / "config.yaml").is_file() or not is_hf_folder(path)
+    step, max_length = None, args.max_length
+    if is_run:
+        found = read_run(path, args.step)
+        step = found.step
+        model, tokenizer = load(path, step)
+        seq_len = (found.config.get("train") or {}).get("seq_len")
+        max_length = max_length or (seq_len if isinstance(seq_len, int) else None)
+    else:
+        model, tokenizer = load(path, args.step)
+    from glassroom.downstream import run as downstream
+
+    if args.tasks_dir:
+        tasks_dir = Path(args.tasks_dir).expanduser()
+    elif is_run:
+        tasks_dir = downstream.run_tasks_dir(path)
+    else:
+        tasks_dir = None
+    if tasks_dir is not None and not tasks_dir.is_dir():
+        raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
+                             "(or give another with --tasks-dir)")
+    result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
+                                 max_length=max_length)
+    scores = result["scores"]
+    if is_run:
+        downstream.store_results(path, step, scores, checkpoint=found.checkpoint.name)
+    if args.json:
+        print(json.dumps({"path": str(path), "step": step, "scores": scores, "items": result["items"],
+                          "seconds": round(result["seconds"], 3)}, indent=2))
+    else:
+        where = f"step {step}" if step is not None else "Hugging Face folder"
+        print(f"{path} ({where}): {result['items']} items in {result['seconds']:.1f} s"
+              + (f"; stored as downstream/<task>/<metric> at step {step}" if is_run else ""))
+        for task, metrics in scores.items():
+            print(f"  {task:<28}" + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
+    sys.stdout.flush()
+    return 0

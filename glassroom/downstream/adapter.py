@@ -1,0 +1,166 @@
+"""A glassroom model as an lm-eval language model (lm_eval.api.model.TemplateLM).
+
+Tokenization follows lm-eval's Hugging Face model (HFLM) on an exported folder, so both give the
+same numbers: special-token text (`<|endoftext|>`) is the special token, as `transformers`
+encodes it (glassroom's own document encoding treats it as text; `encode` below does not), no BOS
+is added, and a (context, continuation) pair is encoded whole and split after the context's tokens
+(TemplateLM._encode_pair). Sequences longer than max_length + 1 lose their left end.
+
+- loglikelihood: pairs sorted by length, right-padded, one forward per batch of `batch_size`.
+- loglikelihood_rolling: lm_eval.utils.get_rolling_token_windows with EOS as the prefix token
+  and context_len 1, made disjoint, scored as loglikelihood pairs and summed per document.
+- generate_until: greedy, one request at a time, with the model's KV cache when it has one
+  (`model.new_cache`), else a full forward per token; stops at EOS, at a stop string (the text is
+  cut before it) or after max_gen_toks tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.model import TemplateLM
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+from glassroom.data.tokenizer import EOS_TOKEN
+
+_ENCODERS: dict[int, object] = {}
+
+
+def hf_encoder(tok):
+    """A copy of a `tokenizers.Tokenizer` that matches special-token text, as `transformers` does."""
+    key = id(tok)
+    enc = _ENCODERS.get(key)
+    if enc is None or enc[0] is not tok:
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(tok.to_str())
+        copy.encode_special_tokens = False
+        _ENCODERS[key] = enc = (tok, copy)
+    return enc[1]
+
+
+def encode(tok, text: str) -> list[int]:
+    """Token ids of `text` as lm-eval's HFLM gets them from the exported tokenizer."""
+    return hf_encoder(tok).encode(text, add_special_tokens=False).ids
+
+
+class GlassroomLM(TemplateLM):
+    """lm-eval's model interface over (model, tokenizer) from glassroom.load."""
+
+    def __init__(self, model, tokenizer, batch_size: int = 8, max_length: int | None = None,
+                 max_gen_toks: int = 256, device: str | torch.device = "cpu"):
+        super().__init__()
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self._encoder = hf_encoder(tokenizer)
+        self.batch_size = int(batch_size)
+        self._device = torch.device(device)
+        limit = int(model.cfg.max_seq_len)
+        self._max_length = min(int(max_length or limit), limit)
+        self.max_gen_toks = int(max_gen_toks)
+        self._eos = tokenizer.token_to_id(EOS_TOKEN)
+        if self._eos is None:
+            raise ValueError(f"the tokenizer has no {EOS_TOKEN} token")
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._eos
+
+    def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
+        return self._encoder.encode(string, add_special_tokens=False).ids
+
+    def tok_decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    # ------------------------------------------------------------------ scoring
+
+    @torch.no_grad()
+    def _logprobs(self, rows: list[list[int]]) -> torch.Tensor:
+        """Log-softmax over the vocabulary for right-padded rows: (batch, longest, vocab), fp32."""
+        longest = max(len(r) for r in rows)
+        batch = torch.full((len(rows), longest), self._eos, dtype=torch.long)
+        for i, r in enumerate(rows):
+            batch[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        logits = self.model(batch.to(self._device)).logits
+        return F.log_softmax(logits.float(), dim=-1).cpu()
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        """(sum of log-probabilities of the continuation, whether it is the greedy one) per request."""
+        prepared = []
+        for _, context_enc, continuation_enc in requests:
+            whole = (list(context_enc) + list(continuation_enc))[-(self.max_length + 1):]
+            # A continuation longer than max_length is scored on its last max_length tokens.
+            prepared.append((whole[:-1], list(continuation_enc)[-(len(whole) - 1):]))
+        order = sorted(range(len(prepared)), key=lambda i: -len(prepared[i][0]))
+        results: list[tuple[float, bool]] = [(0.0, False)] * len(prepared)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start: start + self.batch_size]
+            logprobs = self._logprobs([prepared[i][0] for i in chunk])
+            for row, i in enumerate(chunk):
+                inputs, cont = prepared[i]
+                n = len(cont)
+                picked = logprobs[row, len(inputs) - n: len(inputs)]
+                target = torch.tensor(cont, dtype=torch.long)
+                ll = float(picked.gather(1, target[:, None]).sum())
+                results[i] = (ll, bool((picked.argmax(-1) == target).all()))
+                self.cache_hook.add_partial("loglikelihood", requests[i][0], results[i])
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        pieces, owners = [], []
+        for index, (string,) in enumerate(req.args for req in requests):
+            windows = get_rolling_token_windows(token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
+                                                max_seq_len=self.max_length, context_len=1)
+            for context, continuation in map(make_disjoint_window, windows):
+                pieces.append((None, context, continuation))
+                owners.append(index)
+        totals = [0.0] * len(requests)
+        for owner, (ll, _) in zip(owners, self._loglikelihood_tokens(pieces)):
+            totals[owner] += ll
+        return totals
+
+    # ------------------------------------------------------------------ generation
+
+    @torch.no_grad()
+    def _greedy(self, ids: list[int], max_new: int, until: list[str]) -> str:
+        out: list[int] = []
+        use_cache = hasattr(self.model, "new_cache")
+        cache = self.model.new_cache(1, len(ids) + max_new) if use_cache else None
+        step_input = ids
+        for _ in range(max_new):
+            x = torch.tensor([step_input], dtype=torch.long, device=self._device)
+            logits = self.model(x, cache=cache).logits if use_cache else self.model(x).logits
+            token = int(logits[0, -1].float().argmax())
+            if token == self._eos:
+                break
+            out.append(token)
+            text = self.tok_decode(out)
+            if any(stop in text for stop in until):
+                break
+            step_input = [token] if use_cache else step_input + [token]
+        text = self.tok_decode(out)
+        for stop in until:
+            text = text.split(stop)[0]
+        return text
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        outputs = []
+        for context, gen_kwargs in (req.args for req in requests):
+            kwargs = dict(gen_kwargs or {})
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            max_new = max(1, min(max_new, self.max_length - 1))
+            ids = self.tok_encode(context)[-(self.max_length - max_new):] or [self.prefix_token_id]
+            text = self._greedy(ids, max_new, [s for s in until if s])
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+            outputs.append(text)
+        return outputs

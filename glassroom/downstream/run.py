@@ -1,0 +1,138 @@
+"""Run lm-eval tasks in-process on a glassroom model and store the scores in a run's store.
+
+Task names are looked up in a tasks folder (`glassroom data tasks` writes DATASET/tasks) through
+lm-eval's TaskManager(include_path=...); names lm-eval ships (hellaswag, arc_easy, ...) pass
+through and need the network to fetch their data. When every task asked for is local, the Hugging
+Face libraries are put offline (HF_*_OFFLINE=1) for the call. Scores are flattened to
+{task: {metric: value}} (filters `,none` dropped, standard errors left out); a group's aggregate
+is a task of its own. In a run's store they are `downstream/<task>/<metric>` at the checkpoint's
+step, with one `downstream` event; evaluating a step again replaces its values.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+from glassroom.errors import GlassroomError
+
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def run_tasks_dir(run_dir: Path) -> Path:
+    """DATASET/tasks of the dataset a run folder trained on (its config.yaml's data.path)."""
+    from glassroom.train.run_dir import saved_config
+
+    saved = saved_config(Path(run_dir))
+    data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
+    if not isinstance(data.get("path"), str):
+        raise GlassroomError(f"{Path(run_dir) / 'config.yaml'}: no data.path; give the tasks folder with --tasks-dir")
+    return Path(os.path.expanduser(data["path"])) / "tasks"
+
+
+def task_manager(tasks_dir: Path | None):
+    from lm_eval.tasks import TaskManager
+
+    if tasks_dir is not None and not Path(tasks_dir).is_dir():
+        raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
+                             "(or give another with --tasks-dir)")
+    return TaskManager(include_path=str(tasks_dir) if tasks_dir is not None else None)
+
+
+def local_names(tasks_dir: Path | None) -> list[str]:
+    if tasks_dir is None or not Path(tasks_dir).is_dir():
+        return []
+    from glassroom.downstream.tasks import read_task_manifest
+
+    manifest = read_task_manifest(Path(tasks_dir))
+    return sorted(list(manifest["tasks"]) + list(manifest.get("groups", {})))
+
+
+def check_names(names: list[str], manager, tasks_dir: Path | None) -> None:
+    known = set(manager.all_subtasks) | set(manager.all_groups) | set(manager.all_tags)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        local = ", ".join(local_names(tasks_dir)) or f"none: no tasks in {tasks_dir}"
+        raise GlassroomError(f"--tasks: unknown task {unknown[0]!r} (local tasks: {local}; or a task name lm-eval ships)")
+
+
+def flatten(results: dict) -> dict[str, dict[str, float]]:
+    """lm-eval's results['results'] as {task: {metric: value}}: finite numbers only, no stderr."""
+    out: dict[str, dict[str, float]] = {}
+    for task, metrics in results.get("results", {}).items():
+        for key, value in metrics.items():
+            metric, _, _filter = key.partition(",")
+            if metric.endswith("_stderr") or metric == "sample_len" or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if math.isfinite(float(value)):
+                out.setdefault(task, {})[metric if _filter in ("", "none") else f"{metric}_{_filter}"] = float(value)
+    return out
+
+
+def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: int | None = None,
+             batch_size: int = 8, max_length: int | None = None, device: str = "cpu") -> dict:
+    """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s}."""
+    import lm_eval
+
+    from glassroom.downstream.adapter import GlassroomLM
+
+    local = set(local_names(tasks_dir))
+    offline = all(n in local for n in names)
+    saved = {k: os.environ.get(k) for k in OFFLINE_VARS}
+    if offline:
+        os.environ.update({k: "1" for k in OFFLINE_VARS})
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    try:
+        manager = task_manager(tasks_dir)
+        check_names(names, manager, tasks_dir)
+        lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device)
+        start = time.perf_counter()
+        try:
+            results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
+                                              bootstrap_iters=0, log_samples=False)
+        except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
+            raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
+        seconds = time.perf_counter() - start
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    items = sum(int(v.get("effective", v.get("original", 0))) for v in (results.get("n-samples") or {}).values())
+    return {"scores": flatten(results), "items": items, "seconds": seconds}
+
+
+def metric_values(scores: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {f"downstream/{task}/{metric}": v for task, metrics in scores.items() for metric, v in metrics.items()}
+
+
+def summary(scores: dict[str, dict[str, float]]) -> str:
+    return ", ".join(f"{task} {metric} {v:.4f}" for task, metrics in scores.items() for metric, v in metrics.items())
+
+
+def record(store, step: int, scores: dict[str, dict[str, float]], checkpoint: str | None = None) -> None:
+    """Write the scores at `step` into an open StoreWriter, with one `downstream` event."""
+    store.log(step, metric_values(scores))
+    store.event("downstream", f"downstream at step {step}: {summary(scores)}", step,
+                {"scores": scores, **({"checkpoint": checkpoint} if checkpoint else {})})
+    store.flush()
+
+
+def store_results(run_dir: Path, step: int, scores: dict[str, dict[str, float]], checkpoint: str | None = None) -> None:
+    """Write into a run's store from another process: SQLite serialises this writer with a live
+    trainer's (WAL, 30 s busy timeout); the event joins the journal's chain in its own transaction."""
+    import sqlite3
+
+    from glassroom.observe.store import StoreWriter, store_path
+
+    if not store_path(run_dir).is_file():
+        raise GlassroomError(f"{run_dir}: no run store ({store_path(run_dir).name}); is it a run folder?")
+    try:
+        with StoreWriter(run_dir) as store:
+            record(store, step, scores, checkpoint)
+    except sqlite3.DatabaseError as exc:
+        raise GlassroomError(f"{store_path(run_dir)}: cannot be written ({exc}); the scores were not stored") from None

@@ -1,0 +1,255 @@
+"""Local lm-eval tasks written into a dataset (`glassroom data tasks DATASET`): DATASET/tasks/.
+
+Two tasks per domain, both over the held-out (validation) split, both offline:
+
+- `glassroom_mc_<domain>` (group `glassroom_mc`): HellaSwag-style multiple choice. The context is a
+  passage of a validation document (about CONTEXT_CHARS characters, cut at whitespace); the true
+  ending is the text that follows it (about ENDING_CHARS); the distractors are passages of the same
+  length range (0.75x to 1.33x the true ending) from other validation documents of the domain.
+  Metrics acc and acc_norm. Deterministic for a given --seed.
+- `glassroom_bpb_<domain>` (group `glassroom_bpb`): rolling log-likelihood over the text of the
+  validation tokens [1 : N*L + 1] (L = --seq-len, N = --windows capped by the shard), one document.
+  With max_length L, lm-eval's rolling windows are the trainer's evaluation windows
+  (glassroom/train/evaluate.py), except that the first window's first input token is EOS instead
+  of token 0; the bytes counted are the trainer's (shard.bytes_between), so bits_per_byte equals
+  the trainer's eval/<domain>/bpb for the same L and eval_sequences = N.
+
+The folder holds one YAML per task and group, one JSONL of documents per task, utils.py (a copy of
+glassroom/downstream/task_utils.py, which finds the JSONL beside itself: the dataset may move) and
+manifest.json. It is written into a temporary folder and renamed over DATASET/tasks at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from glassroom.errors import GlassroomError
+
+FORMAT = "glassroom-tasks/1"
+CONTEXT_CHARS = 400
+ENDING_CHARS = 120
+LENGTH_RANGE = (0.75, 4 / 3)  # a distractor's length over the true ending's
+WHITESPACE = re.compile(r"\s")
+
+
+def _spans_at(text: str, positions: np.ndarray, start: int, length: int) -> str | None:
+    """text[start : the first whitespace at or after start + length], or None if that is too long."""
+    i = int(np.searchsorted(positions, start + length))
+    if i >= len(positions):
+        return None
+    end = int(positions[i])
+    return text[start:end] if end - start <= 2 * length else None
+
+
+def _doc_texts(dataset, domain: str, tok) -> list[str]:
+    shard = dataset.shard(domain, "validation")
+    return [tok.decode(shard.doc_tokens(i).tolist(), skip_special_tokens=False) for i in range(shard.n_docs)]
+
+
+def mc_items(texts: list[str], items: int, choices: int, rng: np.random.Generator) -> list[dict]:
+    """Up to `items` multiple-choice items from the documents `texts` (see the module doc)."""
+    spaces = [np.array([m.start() for m in WHITESPACE.finditer(t)], dtype=np.int64) for t in texts]
+    usable = [i for i, t in enumerate(texts) if len(t) > CONTEXT_CHARS + 2 * ENDING_CHARS]
+    if len(texts) < 2 or not usable:
+        return []
+    out: list[dict] = []
+    for _ in range(items * 20):
+        if len(out) == items:
+            break
+        i = int(rng.choice(usable))
+        text, pos = texts[i], spaces[i]
+        cands = pos[(pos >= CONTEXT_CHARS) & (pos < len(text) - 2 * ENDING_CHARS)]
+        if not len(cands):
+            continue
+        cut = int(rng.choice(cands))
+        first = pos[(pos >= cut - CONTEXT_CHARS) & (pos < cut)]
+        context = text[int(first[0]) + 1 if len(first) else cut - CONTEXT_CHARS: cut]
+        ending = _spans_at(text, pos, cut, ENDING_CHARS)
+        if not context.strip() or ending is None or not ending.strip():
+            continue
+        others = []
+        for _ in range(50 * choices):
+            if len(others) == choices - 1:
+                break
+            j = int(rng.integers(len(texts)))
+            if j == i or len(spaces[j]) < 2:
+                continue
+            q = int(rng.choice(spaces[j]))
+            span = _spans_at(texts[j], spaces[j], q, ENDING_CHARS)
+            if (span is not None and span.strip() and span != ending and span not in others
+                    and LENGTH_RANGE[0] <= len(span) / len(ending) <= LENGTH_RANGE[1]):
+                others.append(span)
+        if len(others) < choices - 1:
+            continue
+        gold = int(rng.integers(choices))
+        options = others[:gold] + [ending] + others[gold:]
+        out.append({"context": context, "choices": options, "gold": gold, "source_doc": i})
+    return out
+
+
+def bpb_document(dataset, domain: str, tok, seq_len: int, windows: int) -> dict | None:
+    """The rolling task's one document for a domain, or None when the shard has no whole window."""
+    shard = dataset.shard(domain, "validation")
+    n = min((len(shard) - 1) // seq_len, windows)
+    if n < 1:
+        return None
+    ids = np.asarray(shard.tokens[1: n * seq_len + 1], dtype=np.int64).tolist()
+    text = tok.decode(ids, skip_special_tokens=False)
+    return {"text": text, "n_bytes": shard.bytes_between(1, n * seq_len + 1), "windows": n, "seq_len": seq_len,
+            "tokens": len(ids), "roundtrip_differs": _roundtrip_differs(tok, text, ids)}
+
+
+def _roundtrip_differs(tok, text: str, ids: list[int]) -> int:
+    """Positions where encoding `text` (the EOS text as the special token, as Hugging Face does)
+    differs from `ids`, plus the length difference: 0 when lm-eval sees the trainer's tokens."""
+    from glassroom.downstream.adapter import encode
+
+    again = encode(tok, text)
+    return sum(a != b for a, b in zip(again, ids)) + abs(len(again) - len(ids))
+
+
+def _yaml(entries: dict) -> str:
+    """YAML text: values written as JSON (valid YAML), strings starting with '!function ' as tags."""
+    lines = []
+    for key, value in entries.items():
+        if isinstance(value, str) and value.startswith("!function "):
+            lines.append(f"{key}: {value}")
+        else:
+            lines.append(f"{key}: {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines) + "\n"
+
+
+def _mc_yaml(name: str, file: str) -> str:
+    return _yaml({
+        "task": name, "tag": ["glassroom"], "custom_dataset": "!function utils.load_docs",
+        "dataset_kwargs": {"file": file}, "output_type": "multiple_choice", "test_split": "test",
+        "doc_to_text": "{{context}}", "doc_to_target": "{{gold}}", "doc_to_choice": "choices",
+        "target_delimiter": "",
+        "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+                        {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}],
+        "metadata": {"version": 1.0},
+    })
+
+
+def _bpb_yaml(name: str, file: str) -> str:
+    return _yaml({
+        "task": name, "tag": ["glassroom"], "custom_dataset": "!function utils.load_docs",
+        "dataset_kwargs": {"file": file}, "output_type": "loglikelihood_rolling", "test_split": "test",
+        "doc_to_text": "", "doc_to_target": "{{text}}", "process_results": "!function utils.bpb_results",
+        "metric_list": [{"metric": "bits_per_byte", "aggregation": "bits_per_byte", "higher_is_better": False}],
+        "metadata": {"version": 1.0},
+    })
+
+
+def _group_yaml(group: str, tasks: list[str], metric: str) -> str:
+    return _yaml({"group": group, "task": tasks, "aggregate_metric_list": [
+        {"metric": metric, "aggregation": "mean", "weight_by_size": False}], "metadata": {"version": 1.0}})
+
+
+def _sources(manifest: dict, domain: str) -> list[dict]:
+    out = []
+    for s in manifest["domains"][domain].get("sources", []):
+        licence = s.get("licence") or s.get("license") or "not recorded in the dataset's manifest: see the source"
+        out.append({"name": s.get("name"), "kind": s.get("kind"), "licence": licence})
+    return out
+
+
+def write_tasks(dataset_dir: str | Path, seq_len: int = 512, windows: int = 32, items: int = 200,
+                choices: int = 4, seed: int = 0) -> dict:
+    """Write DATASET/tasks (see the module doc); returns its manifest."""
+    from glassroom.data.mixture import Dataset
+
+    for key, value, least in (("--seq-len", seq_len, 1), ("--windows", windows, 1), ("--items", items, 1),
+                              ("--choices", choices, 2)):
+        if value < least:
+            raise GlassroomError(f"{key}: must be at least {least}, got {value}")
+    if not 0 <= seed < 2**63:
+        raise GlassroomError(f"--seed: must be between 0 and 2**63 - 1, got {seed}")
+    dataset = Dataset(dataset_dir)
+    tok = dataset.tokenizer()
+    root = Path(dataset_dir)
+    tmp = root / f".tasks-tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        manifest = _write_into(tmp, dataset, tok, seq_len, windows, items, choices, seed)
+        _replace(root / "tasks", tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed) -> dict:
+    shutil.copyfile(Path(__file__).with_name("task_utils.py"), tmp / "utils.py")
+    tasks: dict[str, dict] = {}
+    notes: list[str] = []
+    for d_index, domain in enumerate(dataset.domains):
+        texts = _doc_texts(dataset, domain, tok)
+        rng = np.random.default_rng([seed, d_index, 0x6D63])
+        mc = mc_items(texts, items, choices, rng)
+        if mc:
+            name = f"glassroom_mc_{domain}"
+            (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in mc), encoding="utf-8")
+            (tmp / f"{name}.yaml").write_text(_mc_yaml(name, f"{name}.jsonl"), encoding="utf-8")
+            tasks[name] = {"kind": "multiple_choice", "domain": domain, "items": len(mc), "choices": choices,
+                           "metrics": ["acc", "acc_norm"]}
+            if len(mc) < items:
+                notes.append(f"{domain}: {len(mc)} multiple-choice items of {items} asked (short validation split)")
+        else:
+            notes.append(f"{domain}: no multiple-choice task (needs 2 validation documents, one over "
+                         f"{CONTEXT_CHARS + 2 * ENDING_CHARS} characters)")
+        doc = bpb_document(dataset, domain, tok, seq_len, windows)
+        if doc is None:
+            notes.append(f"{domain}: no bits-per-byte task (fewer than seq_len + 1 = {seq_len + 1} validation tokens)")
+            continue
+        name = f"glassroom_bpb_{domain}"
+        (tmp / f"{name}.jsonl").write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / f"{name}.yaml").write_text(_bpb_yaml(name, f"{name}.jsonl"), encoding="utf-8")
+        tasks[name] = {"kind": "loglikelihood_rolling", "domain": domain, "items": 1, "seq_len": seq_len,
+                       "windows": doc["windows"], "tokens": doc["tokens"], "n_bytes": doc["n_bytes"],
+                       "roundtrip_differs": doc["roundtrip_differs"], "metrics": ["bits_per_byte"]}
+        if doc["roundtrip_differs"]:
+            notes.append(f"{domain}: re-encoding the rolling task's text differs from the shard's tokens at "
+                         f"{doc['roundtrip_differs']} positions (a window edge inside a character or a merge)")
+    groups = {}
+    for group, kind, metric in (("glassroom_mc", "multiple_choice", "acc"), ("glassroom_bpb", "loglikelihood_rolling", "bits_per_byte")):
+        members = [n for n, t in tasks.items() if t["kind"] == kind]
+        if members:
+            (tmp / f"_{group}.yaml").write_text(_group_yaml(group, members, metric), encoding="utf-8")
+            groups[group] = members
+    manifest = {"format": FORMAT, "dataset": dataset.manifest.get("name"), "seed": seed, "seq_len": seq_len,
+                "windows": windows, "items": items, "choices": choices, "context_chars": CONTEXT_CHARS,
+                "ending_chars": ENDING_CHARS, "tasks": tasks, "groups": groups, "notes": notes,
+                "sources": {d: _sources(dataset.manifest, d) for d in dataset.domains}}
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _replace(final: Path, new: Path) -> None:
+    """Rename `new` over `final`; the old folder is removed only after the new one is in place."""
+    old = final.with_name(f".tasks-old-{os.getpid()}")
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise GlassroomError(f"{final}: exists and is not a folder; move it away first")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(new, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def read_task_manifest(tasks_dir: Path) -> dict:
+    path = Path(tasks_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GlassroomError(f"{path}: cannot be read ({exc.__class__.__name__}); rewrite the tasks with "
+                             "glassroom data tasks DATASET") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("tasks"), dict):
+        raise GlassroomError(f"{path}: not a glassroom tasks manifest; rewrite it with glassroom data tasks DATASET")
+    return manifest
