@@ -33,13 +33,23 @@ def run_tasks_dir(run_dir: Path) -> Path:
     return Path(os.path.expanduser(data["path"])) / "tasks"
 
 
+_MANAGERS: dict[tuple, object] = {}
+
+
 def task_manager(tasks_dir: Path | None):
+    """lm-eval's TaskManager over its own tasks and `tasks_dir`; indexing them takes seconds, so it
+    is kept per folder (and the folder's manifest.json time) for the process: training reuses it."""
     from lm_eval.tasks import TaskManager
 
     if tasks_dir is not None and not Path(tasks_dir).is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
-    return TaskManager(include_path=str(tasks_dir) if tasks_dir is not None else None)
+    manifest = Path(tasks_dir) / "manifest.json" if tasks_dir is not None else None
+    key = (str(Path(tasks_dir).resolve()) if tasks_dir is not None else None,
+           manifest.stat().st_mtime_ns if manifest is not None and manifest.exists() else None)
+    if key not in _MANAGERS:
+        _MANAGERS[key] = TaskManager(include_path=str(tasks_dir) if tasks_dir is not None else None)
+    return _MANAGERS[key]
 
 
 def local_names(tasks_dir: Path | None) -> list[str]:
@@ -73,7 +83,7 @@ def flatten(results: dict) -> dict[str, dict[str, float]]:
 
 
 def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: int | None = None,
-             batch_size: int = 8, max_length: int | None = None, device: str = "cpu") -> dict:
+             batch_size: int = 8, max_length: int | None = None, device: str = "cpu", manager=None) -> dict:
     """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s}."""
     import lm_eval
 
@@ -86,7 +96,7 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
         os.environ.update({k: "1" for k in OFFLINE_VARS})
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     try:
-        manager = task_manager(tasks_dir)
+        manager = manager or task_manager(tasks_dir)
         check_names(names, manager, tasks_dir)
         lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device)
         start = time.perf_counter()

@@ -67,6 +67,10 @@ class TrainSection:
     keep_last: int = 2  # newest checkpoints kept
     keep_every: Optional[int] = None  # also keep every K-th step's checkpoint for good
     eval_sequences: int = 32  # held-out sequences per domain at each evaluation
+    # lm-eval tasks (DATASET/tasks, `glassroom data tasks`) run in-process: at every checkpoint, or
+    # every eval_tasks_every steps, and at the last step; scores as downstream/<task>/<metric>.
+    eval_tasks: list[str] = field(default_factory=list)
+    eval_tasks_every: Optional[int] = None
     max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
     parallel: Literal["fsdp", "ddp"] = "fsdp"
 
@@ -75,7 +79,7 @@ class TrainSection:
             path, steps=self.steps, batch_size=self.batch_size, micro_batch_size=self.micro_batch_size,
             seq_len=self.seq_len, lr=self.lr, checkpoint_every=self.checkpoint_every,
             eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
-            eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps,
+            eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
             grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps,
         )
         if self.batch_size % self.micro_batch_size:
@@ -92,6 +96,10 @@ class TrainSection:
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{path}.{key}: must be in [0, 1), got {getattr(self, key)}")
         require_non_negative(path, weight_decay=self.weight_decay, z_loss_coef=self.z_loss_coef)
+        for i, name in enumerate(self.eval_tasks):
+            if not name.strip() or name in self.eval_tasks[:i]:
+                raise ConfigError(f"{path}.eval_tasks[{i}]: {'empty' if not name.strip() else f'{name!r} is named twice'}; "
+                                  "give each task name once")
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"{path}.seed: must be between 0 and 2**63 - 1, got {self.seed}")
 

@@ -51,7 +51,7 @@ FAULT_KINDS = ("nan", "router_bias", "bad_batch", "lr", "kill", "kill_after_chec
 # Events a resumed run would record again when it redoes steps a killed process already journaled
 # (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
 # are never held back.
-REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end")
+REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end", "downstream")
 
 
 def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
@@ -112,6 +112,11 @@ class Trainer:
         self.mixture = Mixture(self.dataset, weights, tc.seq_len, tc.batch_size, tc.seed, cfg.data.max_epochs)
         self.manifest = self.dataset.manifest
         self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
+        self.downstream = None  # train.eval_tasks (glassroom/downstream/hook.py), checked before RUN_DIR is touched
+        if tc.eval_tasks:
+            from glassroom.downstream.hook import TrainingTasks
+
+            self.downstream = TrainingTasks(cfg, self.dataset, self.info.world_size)
         self.start_record = before_start(self.run_dir)
         # One process trains a run folder at a time (main rank; held until run() ends).
         self._run_lock = lock_run_dir(self.run_dir) if self.info.is_main else None
@@ -347,7 +352,11 @@ class Trainer:
                 done = self.step
                 if done % tc.eval_every == 0 or done == tc.steps:
                     final_eval = self.run_eval()
-                if done % tc.checkpoint_every == 0 or done == tc.steps:
+                saving = done % tc.checkpoint_every == 0 or done == tc.steps
+                # Before the save: a run killed in between redoes the step and its tasks on resume.
+                if self.downstream is not None and self.downstream.due(done, saving, done == tc.steps):
+                    self.run_downstream()
+                if saving:
                     self.save()
                 self._planted_kill(done, "kill")
             if not final_eval:
@@ -521,6 +530,17 @@ class Trainer:
         if results:
             self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}")
         return results
+
+    def run_downstream(self) -> None:
+        """train.eval_tasks on the model now: downstream/<task>/<metric> at this step, one event."""
+        from glassroom.downstream.run import metric_values, summary
+
+        scores = self.downstream.run(self.core, self.device)
+        if self.store is not None and scores:
+            self.store.log(self.step, metric_values(scores))
+            self._journal("downstream", f"downstream at step {self.step}: {summary(scores)}", self.step,
+                          {"scores": scores})
+        self._say(f"downstream step {self.step}: {summary(scores)}")
 
     def save(self) -> None:
         """Checkpoint the state after self.step. The store's rows up to this step are committed

@@ -1,0 +1,65 @@
+"""`train.eval_tasks`: lm-eval tasks run in the training process, scores in the run's store.
+
+At every checkpoint (or, with `train.eval_tasks_every: N`, at every N-th step) and at the last
+step, the tasks run on the model being trained (in eval mode, fp32, `train.seq_len` as the
+longest sequence, `train.micro_batch_size` sequences per forward), then training continues where
+it was: the model's mode and every random generator are restored, so a run with eval_tasks trains
+exactly as one without. Scores go to the store as downstream/<task>/<metric> at that step with a
+`downstream` event. Tasks are looked up in the dataset's tasks/ folder (glassroom data tasks).
+One process only: under torchrun with more than one process the run is refused in one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glassroom.errors import ConfigError
+
+
+class TrainingTasks:
+    def __init__(self, cfg, dataset, world_size: int):
+        from glassroom.downstream import run as downstream
+
+        tc = cfg.train
+        self.names = list(tc.eval_tasks)
+        self.every = tc.eval_tasks_every
+        if world_size > 1:
+            raise ConfigError(f"train.eval_tasks: runs in a single process only, this run has {world_size}; "
+                              "leave it empty and score the checkpoints with glassroom eval RUN_DIR --step N")
+        self.tasks_dir = Path(dataset.path) / "tasks"
+        if not self.tasks_dir.is_dir():
+            raise ConfigError(f"train.eval_tasks: {self.tasks_dir} does not exist; write the tasks with "
+                              f"glassroom data tasks {dataset.path} --seq-len {tc.seq_len} --windows {tc.eval_sequences}")
+        self.manager = downstream.task_manager(self.tasks_dir)
+        try:
+            downstream.check_names(self.names, self.manager, self.tasks_dir)
+        except Exception as exc:  # GlassroomError naming --tasks: say the config key instead
+            raise ConfigError(f"train.eval_tasks: {str(exc).removeprefix('--tasks: ')}") from None
+        self.tokenizer = dataset.tokenizer()
+        self.seq_len, self.batch = tc.seq_len, tc.micro_batch_size
+
+    def due(self, step: int, checkpointed: bool, last: bool) -> bool:
+        if last:
+            return True
+        return step % self.every == 0 if self.every else checkpointed
+
+    def run(self, model, device) -> dict:
+        """{task: {metric: value}} of the model now; the model's mode and the RNGs are restored."""
+        from glassroom.downstream import run as downstream
+        from glassroom.train.checkpoint import rng_state, set_rng_state
+
+        import random
+
+        import numpy as np
+
+        was_training = model.training
+        state, py_state, np_state = rng_state(), random.getstate(), np.random.get_state()  # lm-eval seeds all three
+        try:
+            result = downstream.evaluate(model, self.tokenizer, self.names, self.tasks_dir, batch_size=self.batch,
+                                         max_length=self.seq_len, device=str(device), manager=self.manager)
+        finally:
+            set_rng_state(state)
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+            model.train(was_training)
+        return result["scores"]
