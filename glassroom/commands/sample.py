@@ -1,0 +1,123 @@
+"""`glassroom sample PATH --prompt TEXT`: read what a model writes, from a run folder or a Hugging
+Face folder, with the KV cache of glassroom/generate.py; greedy by default."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from glassroom.commands import new_command
+
+DESCRIPTION = """\
+Continue a prompt with a trained model: PATH is a run folder (its newest intact checkpoint, or
+--step) or a Hugging Face folder (one written by `glassroom export`, or a published one of a
+supported architecture). The model runs in fp32 on the CPU (or --device cuda) with a KV cache.
+
+Greedy by default (--temperature 0): the same output as transformers'
+`generate(do_sample=False)` on the exported folder, token for token. With --temperature T > 0 the
+next token is drawn from softmax(logits / T), restricted by --top-p to the smallest set of most
+likely tokens whose probability reaches P, with a generator seeded by --seed: the same command
+prints the same text.
+
+The prompt is encoded as plain text (no BOS; special-token text is ordinary text). An empty
+prompt starts from the document separator <|endoftext|>, as every document in the training data
+does. Generation stops at <|endoftext|> (unless --ignore-eos) or after --max-new-tokens; the
+prompt and the new tokens must fit in the model's max_seq_len.
+
+Prints the prompt followed by the completion, and one line of statistics on stderr; --json prints
+one object instead: path, step, prompt, completion, tokens (prompt and new ids), prompt_tokens,
+new_tokens (ids), stop_reason (eos | max_new_tokens), seconds, tokens_per_s, and the options.
+
+examples:
+  glassroom sample lab/runs/hero --prompt "def parse_args("
+  glassroom sample lab/export/hero --prompt "In the beginning" --temperature 0.8 --top-p 0.95 --seed 1
+  glassroom sample lab/runs/hero --step 400 --prompt "" --max-new-tokens 128 --json
+"""
+
+
+def register(sub) -> None:
+    p = new_command(sub, "sample", "continue a prompt with a trained model (KV cache; greedy or sampled)",
+                    DESCRIPTION)
+    p.add_argument("path", metavar="PATH", help="a run folder or a Hugging Face folder")
+    p.add_argument("--prompt", required=True, help="the text to continue (empty: start a new document)")
+    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="at most N new tokens (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="0 is greedy (default); above 0 samples from softmax(logits / T)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="sample from the most likely tokens whose probability reaches P, in (0, 1] (default 1)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampling generator (default 0)")
+    p.add_argument("--step", type=int, metavar="N", help="a run folder's checkpoint at step N (default: newest intact)")
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs (default cpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from glassroom.generate import check_options
+
+    check_options(args.max_new_tokens, args.temperature, args.top_p)
+    result = sample(args.path, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                    top_p=args.top_p, seed=args.seed, step=args.step, ignore_eos=args.ignore_eos,
+                    device=args.device)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["prompt"] + result["completion"])
+        print(f"{len(result['new_tokens'])} new tokens in {result['seconds']:.2f} s "
+              f"({result['tokens_per_s']:.1f} tokens/s), stopped at {result['stop_reason']}", file=sys.stderr)
+    return 0
+
+
+def sample(path: str, prompt: str, *, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
+           seed: int = 0, step: int | None = None, ignore_eos: bool = False, device: str = "cpu") -> dict:
+    """What `glassroom sample` prints with --json, as a dict (the library call the benchmark times)."""
+    import torch
+
+    import glassroom
+    from glassroom.errors import GlassroomError
+    from glassroom.generate import check_length, generate
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise GlassroomError("--device cuda: no CUDA device is available here; use --device cpu")
+    model, tok = glassroom.load(path, step=step)
+    model.to(device)
+    tok.encode_special_tokens = True
+    eos = _eos_id(path, tok)
+    ids = tok.encode(prompt, add_special_tokens=False).ids if prompt else []
+    if not ids:
+        if eos is None:
+            raise GlassroomError(f"--prompt: empty, and {path}'s tokenizer has no end-of-text token to start from")
+        ids = [eos]
+    check_length(len(ids), max_new_tokens, model.cfg.max_seq_len)
+    [out] = generate(model, [ids], max_new_tokens, temperature, top_p, seed, None if ignore_eos else eos)
+    text_ids = out.new_ids[:-1] if out.stop_reason == "eos" else out.new_ids
+    return {
+        "path": str(path), "step": step, "prompt": prompt,
+        "completion": tok.decode(text_ids, skip_special_tokens=False),
+        "tokens": out.prompt_ids + out.new_ids, "prompt_tokens": out.prompt_ids, "new_tokens": out.new_ids,
+        "stop_reason": out.stop_reason, "seconds": out.seconds,
+        "tokens_per_s": len(out.new_ids) / out.seconds if out.seconds > 0 else 0.0,
+        "max_new_tokens": max_new_tokens, "temperature": temperature, "top_p": top_p, "seed": seed,
+        "ignore_eos": ignore_eos, "device": device,
+    }
+
+
+def _eos_id(path: str, tok) -> int | None:
+    """<|endoftext|> (the separator of glassroom's data), else a Hugging Face folder's eos_token_id."""
+    from pathlib import Path
+
+    from glassroom.data.tokenizer import EOS_TOKEN
+
+    eos = tok.token_to_id(EOS_TOKEN)
+    if eos is not None:
+        return eos
+    config = Path(path) / "generation_config.json"
+    try:
+        value = json.loads(config.read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = value[0] if isinstance(value, list) and value else value
+    return value if isinstance(value, int) else None
