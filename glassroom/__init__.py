@@ -5,3 +5,12 @@ training through pipeline; web reads only observe.store.
 """
 
 __version__ = "0.1.0"
+
+
+def load(path, step=None):
+    """(model, tokenizer) for a run folder (its newest intact checkpoint, or `step`) or a Hugging Face
+    folder: a glassroom Transformer in eval mode on CPU in fp32 and a `tokenizers.Tokenizer`
+    (docs/python.md). Imports torch on first call only, so `glassroom --help` stays fast."""
+    from glassroom.hf.load import load as _load
+
+    return _load(path, step)

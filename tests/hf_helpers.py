@@ -1,0 +1,66 @@
+"""Helpers for tests of Hugging Face export and import (also used by the sampling and eval tests).
+
+`ARCHS` maps each transformers architecture glassroom exports to `--set` overrides of
+tests/configs/train-tiny.yaml that make a model only that architecture expresses; `train_tiny_run`
+trains one a few steps through the real CLI; `export_folder` exports it; `hf_model` loads a folder
+with transformers offline; `real_text` is a few hundred characters of real Python source.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from pathlib import Path
+
+from train_helpers import run_train
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+os.environ.update(OFFLINE)
+
+DENSE = ("model.moe=",)
+SHORT = ("train.steps=4", "train.checkpoint_every=4", "train.eval_every=4")
+# 3 steps: the balancing bias has moved (after 4 it happens to be back at zero on this data)
+BIAS_MOVED = ("train.steps=3", "train.checkpoint_every=3", "train.eval_every=3")
+ARCHS: dict[str, tuple[str, ...]] = {
+    "llama": DENSE + ("model.norm_eps=1e-5", "model.tie_embeddings=true",
+                      "model.rope_scaling={type: llama3, factor: 8.0, low_freq_factor: 1.0, "
+                      "high_freq_factor: 4.0, original_max_seq_len: 16}"),
+    "mistral": DENSE + ("model.sliding_window=16", "model.n_kv_heads=2"),
+    "qwen3": DENSE + ("model.qk_norm=true", "model.sliding_window=16", "model.global_every=2", "model.head_dim=32"),
+    "qwen3_moe": ("model.qk_norm=true", "model.moe.router=softmax", "model.moe.n_shared_experts=0",
+                  "model.moe.bias_update_rate=0", "model.moe.norm_topk_prob=false"),
+    "mixtral": ("model.moe.router=softmax", "model.moe.n_shared_experts=0", "model.moe.bias_update_rate=0",
+                "model.moe.first_dense_layers=0", "model.sliding_window=16"),
+    "glm4_moe": ("model.moe.routed_scale=2.5", "model.moe.norm_topk_prob=true", "model.moe.bias_update_rate=0.05", *BIAS_MOVED),
+    "dots1": ("model.qk_norm=true", "model.sliding_window=16", "model.global_every=2",
+              "model.moe.norm_topk_prob=false", "model.moe.bias_update_rate=0.05", *BIAS_MOVED),
+}
+
+
+def train_tiny_run(tmp: Path, arch: str, dataset: Path, *sets: str) -> Path:
+    """A run of `arch`'s tiny model trained 4 steps (3 for the sigmoid MoEs), one checkpoint, in tmp/arch."""
+    out = Path(tmp) / arch
+    result = run_train(out, dataset, *SHORT, *ARCHS[arch], *sets)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def export_folder(run: Path, out: Path, **options) -> Path:
+    """`glassroom export` in process (options: step, dtype, max_shard_size, force)."""
+    from glassroom.hf.export import export_run
+
+    return export_run(run, out, **options)
+
+
+def hf_model(folder: Path):
+    """(AutoModelForCausalLM in fp32, eval mode, AutoTokenizer) of `folder`, offline."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
+    return model.eval(), AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def real_text(chars: int = 400) -> str:
+    source = Path(sysconfig.get_paths()["stdlib"]) / "json" / "decoder.py"
+    return source.read_text()[:chars]

@@ -1,0 +1,171 @@
+"""`glassroom export`: each architecture loads in transformers with glassroom's logits and token ids;
+bf16 and sharded folders; the model card; bad input is one line and exit 2, nothing destroyed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hf_helpers import ARCHS, OFFLINE, export_folder, hf_model, real_text, train_tiny_run
+from train_helpers import ROOT, run_train
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dataset, tmp_path_factory):
+    """Tiny runs, trained on first use, one per architecture."""
+    root, made = tmp_path_factory.mktemp("hf-runs"), {}
+
+    def get(arch: str):
+        if arch not in made:
+            made[arch] = train_tiny_run(root, arch, tiny_dataset)
+        return made[arch]
+    return get
+
+
+def glassroom(*args: str) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **OFFLINE})
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_exported_model_matches_glassroom_in_transformers(runs, tmp_path, arch):
+    import glassroom
+    from safetensors import safe_open
+
+    run = runs(arch)
+    out = export_folder(run, tmp_path / "hf")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == arch
+    model, tok = glassroom.load(run)
+    hf, hf_tok = hf_model(out)
+    assert type(hf).__name__ == config["architectures"][0]
+    text = real_text()
+    ids = tok.encode(text).ids
+    assert hf_tok(text)["input_ids"] == ids and len(ids) > 48
+    x = torch.tensor([ids[:48], ids[10:58]])
+    with torch.no_grad():
+        ours, theirs = model(x).logits, hf(x).logits
+    assert (ours - theirs).abs().max().item() < 1e-4
+    with safe_open(str(out / "model.safetensors"), "pt") as handle:
+        keys = set(handle.keys())
+    if "moe" in arch or arch in ("mixtral", "dots1"):
+        part = "block_sparse_moe.experts.3.w2" if arch == "mixtral" else "mlp.experts.3.down_proj"
+        assert f"model.layers.1.{part}.weight" in keys  # the hub's per-expert keys
+    if arch in ("glm4_moe", "dots1"):  # the balancing bias moved and was exported
+        bias = hf.model.layers[1].mlp.gate.e_score_correction_bias
+        assert torch.equal(bias, model.blocks[1].mlp.router_bias) and bias.abs().max() > 0
+
+
+def test_bf16_sharded_export_loads_and_keeps_the_values(runs, tmp_path):
+    from safetensors.torch import load_file
+
+    run = runs("glm4_moe")
+    full = export_folder(run, tmp_path / "fp32")
+    half = export_folder(run, tmp_path / "bf16", dtype="bf16", max_shard_size=100_000)
+    index = json.loads((half / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2 and not (half / "model.safetensors").exists()
+    assert json.loads((half / "config.json").read_text())["dtype"] == "bfloat16"
+    reference = load_file(str(full / "model.safetensors"))
+    got = {}
+    for shard in shards:
+        got.update(load_file(str(half / shard)))
+    assert set(got) == set(reference)
+    for name, tensor in reference.items():
+        assert got[name].dtype == torch.bfloat16
+        assert torch.equal(got[name], tensor.to(torch.bfloat16)), name
+    hf, _ = hf_model(half)
+    assert hf.model.layers[1].mlp.experts.gate_up_proj.shape[0] == 4
+
+
+def test_model_card_and_tokenizer_files(runs, tiny_dataset, tmp_path):
+    out = export_folder(runs("llama"), tmp_path / "hf")
+    card = (out / "README.md").read_text()
+    for needle in ("LlamaForCausalLM", "## Parameters", "| prose |", "| docs |", "| code |",
+                   "## Bits per byte", "dataset manifest sha256: ", "- step: 4", "## Config"):
+        assert needle in card, needle
+    assert "unknown (dataset not found)" not in card
+    tok_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tok_config["eos_token"] == "<|endoftext|>" and tok_config["bos_token"] is None
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 0
+    assert (out / "tokenizer.json").read_bytes() == (tiny_dataset / "tokenizer.json").read_bytes()
+
+
+def test_cli_export_then_out_rules(runs, tmp_path):
+    run = runs("llama")
+    out = tmp_path / "hf"
+    result = glassroom("export", str(run), "--out", str(out), "--dtype", "bf16")
+    assert result.returncode == 0, result.stderr
+    before = (out / "model.safetensors").read_bytes()
+    one_line_error(glassroom("export", str(run), "--out", str(out)), "--force")
+    assert (out / "model.safetensors").read_bytes() == before
+    assert glassroom("export", str(run), "--out", str(out), "--force").returncode == 0
+    assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    one_line_error(glassroom("export", str(run), "--out", str(other), "--force"), "not empty")
+    assert (other / "keep.txt").read_text() == "mine"
+    one_line_error(glassroom("export", str(run), "--out", str(run / "hf")), "inside the run folder")
+    assert not (run / "hf").exists()
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_cli_missing_or_damaged_checkpoint(runs, tiny_dataset, tmp_path):
+    run = tmp_path / "two"
+    shutil.copytree(runs("mistral"), run)
+    one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "a"), "--step", "3"), "no checkpoint at step 3")
+    data = run / "checkpoints" / "step_0000004" / "__0_0.distcp"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "b"), "--step", "4"), "checksum mismatch")
+    one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "c")), "no intact checkpoint")
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+    empty = tmp_path / "fresh"
+    assert run_train(empty, tiny_dataset, "train.steps=2", "train.checkpoint_every=4",
+                     "train.eval_every=4", "model.moe=").returncode == 0
+    shutil.rmtree(empty / "checkpoints")
+    one_line_error(glassroom("export", str(empty), "--out", str(tmp_path / "d")), "no checkpoint yet")
+
+
+def test_cli_newest_damaged_falls_back_with_a_warning(runs, tmp_path, tiny_dataset):
+    run = tmp_path / "run"
+    assert run_train(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
+                     "model.moe=").returncode == 0
+    (run / "checkpoints" / "step_0000004" / "trainer.json").write_text("{}")
+    result = glassroom("export", str(run), "--out", str(tmp_path / "hf"))
+    assert result.returncode == 0, result.stderr
+    assert "step_0000004/trainer.json" in result.stderr and "using step 2" in result.stderr
+    assert json.loads((tmp_path / "hf" / "glassroom-export.json").read_text())["step"] == 2
+
+
+@pytest.mark.parametrize("sets, key", [
+    (("model.moe=", "model.sliding_window=8", "model.global_every=2"), "model.global_every"),
+    (("model.moe.n_shared_experts=0",), "model.moe.n_shared_experts"),
+    (("model.moe.router=softmax", "model.moe.n_shared_experts=0"), "model.moe.bias_update_rate"),
+])
+def test_cli_unsupported_option_is_named(tiny_dataset, tmp_path, sets, key):
+    run = tmp_path / "run"
+    result = run_train(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2", *sets)
+    assert result.returncode == 0, result.stderr
+    one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "hf")), key)
+    assert not (tmp_path / "hf").exists()
