@@ -1,4 +1,4 @@
-"""The run config: `model:`, `data:`, `train:` and `observe:` sections of a `glassroom train` file.
+"""The run config: `model:`, `data:`, `train:`, `observe:` and `init:` sections of a `glassroom train` file.
 
 Fixed keys (users' files rely on them): data.path, data.weights, train.steps, train.batch_size
 (sequences per optimizer step, global), train.micro_batch_size, train.seq_len, train.lr,
@@ -125,29 +125,71 @@ class ObserveSection:
 
 
 @dataclass(frozen=True)
+class InitSection:
+    """`init: {from: DIR, step: N}`: start from a Hugging Face folder or a run's checkpoint (docs/train.md)."""
+
+    source: str  # `from:` in the file (a Python keyword)
+    step: Optional[int] = None  # a run folder's checkpoint; default its newest intact one
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> "InitSection":
+        if not isinstance(data, dict):
+            raise ConfigError("init: expected a mapping such as {from: DIR} or {from: RUN_DIR, step: 400}")
+        for key in data:
+            if key not in ("from", "step"):
+                raise ConfigError(f"init.{key}: unknown key (expected from, step)")
+        source = data.get("from")
+        if not isinstance(source, str) or not source.strip():
+            raise ConfigError("init.from: missing or not a path (a Hugging Face folder or a run folder)")
+        step = data.get("step")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise ConfigError(f"init.step: expected a whole number of 0 or more, got {step!r}")
+        return cls(source=source, step=step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "step": self.step}
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig
     data: DataSection
     train: TrainSection
     observe: ObserveSection = field(default_factory=ObserveSection)
+    init: Optional[InitSection] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out.pop("init")
+        if self.init is not None:
+            out["init"] = self.init.to_dict()
+        return out
 
 
 def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunConfig:
     for key in raw:
-        if key not in ("model", "data", "train", "observe"):
-            raise ConfigError(f"{key}: unknown section (expected model, data, train, observe)")
+        if key not in ("model", "data", "train", "observe", "init"):
+            raise ConfigError(f"{key}: unknown section (expected model, data, train, observe, init)")
     for key in ("data", "train"):
         if key not in raw:
             raise ConfigError(f"missing the {key}: section")
+    init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
+    model_raw = raw
+    if init is not None:  # the model section comes from init.from (or must agree with it)
+        from glassroom.hf.init import model_for_init
+
+        model_raw = {"model": model_for_init(init, raw.get("model"))}
     cfg = RunConfig(
-        model=model_config_from_mapping(raw, source),
+        model=model_config_from_mapping(model_raw, source),
         data=build_section(DataSection, raw["data"], "data"),
         train=build_section(TrainSection, raw["train"], "train"),
         observe=build_section(ObserveSection, raw.get("observe"), "observe"),
+        init=init,
     )
+    if init is not None:
+        from glassroom.hf.init import check_tokenizer
+
+        check_tokenizer(init, cfg.data.path)
     if cfg.train.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
             f"train.seq_len: {cfg.train.seq_len} is longer than model.max_seq_len ({cfg.model.max_seq_len})"

@@ -27,7 +27,7 @@ from glassroom.errors import GlassroomError
 CONFIG_FILE = "config.yaml"
 STORE_FILE = "store.sqlite"  # glassroom.observe.store.STORE_FILE (not imported: that pulls in the store)
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
-                "train.optimizer")
+                "train.optimizer", "init")
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -152,6 +152,10 @@ class Trainer:
         torch.manual_seed(tc.seed)
         use_fsdp_bf16 = self.info.enabled and tc.parallel == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
         self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
+        if cfg.init is not None and not ckpt.list_checkpoints(self.run_dir):  # init at step 0 only
+            from glassroom.hf.init import load_init_weights
+
+            load_init_weights(self.model, cfg.init, cfg.model)
         self.core = self.model
         if tc.compile:
             for block in self.core.blocks:

@@ -1,0 +1,125 @@
+"""`init: {from: DIR, step: N}`: a run that starts from a Hugging Face folder or another run's checkpoint.
+
+`model_for_init(init, given)` is the model section: the folder's (its config.json, or the run's
+config.yaml), or the run config's own `model:` when it agrees on every key that shapes the model
+(training knobs such as moe.bias_update_rate may differ). `check_tokenizer(init, data_path)`
+refuses data tokenized with another tokenizer. `load_init_weights(model, init, cfg)` copies the
+weights (router biases too) into a freshly built model, at step 0 only (the trainer's call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from glassroom.errors import ConfigError, GlassroomError
+
+# Settings of the model: section that only steer training; an init's folder does not fix them.
+TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef")
+
+
+def _kind(folder: Path) -> str:
+    if (folder / "config.yaml").is_file():
+        return "run"
+    if (folder / "config.json").is_file():
+        return "hf"
+    if not folder.is_dir():
+        raise ConfigError(f"init.from: {folder}: no such folder")
+    raise ConfigError(f"init.from: {folder}: neither a Hugging Face folder (config.json) nor a run folder (config.yaml)")
+
+
+def folder_model(init) -> dict[str, Any]:
+    """The model: mapping of the init folder."""
+    from glassroom.hf.load import model_section
+    from glassroom.train.run_dir import saved_config
+
+    folder = Path(init.source).expanduser()
+    if _kind(folder) == "hf":
+        if init.step is not None:
+            raise ConfigError(f"init.step: {folder} is a Hugging Face folder with one set of weights; "
+                              "step applies to run folders")
+        return model_section(folder)
+    model = saved_config(folder).get("model")
+    if not isinstance(model, dict):
+        raise ConfigError(f"init.from: {folder}/config.yaml has no model: section")
+    return model
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The run's model: mapping (see the module doc); a disagreement is one line naming the key."""
+    from glassroom.config import build_section
+    from glassroom.model.config import ModelConfig
+
+    derived = folder_model(init)
+    if given is None:
+        return derived
+    theirs = _flat(dataclasses.asdict(build_section(ModelConfig, derived, "model")))
+    ours = _flat(dataclasses.asdict(build_section(ModelConfig, given, "model")))
+    for key in sorted(set(theirs) | set(ours)):
+        if key.endswith(TRAINING_KNOBS) or theirs.get(key) == ours.get(key):
+            continue
+        if key.startswith("moe.") and (theirs.get("moe") is None or ours.get("moe") is None):
+            key = "moe"
+        raise ConfigError(f"model.{key}: {ours.get(key)!r} here, {theirs.get(key)!r} in {init.source} (init.from); "
+                          "remove the model: section to take the folder's, or make them agree")
+    return given
+
+
+def _tokenizer_file(init) -> Path:
+    from glassroom.train.run_dir import saved_config
+
+    folder = Path(init.source).expanduser()
+    if _kind(folder) == "hf":
+        return folder / "tokenizer.json"
+    return Path(str((saved_config(folder).get("data") or {}).get("path", ""))) / "tokenizer.json"
+
+
+def _vocab_and_merges(path: Path) -> tuple[Any, Any, Any]:
+    try:
+        tok = json.loads(path.read_text(encoding="utf-8"))
+        model = tok["model"]
+        return model.get("vocab"), model.get("merges"), [t.get("content") for t in tok.get("added_tokens", [])]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError(f"init.from: {path}: not a readable tokenizer.json") from None
+
+
+def check_tokenizer(init, data_path: str) -> None:
+    """The dataset's tokenizer.json has the init folder's vocabulary and merges (a dataset not built
+    yet is left to the dataset checks)."""
+    theirs = _tokenizer_file(init)
+    ours = Path(data_path).expanduser() / "tokenizer.json"
+    if not ours.is_file():
+        return
+    if not theirs.is_file():
+        raise ConfigError(f"init.from: {theirs}: no such file; the model's tokenizer must come with it")
+    if _vocab_and_merges(theirs) != _vocab_and_merges(ours):
+        raise ConfigError(f"data.path: {ours} is not the tokenizer of {init.source} (init.from): build the data "
+                          f"with `tokenizer: {{path: {theirs}}}` in its recipe (glassroom data build)")
+
+
+def load_init_weights(model, init, cfg) -> None:
+    """Copy the init folder's weights (router biases included) into `model` (built for `cfg`)."""
+    from glassroom.hf.load import copy_state, read_hf_folder, read_run, run_state
+
+    folder = Path(init.source).expanduser()
+    if _kind(folder) == "hf":
+        _, state = read_hf_folder(folder)
+        where = str(folder)
+    else:
+        run = read_run(folder, init.step)
+        state, where = run_state(run), str(run.checkpoint)
+    try:
+        copy_state(model, state, where)
+    except GlassroomError as exc:
+        raise GlassroomError(f"init.from: {exc}") from None
