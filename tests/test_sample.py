@@ -200,3 +200,19 @@ def test_a_missing_folder_and_a_damaged_checkpoint_are_one_line(run_dir, tmp_pat
     assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1
     assert "damaged" in err or "intact" in err, err
     assert shard.read_bytes() == bytes(data)  # nothing was moved or repaired
+
+
+def test_a_damaged_exported_folder_and_a_missing_gpu_are_one_line(run_dir, tmp_path, capsys):
+    from glassroom.hf.export import export_run
+
+    folder = export_run(run_dir, tmp_path / "export")
+    assert _cli(capsys, folder, "--prompt", "hi", "--max-new-tokens", 3)[0] == 0
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[10] ^= 0xFF  # inside the JSON header
+    weights.write_bytes(bytes(data))
+    code, out, err = _cli(capsys, folder, "--prompt", "hi")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "model.safetensors" in err, err
+    if not torch.cuda.is_available():
+        code, _, err = _cli(capsys, run_dir, "--prompt", "hi", "--device", "cuda")
+        assert code == 2 and "--device cuda: no CUDA device" in err and err.count("\n") == 1
