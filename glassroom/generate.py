@@ -81,22 +81,27 @@ def generate(
     seed: int = 0,
     eos_id: Optional[int] = None,
 ) -> list[Generation]:
-    """One Generation per prompt, in the order given. The model is put in eval mode."""
+    """One Generation per prompt, in the order given. The model runs in eval mode (its mode is
+    restored after)."""
     check_options(max_new_tokens, temperature, top_p)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise GlassroomError("generate: every prompt needs at least one token (start from the EOS id)")
     for prompt in prompts:
         check_length(len(prompt), max_new_tokens, model.cfg.max_seq_len)
-    model.eval()
     by_length: dict[int, list[int]] = {}
     for index, prompt in enumerate(prompts):
         by_length.setdefault(len(prompt), []).append(index)
     results: list[Optional[Generation]] = [None] * len(prompts)
-    for indices in by_length.values():
-        batch = [list(map(int, prompts[i])) for i in indices]
-        for i, generation in zip(indices, _generate_batch(model, batch, max_new_tokens, temperature,
-                                                          top_p, seed, eos_id)):
-            results[i] = generation
+    was_training = model.training
+    model.eval()
+    try:
+        for indices in by_length.values():
+            batch = [list(map(int, prompts[i])) for i in indices]
+            for i, generation in zip(indices, _generate_batch(model, batch, max_new_tokens, temperature,
+                                                              top_p, seed, eos_id)):
+                results[i] = generation
+    finally:
+        model.train(was_training)
     return results  # type: ignore[return-value]
 
 

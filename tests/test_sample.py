@@ -36,9 +36,13 @@ def _greedy_without_cache(model, prompt, n):
 
 @pytest.mark.parametrize("cfg", [SLIDING, MOE], ids=["sliding", "moe"])
 def test_greedy_equals_argmax_over_the_full_forward(cfg):
-    model = build_model(cfg, seed=1)
+    model = build_model(cfg, seed=1).train()
     prompt = [5, 17, 9, 250, 3, 3, 41]
     [out] = generate(model, [prompt], max_new_tokens=40)
+    assert model.training  # generation ran in eval mode and left the mode as it found it
+    if cfg.moe is not None:  # in eval mode the routers count nothing toward the next optimizer step
+        assert int(model.step_tokens_per_expert().sum()) == 0
+    model.eval()
     assert out.new_ids == _greedy_without_cache(model, prompt, 40)
     assert out.stop_reason == "max_new_tokens" and out.prompt_ids == prompt
 
