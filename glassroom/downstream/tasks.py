@@ -32,8 +32,8 @@ import numpy as np
 from glassroom.errors import GlassroomError
 
 FORMAT = "glassroom-tasks/1"
-CONTEXT_CHARS = 400
-ENDING_CHARS = 120
+CONTEXT_CHARS = 300
+ENDING_CHARS = 80
 LENGTH_RANGE = (0.75, 4 / 3)  # a distractor's length over the true ending's
 WHITESPACE = re.compile(r"\s")
 

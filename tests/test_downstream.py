@@ -1,0 +1,240 @@
+"""Downstream evaluation: local lm-eval tasks (glassroom data tasks), the model adapter, scores in
+the store from `glassroom eval` and from train.eval_tasks, and agreement with lm-eval's own
+Hugging Face model on the exported folder and with the trainer's bits per byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hf_helpers import OFFLINE, export_folder
+from train_helpers import ROOT, run_train
+
+from glassroom.observe.store import StoreReader
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+SEQ_LEN, WINDOWS = 32, 32
+TASKS_RUN = "train.eval_tasks=[glassroom_bpb_prose, glassroom_mc_prose]"
+
+
+def glassroom(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.fixture(scope="module")
+def dataset(tiny_dataset, tmp_path_factory) -> Path:
+    """A copy of the tiny dataset with its tasks written through the CLI."""
+    out = tmp_path_factory.mktemp("ds") / "tiny"
+    shutil.copytree(tiny_dataset, out)
+    result = glassroom("data", "tasks", str(out), "--seq-len", str(SEQ_LEN), "--windows", str(WINDOWS),
+                       "--items", "12", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "glassroom_mc_prose" in result.stdout
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(dataset, tmp_path_factory) -> Path:
+    """A tiny MoE trained 12 steps with eval_sequences = the tasks' windows and two eval_tasks."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = run_train(out, dataset, f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", TASKS_RUN,
+                       env={**OFFLINE, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# ------------------------------------------------------------------ the task files
+
+
+def test_tasks_are_passages_of_validation_documents_deterministic_and_replaced_whole(dataset, tmp_path):
+    from glassroom.data.mixture import Dataset
+    from glassroom.downstream.tasks import ENDING_CHARS, LENGTH_RANGE, write_tasks
+
+    tasks = dataset / "tasks"
+    manifest = json.loads((tasks / "manifest.json").read_text())
+    assert manifest["seed"] == 3 and manifest["groups"]["glassroom_bpb"] == [f"glassroom_bpb_{d}" for d in ("prose", "docs", "code")]
+    assert {"name": "bible", "kind": "bible"}.items() <= manifest["sources"]["prose"][0].items()
+    ds = Dataset(dataset)
+    tok = ds.tokenizer()
+    shard = ds.shard("prose", "validation")
+    texts = [tok.decode(shard.doc_tokens(i).tolist(), skip_special_tokens=False) for i in range(shard.n_docs)]
+    items = read_jsonl(tasks / "glassroom_mc_prose.jsonl")
+    assert len(items) == manifest["tasks"]["glassroom_mc_prose"]["items"] == 12
+    for item in items:
+        true = item["choices"][item["gold"]]
+        assert item["context"] + true in texts[item["source_doc"]]  # the true ending follows the context
+        assert len(item["choices"]) == 4 and len(set(item["choices"])) == 4
+        for k, choice in enumerate(item["choices"]):
+            assert choice[0].isspace() and len(choice) >= ENDING_CHARS
+            if k != item["gold"]:
+                assert LENGTH_RANGE[0] <= len(choice) / len(true) <= LENGTH_RANGE[1]
+                assert not any(item["context"] + choice in t for t in texts)
+    assert len({i["gold"] for i in items}) > 1
+    # Same seed: the same bytes; another seed: other items. Only DATASET/tasks is replaced.
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    (copy / "tasks" / "stale.txt").write_text("old")
+    (copy / "notes.txt").write_text("mine")
+    write_tasks(copy, seq_len=SEQ_LEN, windows=WINDOWS, items=12, seed=3)
+    assert (copy / "tasks" / "glassroom_mc_prose.jsonl").read_bytes() == (tasks / "glassroom_mc_prose.jsonl").read_bytes()
+    assert not (copy / "tasks" / "stale.txt").exists() and (copy / "notes.txt").read_text() == "mine"
+    assert not [p.name for p in copy.iterdir() if p.name.startswith(".tasks")]
+    write_tasks(copy, seq_len=SEQ_LEN, windows=WINDOWS, items=12, seed=4)
+    assert read_jsonl(copy / "tasks" / "glassroom_mc_prose.jsonl") != items
+
+
+def test_rolling_task_windows_are_the_trainers_windows(dataset):
+    """lm-eval's rolling windows over the bpb document, through the adapter's tokenization, are the
+    trainer's evaluation windows token for token (the first input token aside: EOS), and the bytes
+    counted are the trainer's."""
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    from glassroom.data.mixture import Dataset
+    from glassroom.downstream.adapter import encode
+    from glassroom.train.evaluate import DomainValidation
+
+    ds = Dataset(dataset)
+    tok = ds.tokenizer()
+    for domain in ds.domains:
+        doc = read_jsonl(dataset / "tasks" / f"glassroom_bpb_{domain}.jsonl")[0]
+        val = DomainValidation(ds, domain, SEQ_LEN, WINDOWS)
+        assert doc["n_bytes"] == pytest.approx(val.window_bytes.sum(), rel=1e-12)
+        ids = encode(tok, doc["text"])
+        windows = [make_disjoint_window(w) for w in get_rolling_token_windows(ids, ds.eos_id, SEQ_LEN, 1)]
+        assert len(windows) == len(val.tokens) == doc["windows"]
+        for (context, continuation), row in zip(windows, val.tokens.tolist()):
+            inputs = (context + continuation)[:-1]
+            assert continuation == row[1:]
+            assert inputs[1:] == row[1:-1] and (inputs[0] == row[0] or inputs == [ds.eos_id] + row[1:-1])
+
+
+# ------------------------------------------------------------------ scores: trainer, CLI, store
+
+
+def test_eval_tasks_during_training_match_the_trainers_bpb(run):
+    with StoreReader(run) as reader:
+        steps, task_bpb = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
+        eval_steps, eval_bpb = reader.series("eval/prose/bpb")
+        acc_steps, acc = reader.series("downstream/glassroom_mc_prose/acc")
+        events = [e for e in reader.events() if e["kind"] == "downstream"]
+    assert steps.tolist() == [4, 8, 12] == acc_steps.tolist() == [e["step"] for e in events]
+    assert eval_steps.tolist() == [6, 12]
+    assert abs(task_bpb[-1] - eval_bpb[-1]) < 1e-3, (task_bpb[-1], eval_bpb[-1])
+    assert task_bpb[0] > task_bpb[-1]  # it learns
+    assert all(0 <= a <= 1 for a in acc)
+    assert events[-1]["data"]["scores"]["glassroom_bpb_prose"]["bits_per_byte"] == pytest.approx(task_bpb[-1])
+
+
+def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run):
+    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["step"] == 8 and out["items"] == 2
+    again = glassroom("eval", str(run), "--tasks", "glassroom_bpb_code", "--step", "8", "--json")
+    assert again.returncode == 0, again.stderr
+    with StoreReader(run) as reader:
+        steps, values = reader.series("downstream/glassroom_bpb_code/bits_per_byte")
+        hook_prose = dict(zip(*reader.series("downstream/glassroom_bpb_prose/bits_per_byte")))
+        events = [e for e in reader.events() if e["kind"] == "downstream" and e["data"].get("checkpoint")]
+    assert steps.tolist() == [8] and values[0] == pytest.approx(out["scores"]["glassroom_bpb_code"]["bits_per_byte"])
+    # the same checkpoint's score from the CLI and from the training process
+    assert out["scores"]["glassroom_bpb_prose"]["bits_per_byte"] == pytest.approx(hook_prose[8], abs=1e-6)
+    assert [e["data"]["checkpoint"] for e in events] == ["step_0000008", "step_0000008"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tasks", "glassroom_nope"], "unknown task 'glassroom_nope'"),
+    (["--tasks", "glassroom_bpb_prose", "--tasks-dir", "/nonexistent/tasks"], "/nonexistent/tasks: no tasks folder"),
+    (["--tasks", "glassroom_bpb_prose", "--step", "5"], "no checkpoint at step 5"),
+    (["--tasks", ",", ], "give at least one task name"),
+    (["--tasks", "glassroom_bpb_prose", "--limit", "0"], "--limit: must be at least 1"),
+])
+def test_eval_mistakes_are_one_line_exit_2(run, args, says):
+    result = glassroom("eval", str(run), *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and says in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_damaged_checkpoint_is_one_line(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    data = next((copy / "checkpoints" / "step_0000008").glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:-7] + b"garbage")
+    result = glassroom("eval", str(copy), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "step_0000008" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path):
+    out = tmp_path / "r"
+    result = run_train(out, dataset, "train.eval_tasks=[glassroom_nope]", env=OFFLINE)
+    assert result.returncode == 2 and "train.eval_tasks: unknown task 'glassroom_nope'" in result.stderr
+    assert not out.exists()
+    bare = tmp_path / "bare"
+    shutil.copytree(dataset, bare, ignore=shutil.ignore_patterns("tasks"))
+    result = run_train(out, bare, "train.eval_tasks=[glassroom_bpb]", env=OFFLINE)
+    assert result.returncode == 2 and "glassroom data tasks" in result.stderr and not out.exists()
+
+
+# ------------------------------------------------------------------ against lm-eval's HF model
+
+
+def test_same_numbers_as_lm_eval_hf_on_the_exported_folder(run, dataset, tmp_path):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    import glassroom
+    from glassroom.downstream.run import evaluate, flatten
+
+    folder = export_folder(run, tmp_path / "hf")
+    manager = TaskManager(include_path=str(dataset / "tasks"))
+    model, tok = glassroom.load(folder)
+    for tasks, length in ((["glassroom_mc_prose"], 128), (["glassroom_bpb_prose", "glassroom_bpb_code"], SEQ_LEN)):
+        ours = evaluate(model, tok, tasks, dataset / "tasks", batch_size=4, max_length=length)["scores"]
+        theirs = flatten(lm_eval.simple_evaluate(
+            model="hf", model_args={"pretrained": str(folder), "dtype": "float32", "max_length": length, "device": "cpu"},
+            tasks=tasks, task_manager=manager, batch_size=4, bootstrap_iters=0, log_samples=False))
+        assert ours.keys() == theirs.keys()
+        for task in ours:
+            for metric, value in theirs[task].items():
+                assert abs(ours[task][metric] - value) < 1e-3, (task, metric, ours[task][metric], value)
+
+
+def test_generate_until_is_greedy_and_stops_at_strings(run):
+    import torch
+    from lm_eval.api.instance import Instance
+
+    import glassroom
+    from glassroom.downstream.adapter import GlassroomLM
+
+    model, tok = glassroom.load(run)
+    lm = GlassroomLM(model, tok, max_length=64)
+    prompt = "And God said, Let there be"
+    ids = lm.tok_encode(prompt)
+    with torch.no_grad():  # the reference: full forwards, argmax, 12 tokens
+        ref = list(ids)
+        for _ in range(12):
+            ref.append(int(model(torch.tensor([ref])).logits[0, -1].argmax()))
+            if ref[-1] == lm.eot_token_id:
+                ref.pop()
+                break
+    want = lm.tok_decode(ref[len(ids):])
+    requests = [Instance("generate_until", {}, (prompt, {"until": ["\x00never"], "max_gen_toks": 12}), 0)]
+    assert lm.generate_until(requests) == [want]
+    stop = want.strip()[:2]
+    cut = lm.generate_until([Instance("generate_until", {}, (prompt, {"until": [stop], "max_gen_toks": 12}), 0)])
+    assert cut == [want.split(stop)[0]] and stop not in cut[0]
