@@ -85,7 +85,7 @@ GR.LineChart = class {
     const series = [{label: "step"}];
     for (const l of this.lines) {
       series.push({label: l.label, stroke: l.color, width: l.width || 1.5, dash: l.dash, spanGaps: true,
-        points: {show: false}, value: (u, v) => GR.fmt(v)});
+        points: l.points ? {show: true, size: 6, fill: l.color} : {show: false}, value: (u, v) => GR.fmt(v)});
     }
     const bands = [];
     if (this.band) {

@@ -4,6 +4,8 @@
 
 const GROUP_KINDS = ["embedding", "attention", "mlp", "experts", "shared_experts", "router", "router_bias", "norms", "head"];
 const KIND_TITLE = {param: "Parameter", grad: "Gradient", update: "Update"};
+const DOWNSTREAM_ORDER = ["acc", "acc_norm", "bits_per_byte"];
+const DOWNSTREAM_TITLE = {acc: "accuracy", acc_norm: "accuracy (length-normalised)", bits_per_byte: "bits per byte"};
 const byLayer = (a, b) => (parseInt(a.match(/\d+/)) || 0) - (parseInt(b.match(/\d+/)) || 0);
 
 GR.setConnection = function (ok) {
@@ -89,6 +91,18 @@ GR.planCharts = function (names, vectorNames, meta) {
   if (has.has("train/lr")) train.push(chart("Learning rate", [line("train/lr", "lr", "#7c3aed")]));
   if (has.has("train/grad_norm")) train.push(chart("Gradient norm", [line("train/grad_norm", "grad norm", "#ea580c")]));
   sections.push({title: "Training", charts: train});
+
+  // Downstream scores (glassroom eval, train.eval_tasks): one chart per metric, a line per task,
+  // a point at each evaluated checkpoint, points joined by lines.
+  const byMetric = {};
+  for (const n of pick(/^downstream\/[^/]+\/[^/]+$/)) { const [, task, metric] = n.split("/"); (byMetric[metric] ||= []).push([task, n]); }
+  const downstream = Object.keys(byMetric).sort((a, b) => (DOWNSTREAM_ORDER.indexOf(a) + 1 || 99) - (DOWNSTREAM_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b))
+    .map((metric) => chart(`Downstream: ${DOWNSTREAM_TITLE[metric] || metric.replace(/_/g, " ")}`,
+      byMetric[metric].sort().map(([task, n], i) => {
+        const domain = (task.match(/^glassroom_[a-z]+_(.+)$/) || [])[1];
+        return line(n, task.replace(/^glassroom_/, ""), GR.colorFor(domain || task, i), {points: true, width: domain ? 1.5 : 2.25});
+      })));
+  if (downstream.length) sections.push({title: "Downstream", charts: downstream});
 
   const norms = [];
   const totals = ["param", "grad", "update"].filter((k) => has.has(`norm/${k}/total`))
@@ -262,8 +276,10 @@ GR.runPage = async function () {
   };
   document.getElementById("show-eval").addEventListener("change", () => renderEvents(eventsBox, events, run));
 
+  let known = new Set(), rebuilding = false;
   async function build() {
     const meta = await GR.source.meta(run);
+    known = new Set(meta.names);
     main.innerHTML = ""; GR.charts.length = 0; board.lineCharts = []; board.heatmaps = []; board.vectorCharts = [];
     header(Object.assign({}, meta.status, {step: meta.summary.step, updated: meta.summary.updated}), meta.summary);
     events = meta.events.map((e) => Object.assign(e, {run}));
@@ -288,7 +304,14 @@ GR.runPage = async function () {
   }
   GR.source.subscribe([run], {
     hello: () => { build().catch((e) => unreadable(e.message || String(e))); },   // a reconnect rebuilds: events or names may be new
-    update: (u) => board.onUpdate(u),
+    update: (u) => {
+      board.onUpdate(u);
+      // A series the page has never seen (the first downstream scores, a first eval): plan the charts again.
+      if (!rebuilding && Object.keys(u.series || {}).some((n) => !known.has(n))) {
+        rebuilding = true;
+        build().catch(showError).finally(() => { rebuilding = false; });
+      }
+    },
     reload: () => build().catch(showError),
     failed: unreadable,
   });
