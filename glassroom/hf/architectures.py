@@ -137,7 +137,7 @@ def hf_config(cfg: ModelConfig, arch: str, eos_token_id: int, dtype: str) -> dic
 
 def _get(hf: dict, key: str, where: str, default: Any = dataclasses.MISSING) -> Any:
     value = hf.get(key, default)
-    if value is dataclasses.MISSING:
+    if value is dataclasses.MISSING or value is None:
         raise GlassroomError(f"{where}: lacks {key}; not a complete {hf.get('model_type')} config")
     return value
 
@@ -214,7 +214,7 @@ def model_config(hf: dict, where: str) -> dict[str, Any]:
         if dense != list(range(len(dense))) or int(hf.get("decoder_sparse_step", 1)) != 1:
             raise GlassroomError(f"{where}: mlp_only_layers {dense} / decoder_sparse_step: glassroom's dense layers "
                                  "are the first ones (moe.first_dense_layers)")
-        model["moe"] = {"n_experts": int(hf["num_experts"]), "top_k": int(hf["num_experts_per_tok"]),
+        model["moe"] = {"n_experts": int(_get(hf, "num_experts", where, hf.get("num_local_experts"))), "top_k": int(hf["num_experts_per_tok"]),
                         "d_expert": int(hf["moe_intermediate_size"]), "first_dense_layers": len(dense),
                         "router": "softmax", "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
                         "bias_update_rate": 0.0}
@@ -227,7 +227,7 @@ def model_config(hf: dict, where: str) -> dict[str, Any]:
             raise GlassroomError(f"{where}: n_group/topk_group above 1 (expert groups); glassroom routes without groups")
         if not hf.get("n_shared_experts"):
             raise GlassroomError(f"{where}: n_shared_experts is 0; glassroom reads this architecture with shared experts only")
-        model["moe"] = {"n_experts": int(hf["n_routed_experts"]), "top_k": int(hf["num_experts_per_tok"]),
+        model["moe"] = {"n_experts": int(_get(hf, "n_routed_experts", where, hf.get("num_local_experts"))), "top_k": int(hf["num_experts_per_tok"]),
                         "d_expert": int(hf["moe_intermediate_size"]), "n_shared_experts": int(hf["n_shared_experts"]),
                         "first_dense_layers": int(hf.get("first_k_dense_replace") or 0), "router": "sigmoid",
                         "norm_topk_prob": bool(hf.get("norm_topk_prob", False)),
