@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,29 @@ def test_generate_until_is_greedy_and_stops_at_strings(run):
     stop = want.strip()[:2]
     cut = lm.generate_until([Instance("generate_until", {}, (prompt, {"until": [stop], "max_gen_toks": 12}), 0)])
     assert cut == [want.split(stop)[0]] and stop not in cut[0]
+
+
+def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tmp_path):
+    """eval_tasks_every picks the steps; torchrun with more than one process is refused; and a run
+    with eval_tasks trains exactly as one without (lm-eval's seeding does not leak into training)."""
+    from glassroom.data.mixture import Dataset
+    from glassroom.downstream.hook import TrainingTasks
+    from glassroom.errors import ConfigError
+    from glassroom.train.config import load_run_config
+    from train_helpers import TINY, losses
+
+    sets = [f"data.path={dataset}", "train.eval_tasks=[glassroom_bpb_docs]", "train.eval_tasks_every=5"]
+    cfg = load_run_config(TINY, sets)
+    hook = TrainingTasks(cfg, Dataset(dataset), world_size=1)
+    assert [s for s in range(1, 13) if hook.due(s, s % 4 == 0, s == 12)] == [5, 10, 12]
+    assert [s for s in range(1, 13) if TrainingTasks(load_run_config(TINY, sets[:2]), Dataset(dataset), 1).due(s, s % 4 == 0, s == 12)] == [4, 8, 12]
+    with pytest.raises(ConfigError, match="train.eval_tasks: runs in a single process only, this run has 2"):
+        TrainingTasks(cfg, Dataset(dataset), world_size=2)
+    for bad, says in (("train.eval_tasks_every=0", "train.eval_tasks_every: must be positive"),
+                      ("train.eval_tasks=[a, a]", "train.eval_tasks[1]: 'a' is named twice")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            load_run_config(TINY, sets + [bad])
+    plain = tmp_path / "plain"
+    result = run_train(plain, dataset, f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", env=OFFLINE)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(losses(run), losses(plain))
