@@ -220,3 +220,19 @@ def test_a_damaged_exported_folder_and_a_missing_gpu_are_one_line(run_dir, tmp_p
     if not torch.cuda.is_available():
         code, _, err = _cli(capsys, run_dir, "--prompt", "hi", "--device", "cuda")
         assert code == 2 and "--device cuda: no CUDA device" in err and err.count("\n") == 1
+
+
+def test_the_end_token_of_a_folder_without_endoftext_comes_from_its_generation_config(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from glassroom.commands.sample import _eos_id
+
+    tok = Tokenizer(WordLevel({"hello": 0, "</s>": 1, "world": 2}, unk_token="hello"))
+    assert _eos_id(str(tmp_path), tok) is None
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 2]}))
+    assert _eos_id(str(tmp_path), tok) == 1
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    assert _eos_id(str(tmp_path), tok) == 2
+    tok.add_special_tokens(["<|endoftext|>"])
+    assert _eos_id(str(tmp_path), tok) == 3
