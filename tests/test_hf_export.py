@@ -169,3 +169,43 @@ def test_cli_unsupported_option_is_named(tiny_dataset, tmp_path, sets, key):
     assert result.returncode == 0, result.stderr
     one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "hf")), key)
     assert not (tmp_path / "hf").exists()
+
+
+def test_card_has_downstream_scores_and_redacts(tiny_dataset, tmp_path):
+    from glassroom.observe.store import StoreWriter
+
+    run = tmp_path / "run"
+    secret = "hf_" + "a1B2c3D4e5F6g7H8i9J0"
+    assert run_train(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2",
+                     "model.moe=", f"observe.wandb_project={secret}").returncode == 0
+    with StoreWriter(run) as writer:
+        writer.log(2, {"downstream/glassroom_mc/acc": 0.625})
+        writer.log(3, {"downstream/glassroom_mc/acc": 0.9})  # after the exported step: not on the card
+    card = (export_folder(run, tmp_path / "hf") / "README.md").read_text()
+    assert "## Downstream scores" in card and "| glassroom_mc/acc | 0.6250 |" in card and "0.9000" not in card
+    assert secret not in card and "wandb_project" in card
+    assert card.startswith("---\nlibrary_name: transformers\n")
+
+
+def test_load_run_steps_and_exported_folder(runs, tmp_path, tiny_dataset):
+    import glassroom
+    from glassroom.errors import GlassroomError
+
+    run = tmp_path / "run"
+    assert run_train(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
+                     *ARCHS["qwen3"]).returncode == 0
+    newest, tok = glassroom.load(run)
+    early, _ = glassroom.load(run, step=2)
+    assert not newest.training and next(newest.parameters()).dtype == torch.float32
+    assert not torch.equal(newest.embed.weight, early.embed.weight)
+    assert tok.encode("<|endoftext|>").ids != [0]  # special-token text is ordinary text, as in the data
+    exported, _ = glassroom.load(export_folder(run, tmp_path / "hf", step=2))
+    for (name, x), (_, y) in zip(early.state_dict().items(), exported.state_dict().items()):
+        assert torch.equal(x, y), name
+    for path, step, words in [(tmp_path / "nowhere", None, "no such folder"), (run, 3, "no checkpoint at step 3"),
+                              (tmp_path / "hf", 2, "step applies to run folders")]:
+        with pytest.raises(GlassroomError, match=words):
+            glassroom.load(path, step)
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"\x00" * 100)
+    with pytest.raises(GlassroomError, match="not a readable safetensors file"):
+        glassroom.load(tmp_path / "hf")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,10 +22,19 @@ from glassroom.observe.redact import redact, redact_text
 
 def _store_values(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, float], Optional[dict]]:
     """(eval/<domain>/bpb, downstream/* values at or before `step`, the prediction artifact)."""
-    from glassroom.observe.store import StoreReader, store_path
+    from glassroom.observe.store import store_path
 
     if not store_path(run_dir).is_file():
         return {}, {}, None
+    try:
+        return _read_store(run_dir, step)
+    except (sqlite3.DatabaseError, OSError):  # a damaged store: the card says less, the export goes on
+        return {}, {}, None
+
+
+def _read_store(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, float], Optional[dict]]:
+    from glassroom.observe.store import StoreReader
+
     bpb, downstream = {}, {}
     with StoreReader(run_dir) as reader:
         for name in reader.names():
@@ -64,7 +74,8 @@ def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str
     counts = count_params(cfg)
     bpb, downstream, prediction = _store_values(run_dir, step)
     name = redact_text(run_dir.name)
-    lines = [f"# {name} ({model_name(counts.total, counts.active)})", "",
+    lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [glassroom]", "---", "",
+             f"# {name} ({model_name(counts.total, counts.active)})", "",
              f"A {'Mixture-of-Experts' if cfg.moe else 'dense'} decoder trained with glassroom, exported at step "
              f"{step} as `{arch_class}` for Hugging Face `transformers`.", "",
              "## Parameters", "", f"- total: {counts.total:,} ({format_count(counts.total)})",
