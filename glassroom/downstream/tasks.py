@@ -147,9 +147,9 @@ def _bpb_yaml(name: str, file: str) -> str:
     })
 
 
-def _group_yaml(group: str, tasks: list[str], metric: str) -> str:
+def _group_yaml(group: str, tasks: list[str], metrics: tuple[str, ...]) -> str:
     return _yaml({"group": group, "task": tasks, "aggregate_metric_list": [
-        {"metric": metric, "aggregation": "mean", "weight_by_size": False}], "metadata": {"version": 1.0}})
+        {"metric": m, "aggregation": "mean", "weight_by_size": False} for m in metrics], "metadata": {"version": 1.0}})
 
 
 def _sources(manifest: dict, domain: str) -> list[dict]:
@@ -219,10 +219,11 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
             notes.append(f"{domain}: re-encoding the rolling task's text differs from the shard's tokens at "
                          f"{doc['roundtrip_differs']} positions (a window edge inside a character or a merge)")
     groups = {}
-    for group, kind, metric in (("glassroom_mc", "multiple_choice", "acc"), ("glassroom_bpb", "loglikelihood_rolling", "bits_per_byte")):
+    for group, kind, metrics in (("glassroom_mc", "multiple_choice", ("acc", "acc_norm")),
+                                 ("glassroom_bpb", "loglikelihood_rolling", ("bits_per_byte",))):
         members = [n for n, t in tasks.items() if t["kind"] == kind]
         if members:
-            (tmp / f"_{group}.yaml").write_text(_group_yaml(group, members, metric), encoding="utf-8")
+            (tmp / f"_{group}.yaml").write_text(_group_yaml(group, members, metrics), encoding="utf-8")
             groups[group] = members
     manifest = {"format": FORMAT, "dataset": dataset.manifest.get("name"), "seed": seed, "seq_len": seq_len,
                 "windows": windows, "items": items, "choices": choices, "context_chars": CONTEXT_CHARS,
