@@ -97,7 +97,8 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
     `card(arch_class)` returns README.md's text. Returns `out`."""
     from glassroom.config import build_section
     from glassroom.data.tokenizer import load_tokenizer
-    from glassroom.hf.architectures import CLASSES, choose, hf_config, to_hf
+    from glassroom.hf.architectures import CLASSES, choose, hf_config
+    from glassroom.hf.tensors import to_hf
     from glassroom.model.config import ModelConfig
 
     out = Path(out)
@@ -114,10 +115,13 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
     torch_dtype, dtype_name = DTYPES[dtype]
     tensors = {name: t.detach().to("cpu", torch_dtype) for name, t in to_hf(state, cfg, arch).items()}
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise GlassroomError(f"--out {out}: cannot create a folder beside it ({exc.strerror or exc}); choose another path") from None
     try:
         files = _write_weights(tmp, tensors, max_shard_size)
         _dump(tmp / "config.json", hf_config(cfg, arch, eos, dtype_name))
@@ -134,6 +138,9 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
         _dump(tmp / MARKER, {"format": 1, "architecture": CLASSES[arch], "dtype": dtype_name,
                              "weights": files, **(provenance or {})})
         _replace(tmp, out)
+    except OSError as exc:  # disk full, permissions: nothing half-written is left at --out
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise GlassroomError(f"--out {out}: writing failed ({exc.strerror or exc}); nothing was written there") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

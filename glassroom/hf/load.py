@@ -93,7 +93,7 @@ def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 def read_hf_folder(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(model mapping, glassroom state dict in fp32) of a Hugging Face folder."""
-    from glassroom.hf.architectures import from_hf
+    from glassroom.hf.tensors import from_hf
 
     mapping = model_section(folder)
     cfg = _model_config(mapping)
