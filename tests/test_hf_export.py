@@ -73,6 +73,30 @@ def test_exported_model_matches_glassroom_in_transformers(runs, tmp_path, arch):
         assert torch.equal(bias, model.blocks[1].mlp.router_bias) and bias.abs().max() > 0
 
 
+VARIANTS = {  # more of what each architecture takes, beyond ARCHS
+    "qwen3_moe": ("model.sliding_window=16", "model.moe.first_dense_layers=0", "model.moe.norm_topk_prob=true"),
+    "glm4_moe": ("model.moe.top_k=1", "model.moe.norm_topk_prob=", "model.moe.n_shared_experts=2",
+                 "model.moe.first_dense_layers=0"),
+    "dots1": ("model.sliding_window=", "model.global_every=", "model.moe.routed_scale=0.5"),
+    "llama": ("model.rope_scaling={type: linear, factor: 2.0}", "model.n_kv_heads=1", "model.rope_theta=500.0"),
+    "qwen3": ("model.sliding_window=", "model.global_every=", "model.norm_eps=1e-3"),
+}
+
+
+@pytest.mark.parametrize("arch", list(VARIANTS))
+def test_more_variants_match_transformers(tiny_dataset, tmp_path, arch):
+    import glassroom
+
+    run = train_tiny_run(tmp_path, arch, tiny_dataset, *VARIANTS[arch])
+    out = export_folder(run, tmp_path / "hf")
+    assert json.loads((out / "config.json").read_text())["model_type"] == arch
+    model, tok = glassroom.load(run)
+    hf, _ = hf_model(out)
+    x = torch.tensor([tok.encode(real_text()).ids[:48]])
+    with torch.no_grad():
+        assert (model(x).logits - hf(x).logits).abs().max().item() < 1e-4
+
+
 def test_bf16_sharded_export_loads_and_keeps_the_values(runs, tmp_path):
     from safetensors.torch import load_file
 
