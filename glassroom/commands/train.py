@@ -14,7 +14,9 @@ DESCRIPTION = """\
 Train the model of a run config on a dataset built by `glassroom data build`, on a CPU, one GPU, or
 many GPUs under torchrun (FSDP2 or DDP). Metrics, events and evaluations go to the run store in
 RUN_DIR, which `glassroom serve` shows live; checkpoints go to RUN_DIR/checkpoints. A run killed at
-any point continues exactly with --resume. docs/train.md lists every config key.
+any point continues exactly with --resume. docs/train.md lists every config key. A config's
+`init: {from: DIR}` starts from a Hugging Face folder's or a run's weights (its model section
+comes from there); `glassroom export` writes a run as a Hugging Face folder.
 
 Every input is checked before RUN_DIR is created (config values, the dataset, its shard indexes,
 token ids against the vocabulary, seq_len against every shard): a mistake is one line, `error: ...`,
