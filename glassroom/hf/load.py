@@ -192,8 +192,9 @@ def run_state(run: RunFolder) -> dict[str, torch.Tensor]:
 
     from glassroom.model.transformer import Transformer
 
-    model = Transformer(run.model_cfg)
-    target = {"model": model.state_dict()}
+    with torch.device("meta"):  # no initialisation to pay for: the checkpoint fills every entry
+        model = Transformer(run.model_cfg)
+    target = {"model": model.to_empty(device="cpu").state_dict()}
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore")
