@@ -1,8 +1,8 @@
 """`init: {from: DIR, step: N}`: a run that starts from a Hugging Face folder or another run's checkpoint.
 
 `model_for_init(init, given)` is the model section: the folder's (its config.json, or the run's
-config.yaml), or the run config's own `model:` when it agrees on every key that shapes the model
-(training knobs such as moe.bias_update_rate may differ). `check_tokenizer(init, data_path)`
+config.yaml) with the keys the run config's own `model:` sets, which must agree with the folder's
+on everything that shapes the model (training knobs such as moe.bias_update_rate may differ). `check_tokenizer(init, data_path)`
 refuses data tokenized with another tokenizer. `load_init_weights(model, init, cfg)` copies the
 weights (router biases too) into a freshly built model, at step 0 only (the trainer's call).
 """
@@ -56,24 +56,36 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _overlay(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """`base` with the keys `given` sets replaced (mappings merged key by key)."""
+    out = dict(base)
+    for key, value in given.items():
+        out[key] = _overlay(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """The run's model: mapping (see the module doc); a disagreement is one line naming the key."""
+    """The run's model: mapping: the folder's, with the keys the run config sets; a key set to
+    another value than the folder's (training knobs aside) is one line naming it."""
     from glassroom.config import build_section
     from glassroom.model.config import ModelConfig
 
     derived = folder_model(init)
     if given is None:
         return derived
+    if not isinstance(given, dict):
+        raise ConfigError("model: expected a mapping of keys (or leave it out to take the init folder's)")
+    merged = _overlay(derived, given)
     theirs = _flat(dataclasses.asdict(build_section(ModelConfig, derived, "model")))
-    ours = _flat(dataclasses.asdict(build_section(ModelConfig, given, "model")))
+    ours = _flat(dataclasses.asdict(build_section(ModelConfig, merged, "model")))
     for key in sorted(set(theirs) | set(ours)):
         if key.endswith(TRAINING_KNOBS) or theirs.get(key) == ours.get(key):
             continue
         if key.startswith("moe.") and (theirs.get("moe") is None or ours.get("moe") is None):
             key = "moe"
         raise ConfigError(f"model.{key}: {ours.get(key)!r} here, {theirs.get(key)!r} in {init.source} (init.from); "
-                          "remove the model: section to take the folder's, or make them agree")
-    return given
+                          "remove it to take the folder's, or make them agree")
+    return merged
 
 
 def _tokenizer_file(init) -> Path:
