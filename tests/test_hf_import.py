@@ -113,6 +113,7 @@ def test_transformers_model_imported_trained_exported_bit_identical(tiny_dataset
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+    assert f"- initialised from: {source}" in (out / "README.md").read_text()
     ours, tok = glassroom.load(run)
     theirs, _ = hf_model(source)
     x = torch.tensor([tok.encode(real_text()).ids[:40]])

@@ -96,6 +96,10 @@ def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str
     seal = prediction.get("seal") if isinstance(prediction, dict) else None
     lines += ["## Provenance", "", f"- run: {name}", f"- step: {step}",
               f"- dataset manifest sha256: {_digest(data_path / 'manifest.json') or 'unknown (dataset not found)'}"]
+    init = config.get("init")
+    if isinstance(init, dict) and init.get("from"):
+        at = f" (step {init['step']})" if init.get("step") is not None else ""
+        lines.append(f"- initialised from: {redact_text(str(init['from']))}{at}")
     commit = _commit(run_dir, prediction)
     if commit:
         lines.append(f"- git commit: {redact_text(str(commit))}")
