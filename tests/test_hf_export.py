@@ -85,14 +85,30 @@ VARIANTS = {  # more of what each architecture takes, beyond ARCHS
 
 @pytest.mark.parametrize("arch", list(VARIANTS))
 def test_more_variants_match_transformers(tiny_dataset, tmp_path, arch):
-    import glassroom
+    """In process, random weights (norms and router biases too): the config mapping is what is tested."""
+    import yaml
 
-    run = train_tiny_run(tmp_path, arch, tiny_dataset, *VARIANTS[arch])
-    out = export_folder(run, tmp_path / "hf")
+    from glassroom.config import apply_overrides
+    from glassroom.hf.export import write_folder
+    from glassroom.hf.load import build_from_state
+    from glassroom.model.config import model_config_from_mapping
+    from glassroom.model.transformer import build_model
+    from train_helpers import TINY
+
+    raw = apply_overrides(yaml.safe_load(TINY.read_text()), [*ARCHS[arch], *VARIANTS[arch]])
+    cfg = model_config_from_mapping(raw)
+    state = build_model(cfg, seed=3).state_dict()
+    generator = torch.Generator().manual_seed(5)
+    for name, tensor in state.items():
+        if name.endswith("norm.weight"):
+            tensor.add_(0.1 * torch.randn(tensor.shape, generator=generator))
+        elif name.endswith("router_bias") and cfg.moe.router == "sigmoid":
+            tensor.add_(0.05 * torch.randn(tensor.shape, generator=generator))
+    out = write_folder(tmp_path / "hf", raw["model"], state, tiny_dataset / "tokenizer.json")
     assert json.loads((out / "config.json").read_text())["model_type"] == arch
-    model, tok = glassroom.load(run)
-    hf, _ = hf_model(out)
-    x = torch.tensor([tok.encode(real_text()).ids[:48]])
+    model = build_from_state(cfg, state, "test")
+    hf, hf_tok = hf_model(out)
+    x = torch.tensor([hf_tok(real_text())["input_ids"][:48]])
     with torch.no_grad():
         assert (model(x).logits - hf(x).logits).abs().max().item() < 1e-4
 
