@@ -161,6 +161,8 @@ def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run
     (["--tasks", "glassroom_bpb_prose", "--step", "5"], "no checkpoint at step 5"),
     (["--tasks", ",", ], "give at least one task name"),
     (["--tasks", "glassroom_bpb_prose", "--limit", "0"], "--limit: must be at least 1"),
+    (["--tasks", "glassroom_bpb,glassroom_bpb_code"], "Duplicate task 'glassroom_bpb_code'"),
+    (["--tasks", "lambada_openai", "--limit", "1"], "cannot load the data of lambada_openai"),  # a hub task, offline
 ])
 def test_eval_mistakes_are_one_line_exit_2(run, args, says):
     result = glassroom("eval", str(run), *args)
@@ -265,3 +267,21 @@ def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tm
     result = run_train(plain, dataset, f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", env=OFFLINE)
     assert result.returncode == 0, result.stderr
     np.testing.assert_array_equal(losses(run), losses(plain))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--choices", "1"], "--choices: must be at least 2, got 1"),
+    (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),
+    (["--items", "0"], "--items: must be at least 1, got 0"),
+])
+def test_data_tasks_mistakes_are_one_line_and_leave_tasks_alone(dataset, args, says):
+    before = (dataset / "tasks" / "manifest.json").read_bytes()
+    result = glassroom("data", "tasks", str(dataset), *args)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
+    assert (dataset / "tasks" / "manifest.json").read_bytes() == before
+    assert not [p.name for p in dataset.iterdir() if p.name.startswith(".tasks")]
+
+
+def test_data_tasks_needs_a_dataset(tmp_path):
+    result = glassroom("data", "tasks", str(tmp_path))
+    assert result.returncode == 2 and "not a built dataset" in result.stderr and "Traceback" not in result.stderr

@@ -105,6 +105,12 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
                                               bootstrap_iters=0, log_samples=False)
         except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
             raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
+        except OSError as exc:  # a hub task's data could not be fetched (ConnectionError, offline mode, ...)
+            hub = [n for n in names if n not in local]
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise GlassroomError(f"--tasks: cannot load the data of {', '.join(hub) or ', '.join(names)} ({first}); "
+                                 "tasks lm-eval ships download it from the Hugging Face hub: run where it is "
+                                 "reachable, or use the local tasks (glassroom data tasks)") from None
         seconds = time.perf_counter() - start
     finally:
         for key, value in saved.items():
