@@ -5,51 +5,32 @@ Hugging Face model on the exported folder and with the trainer's bits per byte."
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from downstream_helpers import SEQ_LEN, WINDOWS, dataset_with_tasks, train_run
 from hf_helpers import OFFLINE, export_folder
-from train_helpers import ROOT, run_train
+from train_helpers import run_train
 
 from glassroom.observe.store import StoreReader
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-SEQ_LEN, WINDOWS = 32, 32
-TASKS_RUN = "train.eval_tasks=[glassroom_bpb_prose, glassroom_mc_prose]"
-
-
-def glassroom(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
 def dataset(tiny_dataset, tmp_path_factory) -> Path:
-    """A copy of the tiny dataset with its tasks written through the CLI."""
-    out = tmp_path_factory.mktemp("ds") / "tiny"
-    shutil.copytree(tiny_dataset, out)
-    result = glassroom("data", "tasks", str(out), "--seq-len", str(SEQ_LEN), "--windows", str(WINDOWS),
-                       "--items", "12", "--seed", "3")
-    assert result.returncode == 0, result.stderr
-    assert "glassroom_mc_prose" in result.stdout
-    return out
+    return dataset_with_tasks(tiny_dataset, tmp_path_factory.mktemp("ds") / "tiny")
 
 
 @pytest.fixture(scope="module")
 def run(dataset, tmp_path_factory) -> Path:
-    """A tiny MoE trained 12 steps with eval_sequences = the tasks' windows and two eval_tasks."""
-    out = tmp_path_factory.mktemp("runs") / "run"
-    result = run_train(out, dataset, f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", TASKS_RUN,
-                       env={**OFFLINE, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr
-    return out
+    """Trained with two eval_tasks: scores at steps 4, 8 and 12."""
+    return train_run(tmp_path_factory.mktemp("runs") / "run", dataset,
+                     "train.eval_tasks=[glassroom_bpb_prose, glassroom_mc_prose]")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -138,61 +119,6 @@ def test_eval_tasks_during_training_match_the_trainers_bpb(run):
     assert events[-1]["data"]["scores"]["glassroom_bpb_prose"]["bits_per_byte"] == pytest.approx(task_bpb[-1])
 
 
-def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run):
-    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout)
-    assert out["step"] == 8 and out["items"] == 2
-    again = glassroom("eval", str(run), "--tasks", "glassroom_bpb_code", "--step", "8", "--json")
-    assert again.returncode == 0, again.stderr
-    with StoreReader(run) as reader:
-        steps, values = reader.series("downstream/glassroom_bpb_code/bits_per_byte")
-        hook_prose = dict(zip(*reader.series("downstream/glassroom_bpb_prose/bits_per_byte")))
-        events = [e for e in reader.events() if e["kind"] == "downstream" and e["data"].get("checkpoint")]
-    assert steps.tolist() == [8] and values[0] == pytest.approx(out["scores"]["glassroom_bpb_code"]["bits_per_byte"])
-    # the same checkpoint's score from the CLI and from the training process
-    assert out["scores"]["glassroom_bpb_prose"]["bits_per_byte"] == pytest.approx(hook_prose[8], abs=1e-6)
-    assert [e["data"]["checkpoint"] for e in events] == ["step_0000008", "step_0000008"]
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--tasks", "glassroom_nope"], "unknown task 'glassroom_nope'"),
-    (["--tasks", "glassroom_bpb_prose", "--tasks-dir", "/nonexistent/tasks"], "/nonexistent/tasks: no tasks folder"),
-    (["--tasks", "glassroom_bpb_prose", "--step", "5"], "no checkpoint at step 5"),
-    (["--tasks", ",", ], "give at least one task name"),
-    (["--tasks", "glassroom_bpb_prose", "--limit", "0"], "--limit: must be at least 1"),
-    (["--tasks", "glassroom_bpb,glassroom_bpb_code"], "Duplicate task 'glassroom_bpb_code'"),
-    (["--tasks", "lambada_openai", "--limit", "1"], "cannot load the data of lambada_openai"),  # a hub task, offline
-])
-def test_eval_mistakes_are_one_line_exit_2(run, args, says):
-    result = glassroom("eval", str(run), *args)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and says in lines[-1], result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_a_damaged_checkpoint_is_one_line(run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy)
-    data = next((copy / "checkpoints" / "step_0000008").glob("*.distcp"))
-    data.write_bytes(data.read_bytes()[:-7] + b"garbage")
-    result = glassroom("eval", str(copy), "--tasks", "glassroom_bpb_prose", "--step", "8")
-    assert result.returncode == 2 and result.stderr.startswith("error: ") and "step_0000008" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-
-
-def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path):
-    out = tmp_path / "r"
-    result = run_train(out, dataset, "train.eval_tasks=[glassroom_nope]", env=OFFLINE)
-    assert result.returncode == 2 and "train.eval_tasks: unknown task 'glassroom_nope'" in result.stderr
-    assert not out.exists()
-    bare = tmp_path / "bare"
-    shutil.copytree(dataset, bare, ignore=shutil.ignore_patterns("tasks"))
-    result = run_train(out, bare, "train.eval_tasks=[glassroom_bpb]", env=OFFLINE)
-    assert result.returncode == 2 and "glassroom data tasks" in result.stderr and not out.exists()
-
-
 # ------------------------------------------------------------------ against lm-eval's HF model
 
 
@@ -263,25 +189,4 @@ def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tm
                       ("train.eval_tasks=[a, a]", "train.eval_tasks[1]: 'a' is named twice")):
         with pytest.raises(ConfigError, match=re.escape(says)):
             load_run_config(TINY, sets + [bad])
-    plain = tmp_path / "plain"
-    result = run_train(plain, dataset, f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", env=OFFLINE)
-    assert result.returncode == 0, result.stderr
-    np.testing.assert_array_equal(losses(run), losses(plain))
-
-
-@pytest.mark.parametrize("args, says", [
-    (["--choices", "1"], "--choices: must be at least 2, got 1"),
-    (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),
-    (["--items", "0"], "--items: must be at least 1, got 0"),
-])
-def test_data_tasks_mistakes_are_one_line_and_leave_tasks_alone(dataset, args, says):
-    before = (dataset / "tasks" / "manifest.json").read_bytes()
-    result = glassroom("data", "tasks", str(dataset), *args)
-    assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
-    assert (dataset / "tasks" / "manifest.json").read_bytes() == before
-    assert not [p.name for p in dataset.iterdir() if p.name.startswith(".tasks")]
-
-
-def test_data_tasks_needs_a_dataset(tmp_path):
-    result = glassroom("data", "tasks", str(tmp_path))
-    assert result.returncode == 2 and "not a built dataset" in result.stderr and "Traceback" not in result.stderr
+    np.testing.assert_array_equal(losses(run), losses(train_run(tmp_path / "plain", dataset)))

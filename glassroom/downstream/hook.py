@@ -30,7 +30,7 @@ class TrainingTasks:
         if not self.tasks_dir.is_dir():
             raise ConfigError(f"train.eval_tasks: {self.tasks_dir} does not exist; write the tasks with "
                               f"glassroom data tasks {dataset.path} --seq-len {tc.seq_len} --windows {tc.eval_sequences}")
-        self.manager = downstream.task_manager(self.tasks_dir)
+        self.manager = downstream.task_manager(self.tasks_dir, self.names)
         try:
             downstream.check_names(self.names, self.manager, self.tasks_dir)
         except Exception as exc:  # GlassroomError naming --tasks: say the config key instead

@@ -36,19 +36,22 @@ def run_tasks_dir(run_dir: Path) -> Path:
 _MANAGERS: dict[tuple, object] = {}
 
 
-def task_manager(tasks_dir: Path | None):
-    """lm-eval's TaskManager over its own tasks and `tasks_dir`; indexing them takes seconds, so it
-    is kept per folder (and the folder's manifest.json time) for the process: training reuses it."""
+def task_manager(tasks_dir: Path | None, names: list[str] | None = None):
+    """lm-eval's TaskManager over `tasks_dir`, and over lm-eval's own task files unless every one of
+    `names` is local (indexing lm-eval's thousands of files takes seconds). Kept per folder (and the
+    folder's manifest.json time) for the process: training reuses it."""
     from lm_eval.tasks import TaskManager
 
     if tasks_dir is not None and not Path(tasks_dir).is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
+    defaults = names is None or not set(names) <= set(local_names(tasks_dir))
     manifest = Path(tasks_dir) / "manifest.json" if tasks_dir is not None else None
     key = (str(Path(tasks_dir).resolve()) if tasks_dir is not None else None,
-           manifest.stat().st_mtime_ns if manifest is not None and manifest.exists() else None)
+           manifest.stat().st_mtime_ns if manifest is not None and manifest.exists() else None, defaults)
     if key not in _MANAGERS:
-        _MANAGERS[key] = TaskManager(include_path=str(tasks_dir) if tasks_dir is not None else None)
+        _MANAGERS[key] = TaskManager(include_path=str(tasks_dir) if tasks_dir is not None else None,
+                                     include_defaults=defaults)
     return _MANAGERS[key]
 
 
@@ -96,7 +99,7 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
         os.environ.update({k: "1" for k in OFFLINE_VARS})
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     try:
-        manager = manager or task_manager(tasks_dir)
+        manager = manager or task_manager(tasks_dir, names)
         check_names(names, manager, tasks_dir)
         lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device)
         start = time.perf_counter()

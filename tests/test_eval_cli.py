@@ -1,0 +1,131 @@
+"""`glassroom eval` and `glassroom data tasks` from the command line: scores stored at the
+checkpoint's step and replaced on a second run, a store written while another writer holds it,
+and every mistake one line with exit code 2 (nothing written)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from downstream_helpers import dataset_with_tasks, glassroom, train_run
+from hf_helpers import OFFLINE
+from train_helpers import run_train
+
+from glassroom.observe.store import StoreReader, StoreWriter
+
+
+@pytest.fixture(scope="module")
+def dataset(tiny_dataset, tmp_path_factory) -> Path:
+    return dataset_with_tasks(tiny_dataset, tmp_path_factory.mktemp("ds") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def run(dataset, tmp_path_factory) -> Path:
+    return train_run(tmp_path_factory.mktemp("runs") / "run", dataset)
+
+
+def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run):
+    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["step"] == 8 and out["items"] == 2
+    again = glassroom("eval", str(run), "--tasks", "glassroom_bpb_code", "--step", "8", "--json")
+    assert again.returncode == 0, again.stderr
+    with StoreReader(run) as reader:
+        steps, values = reader.series("downstream/glassroom_bpb_code/bits_per_byte")
+        prose = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
+        events = [e for e in reader.events() if e["kind"] == "downstream"]
+    assert steps.tolist() == [8] and values[0] == pytest.approx(out["scores"]["glassroom_bpb_code"]["bits_per_byte"])
+    assert prose[0].tolist() == [8] and prose[1][0] == pytest.approx(out["scores"]["glassroom_bpb_prose"]["bits_per_byte"])
+    assert [(e["step"], e["data"]["checkpoint"]) for e in events] == [(8, "step_0000008")] * 2
+    # The newest checkpoint by default, scored at its step: equal to the trainer's bpb there.
+    newest = glassroom("eval", str(run), "--tasks", "glassroom_bpb_docs", "--json")
+    assert newest.returncode == 0 and json.loads(newest.stdout)["step"] == 12
+    with StoreReader(run) as reader:
+        task, trainer = (reader.latest(n) for n in ("downstream/glassroom_bpb_docs/bits_per_byte", "eval/docs/bpb"))
+    assert task[0] == trainer[0] == 12 and abs(task[1] - trainer[1]) < 1e-3
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tasks", "glassroom_nope"], "unknown task 'glassroom_nope'"),
+    (["--tasks", "glassroom_bpb_prose", "--tasks-dir", "/nonexistent/tasks"], "/nonexistent/tasks: no tasks folder"),
+    (["--tasks", "glassroom_bpb_prose", "--step", "5"], "no checkpoint at step 5"),
+    (["--tasks", ",", ], "give at least one task name"),
+    (["--tasks", "glassroom_bpb_prose", "--limit", "0"], "--limit: must be at least 1"),
+    (["--tasks", "glassroom_bpb,glassroom_bpb_code"], "Duplicate task 'glassroom_bpb_code'"),
+    (["--tasks", "lambada_openai", "--limit", "1"], "cannot load the data of lambada_openai"),  # a hub task, offline
+])
+def test_eval_mistakes_are_one_line_exit_2(run, args, says):
+    result = glassroom("eval", str(run), *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and says in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_damaged_checkpoint_is_one_line(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    data = next((copy / "checkpoints" / "step_0000008").glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:-7] + b"garbage")
+    result = glassroom("eval", str(copy), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    assert result.returncode == 2 and result.stderr.startswith("error: ") and "step_0000008" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path):
+    out = tmp_path / "r"
+    result = run_train(out, dataset, "train.eval_tasks=[glassroom_nope]", env=OFFLINE)
+    assert result.returncode == 2 and "train.eval_tasks: unknown task 'glassroom_nope'" in result.stderr
+    assert not out.exists()
+    bare = tmp_path / "bare"
+    shutil.copytree(dataset, bare, ignore=shutil.ignore_patterns("tasks"))
+    result = run_train(out, bare, "train.eval_tasks=[glassroom_bpb]", env=OFFLINE)
+    assert result.returncode == 2 and "glassroom data tasks" in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--choices", "1"], "--choices: must be at least 2, got 1"),
+    (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),
+    (["--items", "0"], "--items: must be at least 1, got 0"),
+])
+def test_data_tasks_mistakes_are_one_line_and_leave_tasks_alone(dataset, args, says):
+    before = (dataset / "tasks" / "manifest.json").read_bytes()
+    result = glassroom("data", "tasks", str(dataset), *args)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
+    assert (dataset / "tasks" / "manifest.json").read_bytes() == before
+    assert not [p.name for p in dataset.iterdir() if p.name.startswith(".tasks")]
+
+
+def test_data_tasks_needs_a_dataset(tmp_path):
+    result = glassroom("data", "tasks", str(tmp_path))
+    assert result.returncode == 2 and "not a built dataset" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_scores_wait_for_another_writer_and_join_the_journal(run, tmp_path):
+    """A trainer holding the store's write lock (a transaction in progress) delays the scores; it
+    does not lose them or break the journal's digest chain."""
+    from glassroom.downstream.run import store_results
+    from glassroom.observe import journal
+
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    live = StoreWriter(copy)
+    live.conn.execute("BEGIN IMMEDIATE")
+    live.conn.execute("INSERT OR REPLACE INTO artifacts VALUES ('x', 0, '1')")
+    releaser = threading.Timer(1.0, lambda: live.conn.execute("COMMIT"))
+    releaser.start()
+    start = time.perf_counter()
+    store_results(copy, 12, {"glassroom_mc_code": {"acc": 0.5}}, checkpoint="step_0000012")
+    waited = time.perf_counter() - start
+    live.event("note", "the trainer goes on", 12)
+    live.close()
+    assert waited >= 0.9
+    with StoreReader(copy) as reader:
+        assert reader.latest("downstream/glassroom_mc_code/acc") == (12, 0.5)
+        assert [e["kind"] for e in reader.events()][-2:] == ["downstream", "note"]
+        assert journal.verify_chain(reader.conn)["ok"]
