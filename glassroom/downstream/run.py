@@ -68,8 +68,11 @@ def check_names(names: list[str], manager, tasks_dir: Path | None) -> None:
     known = set(manager.all_subtasks) | set(manager.all_groups) | set(manager.all_tags)
     unknown = [n for n in names if n not in known]
     if unknown:
-        local = ", ".join(local_names(tasks_dir)) or f"none: no tasks in {tasks_dir}"
-        raise GlassroomError(f"--tasks: unknown task {unknown[0]!r} (local tasks: {local}; or a task name lm-eval ships)")
+        if tasks_dir is None:
+            where = "no tasks folder given: --tasks-dir DATASET/tasks for the local ones"
+        else:
+            where = f"local tasks: {', '.join(local_names(tasks_dir)) or f'none in {tasks_dir}'}"
+        raise GlassroomError(f"--tasks: unknown task {unknown[0]!r} ({where}; or a task name lm-eval ships)")
 
 
 def flatten(results: dict) -> dict[str, dict[str, float]]:
