@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from downstream_helpers import SEQ_LEN, WINDOWS, dataset_with_tasks, train_run
-from hf_helpers import OFFLINE, export_folder
-from train_helpers import run_train
+from hf_helpers import export_folder
 
 from glassroom.observe.store import StoreReader
 
