@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from downstream_helpers import SEQ_LEN, WINDOWS, dataset_with_tasks, train_run
-from hf_helpers import export_folder
+from hf_helpers import OFFLINE, export_folder
+from train_helpers import run_train
 
 from glassroom.observe.store import StoreReader
 
@@ -189,3 +190,20 @@ def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tm
         with pytest.raises(ConfigError, match=re.escape(says)):
             load_run_config(TINY, sets + [bad])
     np.testing.assert_array_equal(losses(run), losses(train_run(tmp_path / "plain", dataset)))
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_with_each_score_once(run, dataset, tmp_path):
+    """SIGKILL right after step 8's checkpoint (its tasks ran before it): --resume redoes steps 9-12
+    and the store holds the same scores, each step's once, as the run never interrupted."""
+    out = tmp_path / "killed"
+    sets = (f"train.eval_sequences={WINDOWS}", "model.max_seq_len=128", "train.eval_tasks=[glassroom_bpb_prose, glassroom_mc_prose]")
+    env = {**OFFLINE, "OMP_NUM_THREADS": "1"}
+    killed = run_train(out, dataset, *sets, env={**env, "GLASSROOM_FAULTS": "kill_after_checkpoint@8"})
+    assert killed.returncode != 0
+    resumed = run_train(out, dataset, *sets, resume=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    for name in ("downstream/glassroom_bpb_prose/bits_per_byte", "downstream/glassroom_mc_prose/acc_norm"):
+        with StoreReader(out) as got, StoreReader(run) as want:
+            np.testing.assert_array_equal(np.stack(got.series(name)), np.stack(want.series(name)))
+    with StoreReader(out) as reader:
+        assert [e["step"] for e in reader.events() if e["kind"] == "downstream"] == [4, 8, 12]
