@@ -207,3 +207,19 @@ def test_a_run_killed_after_a_checkpoint_resumes_with_each_score_once(run, datas
             np.testing.assert_array_equal(np.stack(got.series(name)), np.stack(want.series(name)))
     with StoreReader(out) as reader:
         assert [e["step"] for e in reader.events() if e["kind"] == "downstream"] == [4, 8, 12]
+
+
+def test_special_ids_of_a_folder_follow_lm_eval_hf(tmp_path):
+    """EOS: <|endoftext|> when the tokenizer has it, else config.json's eos_token_id (first of a
+    list); the prefix token: tokenizer_config.json's bos_token (a string or an added-token dict)."""
+    from tokenizers import Tokenizer, models
+
+    from glassroom.downstream.adapter import special_ids
+
+    plain = Tokenizer(models.WordLevel({"<s>": 0, "a": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": [7, 8]}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": {"content": "<s>"}}))
+    assert special_ids(tmp_path, plain) == (7, 0)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": None}))
+    withe = Tokenizer(models.WordLevel({"a": 0, "<|endoftext|>": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    assert special_ids(tmp_path, withe) == (1, None)

@@ -71,15 +71,22 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_dir():
         raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
     is_run = (path / "config.yaml").is_file() or not is_hf_folder(path)
-    step, max_length = None, args.max_length
+    step, max_length, special = None, args.max_length, (None, None)
     if is_run:
-        found = read_run(path, args.step)
+        from glassroom.data.tokenizer import load_tokenizer
+        from glassroom.hf.load import build_from_state, run_state, run_tokenizer_path
+
+        found = read_run(path, args.step)  # the checkpoint, verified once
         step = found.step
-        model, tokenizer = load(path, step)
+        model = build_from_state(found.model_cfg, run_state(found), str(found.checkpoint))
+        tokenizer = load_tokenizer(run_tokenizer_path(found))
         seq_len = (found.config.get("train") or {}).get("seq_len")
         max_length = max_length or (seq_len if isinstance(seq_len, int) else None)
     else:
+        from glassroom.downstream.adapter import special_ids
+
         model, tokenizer = load(path, args.step)
+        special = special_ids(path, tokenizer)
     from glassroom.downstream import run as downstream
 
     if args.tasks_dir:
@@ -92,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
-                                 max_length=max_length)
+                                 max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
     if is_run:
         downstream.store_results(path, step, scores, checkpoint=found.checkpoint.name)

@@ -22,6 +22,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from glassroom.data.tokenizer import EOS_TOKEN
+from glassroom.errors import GlassroomError
 
 _ENCODERS: dict[int, object] = {}
 
@@ -44,11 +45,35 @@ def encode(tok, text: str) -> list[int]:
     return hf_encoder(tok).encode(text, add_special_tokens=False).ids
 
 
+def special_ids(folder, tokenizer) -> tuple[int | None, int | None]:
+    """(eos, prefix) of a Hugging Face folder as lm-eval's HFLM takes them: EOS is <|endoftext|>, else
+    config.json's eos_token_id; the prefix is tokenizer_config.json's bos_token when it has one."""
+    import json
+    from pathlib import Path
+
+    def read(name: str) -> dict:
+        try:
+            value = json.loads((Path(folder) / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    eos = tokenizer.token_to_id(EOS_TOKEN)
+    if eos is None:
+        value = read("config.json").get("eos_token_id")
+        value = value[0] if isinstance(value, list) and value else value
+        eos = value if isinstance(value, int) and not isinstance(value, bool) else None
+    bos = read("tokenizer_config.json").get("bos_token")
+    bos = bos.get("content") if isinstance(bos, dict) else bos
+    return eos, tokenizer.token_to_id(bos) if isinstance(bos, str) else None
+
+
 class GlassroomLM(TemplateLM):
     """lm-eval's model interface over (model, tokenizer) from glassroom.load."""
 
     def __init__(self, model, tokenizer, batch_size: int = 8, max_length: int | None = None,
-                 max_gen_toks: int = 256, device: str | torch.device = "cpu"):
+                 max_gen_toks: int = 256, device: str | torch.device = "cpu", eos_id: int | None = None,
+                 prefix_id: int | None = None):
         super().__init__()
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -58,9 +83,14 @@ class GlassroomLM(TemplateLM):
         limit = int(model.cfg.max_seq_len)
         self._max_length = min(int(max_length or limit), limit)
         self.max_gen_toks = int(max_gen_toks)
-        self._eos = tokenizer.token_to_id(EOS_TOKEN)
+        # EOS ends generation; the prefix token conditions the first token of a rolling window and an
+        # empty context (HFLM: the tokenizer's BOS if it has one, else EOS). special_ids() reads them
+        # from a Hugging Face folder; glassroom's data uses <|endoftext|> for both.
+        self._eos = eos_id if eos_id is not None else tokenizer.token_to_id(EOS_TOKEN)
         if self._eos is None:
-            raise ValueError(f"the tokenizer has no {EOS_TOKEN} token")
+            raise GlassroomError(f"the tokenizer has no {EOS_TOKEN} token and no eos_token_id was given "
+                                 "(a Hugging Face folder's config.json names it)")
+        self._prefix = self._eos if prefix_id is None else int(prefix_id)
 
     @property
     def device(self) -> torch.device:
@@ -73,6 +103,10 @@ class GlassroomLM(TemplateLM):
     @property
     def eot_token_id(self) -> int:
         return self._eos
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self._prefix
 
     def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
         return self._encoder.encode(string, add_special_tokens=False).ids

@@ -89,7 +89,8 @@ def flatten(results: dict) -> dict[str, dict[str, float]]:
 
 
 def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: int | None = None,
-             batch_size: int = 8, max_length: int | None = None, device: str = "cpu", manager=None) -> dict:
+             batch_size: int = 8, max_length: int | None = None, device: str = "cpu", manager=None,
+             eos_id: int | None = None, prefix_id: int | None = None) -> dict:
     """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s}."""
     import lm_eval
 
@@ -104,7 +105,8 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
     try:
         manager = manager or task_manager(tasks_dir, names)
         check_names(names, manager, tasks_dir)
-        lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device)
+        lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device,
+                         eos_id=eos_id, prefix_id=prefix_id)
         start = time.perf_counter()
         try:
             results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
