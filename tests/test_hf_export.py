@@ -77,7 +77,9 @@ VARIANTS = {  # more of what each architecture takes, beyond ARCHS
     "qwen3_moe": ("model.sliding_window=16", "model.moe.first_dense_layers=0", "model.moe.norm_topk_prob=true"),
     "glm4_moe": ("model.moe.top_k=1", "model.moe.norm_topk_prob=", "model.moe.n_shared_experts=2",
                  "model.moe.first_dense_layers=0"),
-    "dots1": ("model.sliding_window=", "model.global_every=", "model.moe.routed_scale=0.5"),
+    # no shared experts: written as one whose weights are zero (dots.llm1 and GLM-4-MoE always have one)
+    "dots1": ("model.sliding_window=", "model.global_every=", "model.moe.routed_scale=0.5",
+              "model.moe.n_shared_experts=0"),
     "llama": ("model.rope_scaling={type: linear, factor: 2.0}", "model.n_kv_heads=1", "model.rope_theta=500.0"),
     "qwen3": ("model.sliding_window=", "model.global_every=", "model.norm_eps=1e-3"),
 }
@@ -200,7 +202,8 @@ def test_cli_newest_damaged_falls_back_with_a_warning(runs, tmp_path, tiny_datas
 
 @pytest.mark.parametrize("sets, key", [
     (("model.moe=", "model.sliding_window=8", "model.global_every=2"), "model.global_every"),
-    (("model.moe.n_shared_experts=0",), "model.moe.n_shared_experts"),
+    (("model.moe.router=softmax", "model.moe.n_shared_experts=1", "model.moe.bias_update_rate=0"),
+     "model.moe.n_shared_experts"),
     (("model.moe.router=softmax", "model.moe.n_shared_experts=0"), "model.moe.bias_update_rate"),
 ])
 def test_cli_unsupported_option_is_named(tiny_dataset, tmp_path, sets, key):

@@ -60,8 +60,6 @@ def choose(cfg: ModelConfig, router_bias_zero: bool = True) -> str:
         if moe.first_dense_layers:
             raise _refuse("moe.first_dense_layers", "leading dense layers without qk_norm in a softmax MoE (Qwen3-MoE needs qk_norm: true)")
         return "mixtral"
-    if moe.n_shared_experts == 0:
-        raise _refuse("moe.n_shared_experts", "0 with sigmoid routing (GLM-4-MoE and dots.llm1 have shared experts)")
     if moe.n_experts < 2:
         raise _refuse("moe.n_experts", "1 with sigmoid routing (GLM-4-MoE and dots.llm1 need 2 or more)")
     if cfg.qk_norm:
@@ -69,6 +67,12 @@ def choose(cfg: ModelConfig, router_bias_zero: bool = True) -> str:
     if cfg.sliding_window is not None:
         raise _refuse("sliding_window", "sliding layers in a sigmoid MoE without qk_norm (dots.llm1 has them with qk_norm: true)")
     return "glm4_moe"
+
+
+def exported_shared_experts(moe) -> int:
+    """Shared experts in the exported folder: GLM-4-MoE and dots.llm1 always have one, so a model
+    without is written with one whose weights are zero (its output is exactly 0)."""
+    return max(1, moe.n_shared_experts)
 
 
 # ------------------------------------------------------------------------------- config.json
@@ -120,7 +124,7 @@ def hf_config(cfg: ModelConfig, arch: str, eos_token_id: int, dtype: str) -> dic
                    intermediate_size=moe.d_expert, router_jitter_noise=0.0, router_aux_loss_coef=moe.aux_loss_coef)
     elif arch in SIGMOID_ARCHS:
         out.update(n_routed_experts=moe.n_experts, num_experts_per_tok=moe.top_k, moe_intermediate_size=moe.d_expert,
-                   n_shared_experts=moe.n_shared_experts, first_k_dense_replace=moe.first_dense_layers,
+                   n_shared_experts=exported_shared_experts(moe), first_k_dense_replace=moe.first_dense_layers,
                    norm_topk_prob=moe.renormalises(), routed_scaling_factor=moe.routed_scale,
                    n_group=1, topk_group=1)
         if arch == "glm4_moe":

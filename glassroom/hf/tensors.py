@@ -61,6 +61,11 @@ def to_hf(state: dict[str, torch.Tensor], cfg: ModelConfig, arch: str) -> dict[s
     for i in range(cfg.n_layers):
         if not cfg.is_moe_layer(i):
             continue
+        if arch in SIGMOID_ARCHS and not cfg.moe.n_shared_experts:  # architectures.exported_shared_experts
+            like = state["embed.weight"]
+            for part in ("gate", "up"):
+                out[f"model.layers.{i}.mlp.shared_experts.{_FFN[part]}.weight"] = like.new_zeros(cfg.moe.d_expert, cfg.d_model)
+            out[f"model.layers.{i}.mlp.shared_experts.down_proj.weight"] = like.new_zeros(cfg.d_model, cfg.moe.d_expert)
         gate_up, down = state[f"blocks.{i}.mlp.experts.gate_up_proj"], state[f"blocks.{i}.mlp.experts.down_proj"]
         d = cfg.moe.d_expert
         for e in range(cfg.moe.n_experts):
