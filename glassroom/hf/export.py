@@ -162,7 +162,8 @@ def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None,
                max_shard_size: int = DEFAULT_SHARD, force: bool = False) -> Path:
     """Export a run's checkpoint (newest intact, or `step`) as a Hugging Face folder at `out`."""
     from glassroom.hf.card import model_card
-    from glassroom.hf.load import read_run, run_state, run_tokenizer_path
+    from glassroom.hf.load import read_run
+    from glassroom.hf.record import record_export, run_state, run_tokenizer_path
 
     run_dir, out = Path(run_dir), Path(out)
     if dtype not in DTYPES:
@@ -175,7 +176,9 @@ def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None,
         train_state = json.loads((run.checkpoint / "trainer.json").read_text())["train_state"]
     except (OSError, ValueError, KeyError):
         train_state = {}
-    return write_folder(
+    folder = write_folder(
         out, run.config["model"], state, tokenizer, dtype, max_shard_size, force=force,
         card=lambda arch_class: model_card(run_dir, run.config, run.step, arch_class, train_state),
         provenance={"run": run_dir.name, "step": run.step})
+    record_export(run_dir, folder, run.step, dtype)
+    return folder

@@ -28,7 +28,9 @@ from glassroom.observe.store import StoreReader, downsample
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
 DEFAULT_POINTS = 1_500
 MAX_NAMES = 400              # series per request
-EXPORTED_ARTIFACTS = ("prediction",)   # artifacts the pages draw; others (status, config) have their own fields
+# Artifacts the pages draw (the preregistered prediction, the newest Hugging Face export and its model
+# card); others (status, config) have their own fields.
+EXPORTED_ARTIFACTS = ("prediction", "export")
 
 
 def _json_floats(values: np.ndarray) -> list:

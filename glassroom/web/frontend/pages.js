@@ -299,6 +299,7 @@ GR.runPage = async function () {
       }
     }
     GR.showSeal(seal);
+    GR.showModel(meta.artifacts && meta.artifacts.export);
     await board.load(GR.zoom);
     GR.ready = true;
   }
@@ -340,6 +341,19 @@ GR.showSeal = function (seal) {
     : (seal.created ? String(seal.created) : "");
   const bits = [when && `made ${when}`, seal.commit && `code ${String(seal.commit).slice(0, 12)}`].filter(Boolean);
   document.getElementById("seal-meta").textContent = bits.join(" · ");
+};
+
+// The run's newest Hugging Face export (`glassroom export` records it): where, which architecture,
+// which step, and its model card as plain text (textContent: the card is never parsed as HTML).
+GR.showModel = function (exp) {
+  const box = document.getElementById("model");
+  if (!box) return;
+  box.hidden = !(exp && typeof exp === "object");
+  if (box.hidden) return;
+  const bits = [exp.architecture, Number.isFinite(exp.step) && `step ${exp.step}`, exp.dtype, exp.created_iso && `exported ${exp.created_iso}`];
+  document.getElementById("model-meta").textContent = bits.filter(Boolean).join(" · ");
+  document.getElementById("model-folder").textContent = exp.folder ? String(exp.folder) : "";
+  document.getElementById("model-card").textContent = typeof exp.card === "string" ? exp.card : "(no model card)";
 };
 
 // ------------------------------------------------------------------------------------ compare page
