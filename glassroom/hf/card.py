@@ -79,7 +79,8 @@ def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str
              f"A {'Mixture-of-Experts' if cfg.moe else 'dense'} decoder trained with glassroom, exported at step "
              f"{step} as `{arch_class}` for Hugging Face `transformers`.", "",
              "## Parameters", "", f"- total: {counts.total:,} ({format_count(counts.total)})",
-             f"- active per token: {counts.active:,} ({format_count(counts.active)})", ""]
+             # "active: N per token", not "per token: N": a value after "token:" reads as a secret to redact
+             f"- active: {counts.active:,} ({format_count(counts.active)}) per token", ""]
     tokens = train_state.get("tokens_by_domain") or {}
     lines += ["## Training tokens by domain", "", "| domain | tokens |", "|---|---|"]
     lines += [f"| {redact_text(str(d))} | {int(n):,} |" for d, n in sorted(tokens.items())]

@@ -162,8 +162,8 @@ def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None,
                max_shard_size: int = DEFAULT_SHARD, force: bool = False) -> Path:
     """Export a run's checkpoint (newest intact, or `step`) as a Hugging Face folder at `out`."""
     from glassroom.hf.card import model_card
-    from glassroom.hf.load import read_run
-    from glassroom.hf.record import record_export, run_state, run_tokenizer_path
+    from glassroom.hf.load import read_run, run_state, run_tokenizer_path
+    from glassroom.hf.record import record_export
 
     run_dir, out = Path(run_dir), Path(out)
     if dtype not in DTYPES:
