@@ -3,8 +3,10 @@
 `generate(model, prompts, ...)` takes token ids (one list per prompt), prefills each prompt in one
 forward, then adds one token at a time against the cache. Temperature 0 is greedy (the first
 highest logit, as `torch.argmax` and `transformers` pick). With a temperature the logits are
-divided by it, top-p keeps the smallest set of most likely tokens whose probability reaches p, and
-one token is drawn with a generator seeded by `seed`, so the same call gives the same text.
+divided by it (in float64, so that any positive temperature, however small, is a valid
+distribution), top-p keeps the smallest set of most likely tokens whose probability reaches p (the
+most likely token always stays), and one token is drawn with a generator seeded by `seed`
+(0 to 2**64 - 1), so the same call gives the same text.
 A prompt stops at `eos_id` (the EOS is kept as its last new token) or after `max_new_tokens`.
 Prompts of equal length run as one batch; a finished prompt of a batch waits for the others.
 """
@@ -29,7 +31,10 @@ class Generation:
     seconds: float                # wall time of this prompt's batch: prefill and every step
 
 
-def check_options(max_new_tokens: int, temperature: float, top_p: float) -> None:
+SEED_LIMIT = 2**64  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+
+
+def check_options(max_new_tokens: int, temperature: float, top_p: float, seed: int = 0) -> None:
     """One line naming the option for a value generation cannot use."""
     if max_new_tokens < 1:
         raise GlassroomError(f"--max-new-tokens: must be 1 or more, got {max_new_tokens}")
@@ -37,6 +42,8 @@ def check_options(max_new_tokens: int, temperature: float, top_p: float) -> None
         raise GlassroomError(f"--temperature: must be 0 (greedy) or positive, got {temperature}")
     if not (0 < top_p <= 1):
         raise GlassroomError(f"--top-p: must be in (0, 1], got {top_p}")
+    if not 0 <= seed < SEED_LIMIT:
+        raise GlassroomError(f"--seed: must be between 0 and 2**64 - 1, got {seed}")
 
 
 def check_length(prompt_len: int, max_new_tokens: int, max_seq_len: int) -> None:
@@ -59,14 +66,18 @@ def pick_next(
     """Next token ids (batch,) from last-position logits (batch, vocab)."""
     if temperature == 0:
         return torch.argmax(logits, dim=-1)
-    logits = logits.float()
+    # float64: a temperature below float32's smallest number (1e-46) or a top_p that rounds to 0 in
+    # float32 would otherwise give 0/0 or drop every token.
+    logits = logits.double()
     scaled = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     probs = torch.softmax(scaled, dim=-1)
     if top_p < 1:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         # Drop a token when the tokens more likely than it already reach top_p (the first always stays).
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)
+        drop = before >= top_p
+        drop[..., 0] = False
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         choice = torch.multinomial(sorted_probs, 1, generator=generator)
         return order.gather(-1, choice).squeeze(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -83,7 +94,7 @@ def generate(
 ) -> list[Generation]:
     """One Generation per prompt, in the order given. The model runs in eval mode (its mode is
     restored after)."""
-    check_options(max_new_tokens, temperature, top_p)
+    check_options(max_new_tokens, temperature, top_p, seed)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise GlassroomError("generate: every prompt needs at least one token (start from the EOS id)")
     for prompt in prompts:

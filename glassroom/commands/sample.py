@@ -45,7 +45,7 @@ def register(sub) -> None:
                    help="0 is greedy (default); above 0 samples from softmax(logits / T)")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P",
                    help="sample from the most likely tokens whose probability reaches P, in (0, 1] (default 1)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampling generator (default 0)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampling generator, 0 to 2**64 - 1 (default 0)")
     p.add_argument("--step", type=int, metavar="N", help="a run folder's checkpoint at step N (default: newest intact)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs (default cpu)")
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from glassroom.generate import check_options
 
-    check_options(args.max_new_tokens, args.temperature, args.top_p)
+    check_options(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     result = sample(args.path, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                     top_p=args.top_p, seed=args.seed, step=args.step, ignore_eos=args.ignore_eos,
                     device=args.device)
@@ -82,6 +82,11 @@ def sample(path: str, prompt: str, *, max_new_tokens: int = 64, temperature: flo
 
     if device == "cuda" and not torch.cuda.is_available():
         raise GlassroomError("--device cuda: no CUDA device is available here; use --device cpu")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach argv as lone surrogates
+        raise GlassroomError(f"--prompt: not valid UTF-8 text (position {exc.start}); "
+                             "give the prompt as UTF-8") from None
     model, tok = glassroom.load(path, step=step)
     model.to(device)
     tok.encode_special_tokens = True
