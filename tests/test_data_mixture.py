@@ -125,12 +125,19 @@ def test_validation_batches_cover_the_held_out_bytes(dataset):
     seq_len = 16
     shard = ds.shard("web", "validation")
     total_bytes, total_tokens = 0.0, 0
+    targets = []
     for tokens, n_bytes in ds.validation_batches("web", seq_len, batch_size=8):
         assert tokens.shape[1] == seq_len + 1 and tokens.dtype == np.int64
+        if not targets:
+            assert tokens[0, 0] == ds.eos_id  # the split is read after an EOS, like every training document
+        assert (tokens[1:, 0] == tokens[:-1, -1]).all()  # windows overlap by one token
+        targets.append(tokens[:, 1:].ravel())
         total_bytes += n_bytes
         total_tokens += tokens.shape[0] * seq_len
-    windows = (len(shard) - 1) // seq_len
+    windows = len(shard) // seq_len
     assert total_tokens == windows * seq_len
+    # every token of the split up to the last whole window is a target once, in order
+    assert (np.concatenate(targets) == np.asarray(shard.tokens[: windows * seq_len])).all()
     # The windows' targets cover all but the last few tokens, so nearly all of the split's bytes.
     assert total_bytes == pytest.approx(shard.n_bytes * total_tokens / len(shard), rel=0.02)
     assert total_bytes <= shard.n_bytes + 1e-6

@@ -66,22 +66,29 @@ class Dataset:
         return load_tokenizer(self.path / "tokenizer.json")
 
     def validation_batches(self, domain: str, seq_len: int, batch_size: int, max_sequences: int | None = None):
-        """Held-out sequences of one domain, in order, without overlap: yields (tokens, n_bytes).
+        """Held-out sequences of one domain, in order: yields (tokens, n_bytes).
 
-        tokens is int64 (b, seq_len + 1); n_bytes is the UTF-8 bytes of text that its targets
-        (tokens[:, 1:]) cover, so bits per byte = sum of target losses in nats / ln 2 / sum of n_bytes.
+        The split is read as one stream preceded by EOS, so that every document, the first one
+        included, is predicted after an EOS as in training. Window k is that stream's tokens
+        [k * seq_len, (k + 1) * seq_len + 1): consecutive windows overlap by one token and every
+        token of the split up to the last whole window is a target exactly once (the rolling
+        tasks of `glassroom data tasks` are these windows). tokens is int64 (b, seq_len + 1);
+        n_bytes is the UTF-8 bytes of text that its targets (tokens[:, 1:]) cover, so bits per
+        byte = sum of target losses in nats / ln 2 / sum of n_bytes.
         """
         shard = self.shard(domain, "validation")
-        n = (len(shard) - 1) // seq_len
+        n = len(shard) // seq_len
         if n < 1:
             raise GlassroomError(f"{shard.paths['tokens']}: domain {domain} has {len(shard)} validation tokens, fewer than "
-                                 f"seq_len + 1 = {seq_len + 1}; lower seq_len or rebuild with more validation data")
+                                 f"seq_len = {seq_len}; lower seq_len or rebuild with more validation data")
         if max_sequences is not None:
             n = min(n, max_sequences)
+        eos = np.array([self.eos_id], dtype=np.int64)
         for first in range(0, n, batch_size):
-            starts = np.arange(first, min(first + batch_size, n), dtype=np.int64) * seq_len
-            tokens = np.stack([np.asarray(shard.tokens[s: s + seq_len + 1], dtype=np.int64) for s in starts])
-            n_bytes = shard.bytes_between(int(starts[0]) + 1, int(starts[-1]) + seq_len + 1)
+            starts = np.arange(first, min(first + batch_size, n), dtype=np.int64) * seq_len  # first target of each
+            tokens = np.stack([np.concatenate([eos, np.asarray(shard.tokens[: seq_len], dtype=np.int64)]) if s == 0
+                               else np.asarray(shard.tokens[s - 1: s + seq_len], dtype=np.int64) for s in starts])
+            n_bytes = shard.bytes_between(int(starts[0]), int(starts[-1]) + seq_len)
             yield tokens, n_bytes
 
 

@@ -8,11 +8,11 @@ Two tasks per domain, both over the held-out (validation) split, both offline:
   length range (0.75x to 1.33x the true ending) from other validation documents of the domain.
   Metrics acc and acc_norm. Deterministic for a given --seed.
 - `glassroom_bpb_<domain>` (group `glassroom_bpb`): rolling log-likelihood over the text of the
-  validation tokens [1 : N*L + 1] (L = --seq-len, N = --windows capped by the shard), one document.
-  With max_length L, lm-eval's rolling windows are the trainer's evaluation windows
-  (glassroom/train/evaluate.py), except that the first window's first input token is EOS instead
-  of token 0; the bytes counted are the trainer's (shard.bytes_between), so bits_per_byte equals
-  the trainer's eval/<domain>/bpb for the same L and eval_sequences = N.
+  validation tokens [0 : N*L] (L = --seq-len, N = --windows capped by the shard), one document.
+  With max_length L, lm-eval's rolling windows (EOS as the prefix token) are the trainer's
+  evaluation windows (glassroom/train/evaluate.py reads the split after an EOS), token for token;
+  the bytes counted are the trainer's (shard.bytes_between), so bits_per_byte equals the trainer's
+  eval/<domain>/bpb for the same L and eval_sequences = N.
 
 The folder holds one YAML per task and group, one JSONL of documents per task, utils.py (a copy of
 glassroom/downstream/task_utils.py, which finds the JSONL beside itself: the dataset may move) and
@@ -96,12 +96,14 @@ def mc_items(texts: list[str], items: int, choices: int, rng: np.random.Generato
 def bpb_document(dataset, domain: str, tok, seq_len: int, windows: int) -> dict | None:
     """The rolling task's one document for a domain, or None when the shard has no whole window."""
     shard = dataset.shard(domain, "validation")
-    n = min((len(shard) - 1) // seq_len, windows)
+    n = min(len(shard) // seq_len, windows)
     if n < 1:
         return None
-    ids = np.asarray(shard.tokens[1: n * seq_len + 1], dtype=np.int64).tolist()
+    # The trainer's windows read the split after an EOS (Dataset.validation_batches), as lm-eval's
+    # rolling windows read a document after the EOS prefix token: the same windows, token for token.
+    ids = np.asarray(shard.tokens[: n * seq_len], dtype=np.int64).tolist()
     text = tok.decode(ids, skip_special_tokens=False)
-    return {"text": text, "n_bytes": shard.bytes_between(1, n * seq_len + 1), "windows": n, "seq_len": seq_len,
+    return {"text": text, "n_bytes": shard.bytes_between(0, n * seq_len), "windows": n, "seq_len": seq_len,
             "tokens": len(ids), "roundtrip_differs": _roundtrip_differs(tok, text, ids)}
 
 

@@ -1,7 +1,8 @@
 """Per-domain held-out loss and bits per byte, plus their macro average.
 
-Each domain's validation shard is cut into consecutive sequences of seq_len + 1 tokens (the first
-`eval_sequences` of them, the same every time; glassroom.data.mixture.Dataset.validation_batches). Bits per byte = (summed loss in nats / ln 2) over
+Each domain's validation shard, read after an EOS, is cut into consecutive windows of seq_len + 1
+tokens overlapping by one (the first `eval_sequences` of them, the same every time;
+glassroom.data.mixture.Dataset.validation_batches), so each token is a target once. Bits per byte = (summed loss in nats / ln 2) over
 the UTF-8 bytes of text those tokens cover, so tokenizers of different sizes compare fairly. Under
 torchrun the windows are split across ranks and the sums reduced.
 """
