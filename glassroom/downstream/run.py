@@ -11,12 +11,14 @@ step, with one `downstream` event; evaluating a step again replaces its values.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import time
 from pathlib import Path
 
+from glassroom.downstream.tasks import verify_folder
 from glassroom.errors import GlassroomError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -33,6 +35,22 @@ def run_tasks_dir(run_dir: Path) -> Path:
     return Path(os.path.expanduser(data["path"])) / "tasks"
 
 
+@contextlib.contextmanager
+def private_bytecode():
+    """Python reads and writes compiled modules under a fresh folder of its own for the call, not in a
+    tasks folder's __pycache__: a .pyc placed there would run instead of the verified utils.py."""
+    import sys
+    import tempfile
+
+    saved = sys.pycache_prefix
+    with tempfile.TemporaryDirectory(prefix="glassroom-pycache-") as prefix:
+        sys.pycache_prefix = prefix
+        try:
+            yield
+        finally:
+            sys.pycache_prefix = saved
+
+
 _MANAGERS: dict[tuple, object] = {}
 
 
@@ -45,6 +63,8 @@ def task_manager(tasks_dir: Path | None, names: list[str] | None = None):
     if tasks_dir is not None and not Path(tasks_dir).is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
+    if tasks_dir is not None:
+        verify_folder(Path(tasks_dir))
     defaults = names is None or not set(names) <= set(local_names(tasks_dir))
     manifest = Path(tasks_dir) / "manifest.json" if tasks_dir is not None else None
     key = (str(Path(tasks_dir).resolve()) if tasks_dir is not None else None,
@@ -96,6 +116,8 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
 
     from glassroom.downstream.adapter import GlassroomLM
 
+    if tasks_dir is not None:
+        verify_folder(Path(tasks_dir))  # again: training reuses a manager while the folder may change
     local = set(local_names(tasks_dir))
     offline = all(n in local for n in names)
     saved = {k: os.environ.get(k) for k in OFFLINE_VARS}
@@ -109,8 +131,9 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
                          eos_id=eos_id, prefix_id=prefix_id)
         start = time.perf_counter()
         try:
-            results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
-                                              bootstrap_iters=0, log_samples=False)
+            with private_bytecode():
+                results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
+                                                  bootstrap_iters=0, log_samples=False)
         except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
             raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
         except OSError as exc:  # a hub task's data could not be fetched (ConnectionError, offline mode, ...)

@@ -17,6 +17,12 @@ Two tasks per domain, both over the held-out (validation) split, both offline:
 The folder holds one YAML per task and group, one JSONL of documents per task, utils.py (a copy of
 glassroom/downstream/task_utils.py, which finds the JSONL beside itself: the dataset may move) and
 manifest.json. It is written into a temporary folder and renamed over DATASET/tasks at the end.
+
+lm-eval executes the Python a task YAML names with `!function` (here utils.py), so a tasks folder
+someone else wrote is their code running in the evaluating process. `verify_folder` is the guard
+glassroom eval and train.eval_tasks pass through first: every YAML lm-eval would index must be the
+one this module writes for the manifest's tasks and groups, byte for byte, and utils.py must be
+task_utils.py; the documents (JSONL) are data, read with `json`.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ CONTEXT_CHARS = 300
 ENDING_CHARS = 80
 LENGTH_RANGE = (0.75, 4 / 3)  # a distractor's length over the true ending's
 WHITESPACE = re.compile(r"\s")
+TASK_NAME = re.compile(r"glassroom_(mc|bpb)_[\w-]+")  # a domain name as recipes allow it (no / or .)
+GROUPS = {"glassroom_mc": ("multiple_choice", ("acc", "acc_norm")),
+          "glassroom_bpb": ("loglikelihood_rolling", ("bits_per_byte",))}
 
 
 def _spans_at(text: str, positions: np.ndarray, start: int, length: int) -> str | None:
@@ -221,8 +230,7 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
             notes.append(f"{domain}: re-encoding the rolling task's text differs from the shard's tokens at "
                          f"{doc['roundtrip_differs']} positions (a window edge inside a character or a merge)")
     groups = {}
-    for group, kind, metrics in (("glassroom_mc", "multiple_choice", ("acc", "acc_norm")),
-                                 ("glassroom_bpb", "loglikelihood_rolling", ("bits_per_byte",))):
+    for group, (kind, metrics) in GROUPS.items():
         members = [n for n, t in tasks.items() if t["kind"] == kind]
         if members:
             (tmp / f"_{group}.yaml").write_text(_group_yaml(group, members, metrics), encoding="utf-8")
@@ -255,4 +263,50 @@ def read_task_manifest(tasks_dir: Path) -> dict:
                              "glassroom data tasks DATASET") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("tasks"), dict):
         raise GlassroomError(f"{path}: not a glassroom tasks manifest; rewrite it with glassroom data tasks DATASET")
+    return manifest
+
+
+def expected_files(manifest: dict, where: Path) -> dict[str, bytes]:
+    """{file name: bytes} of the YAML files and utils.py that write_tasks writes for `manifest`."""
+    files = {"utils.py": Path(__file__).with_name("task_utils.py").read_bytes()}
+    writers = {"multiple_choice": _mc_yaml, "loglikelihood_rolling": _bpb_yaml}
+    for name, task in manifest["tasks"].items():
+        kind = task.get("kind") if isinstance(task, dict) else None
+        if not isinstance(name, str) or not TASK_NAME.fullmatch(name) or kind not in writers:
+            raise GlassroomError(f"{where}: task {name!r} is not one glassroom writes; rewrite the tasks with "
+                                 "glassroom data tasks DATASET")
+        files[f"{name}.yaml"] = writers[kind](name, f"{name}.jsonl").encode("utf-8")
+    groups = manifest.get("groups") or {}
+    for group, members in (groups.items() if isinstance(groups, dict) else ()):
+        if group not in GROUPS or not isinstance(members, list) or not all(m in manifest["tasks"] for m in members):
+            raise GlassroomError(f"{where}: group {group!r} is not one glassroom writes; rewrite the tasks with "
+                                 "glassroom data tasks DATASET")
+        files[f"_{group}.yaml"] = _group_yaml(group, members, GROUPS[group][1]).encode("utf-8")
+    return files
+
+
+def verify_folder(tasks_dir: str | Path) -> dict:
+    """The manifest of a tasks folder that runs only glassroom's code under lm-eval (module doc), else
+    one line naming the first file that differs. Any *.yaml below the folder counts: lm-eval indexes
+    them all."""
+    root = Path(tasks_dir)
+    manifest = read_task_manifest(root)
+    where = root / "manifest.json"
+    expected = expected_files(manifest, where)
+    found = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.yaml"))
+    for name in found:
+        if name not in expected:
+            raise GlassroomError(f"{root / name}: not a task file glassroom wrote (lm-eval would load it and run the "
+                                 "code it names); remove it, or rewrite the tasks with glassroom data tasks DATASET")
+    for name, content in expected.items():
+        path = root / name
+        if name.endswith(".yaml") and name not in found and not path.is_symlink():
+            raise GlassroomError(f"{path}: missing; rewrite the tasks with glassroom data tasks DATASET")
+        try:
+            same = not path.is_symlink() and path.is_file() and path.read_bytes() == content
+        except OSError:
+            same = False
+        if not same:
+            raise GlassroomError(f"{path}: not the file glassroom writes (lm-eval runs the code a tasks folder names, "
+                                 "so only glassroom's own is run); rewrite the tasks with glassroom data tasks DATASET")
     return manifest
