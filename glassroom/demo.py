@@ -20,6 +20,7 @@ from typing import Optional
 from glassroom.errors import GlassroomError
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
 
 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
@@ -27,12 +28,17 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     from glassroom.config import load_yaml
     from glassroom.ladder.run import ladder_steps
     from glassroom.ladder.spec import load_spec
-    from glassroom.pipeline.steps import data_build_step
+    from glassroom.pipeline.steps import data_build_step, export_step
 
-    data = data_build_step("demo-data", experiments / "data-demo.yaml")
     spec_path = experiments / "ladder-demo.yaml"
-    rungs, later = ladder_steps(load_spec(spec_path), load_yaml(spec_path), data / "dataset", with_hero=True)
-    return [data, *rungs, *later]
+    spec_raw = load_yaml(spec_path)
+    # The downstream tasks' bits-per-byte windows are the hero's own evaluation windows.
+    train = spec_raw["base"]["train"]
+    tasks = {"seq_len": train["seq_len"], "windows": train["eval_sequences"], "items": DEMO_TASK_ITEMS}
+    data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
+    rungs, later = ladder_steps(load_spec(spec_path), spec_raw, data / "dataset", with_hero=True)
+    hero = later[-1]
+    return [data, *rungs, *later, export_step("hero-model", hero)]
 
 
 def _free_port(preferred: int) -> int:
@@ -69,6 +75,20 @@ def _sealed(run_dir: Path) -> dict:
         stored = reader.artifact("prediction") or {}
     seal = stored.get("seal") if isinstance(stored.get("seal"), dict) else {}
     return {"digest": seal.get("digest"), "created_iso": seal.get("created_iso")}
+
+
+def _downstream(run_dir: Path) -> dict:
+    """The hero's final downstream scores of the two task groups: {name: (step, value)}."""
+    from glassroom.observe.store import StoreReader
+
+    out = {}
+    with StoreReader(run_dir) as reader:
+        for name in ("downstream/glassroom_mc/acc", "downstream/glassroom_mc/acc_norm",
+                     "downstream/glassroom_bpb/bits_per_byte"):
+            latest = reader.latest(name)
+            if latest is not None:
+                out[name] = latest
+    return out
 
 
 def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict:
@@ -118,6 +138,9 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
         "inside": None if achieved is None else bool(lo <= achieved <= hi),
         "preregistered": sealed["created_iso"] or prediction["created_iso"], "seal": sealed["digest"], "seconds": {"train": trained - started, "publish": published - trained},
     }
+    model = graph.nodes["hero-model"].output / "model"
+    summary["model"] = str(model) if model.is_dir() else None
+    summary["downstream"] = _downstream(hero_dir)
     backtest = fit_dir / "backtest.json"
     if backtest.is_file():
         check = json.loads(backtest.read_text())
@@ -139,6 +162,14 @@ def format_summary(s: dict) -> str:
         lines.append(f"hero {s['metric']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, {s['interval'][1]:.4f}] "
                      f"(preregistered {s['preregistered']}), achieved {s['achieved']:.4f} "
                      f"({s['relative_error']:+.2%} off, {'inside' if s['inside'] else 'outside'} the interval)")
+    scores = s.get("downstream") or {}
+    if scores:
+        step = max(step for step, _ in scores.values())
+        shown = ", ".join(f"{name.split('/', 1)[1]} {value:.4f}" for name, (_, value) in scores.items())
+        lines.append(f"downstream (step {step}): {shown}")
+    if s.get("model"):
+        lines.append(f"model:    {s['model']} (Hugging Face folder with its card; `glassroom sample "
+                     f"{s['model']} --prompt ...` writes with it)")
     if s.get("seal"):
         lines.append(f"sealed:   sha256 {s['seal']} (keep a copy; `glassroom ladder verify {s['hero']}` checks "
                      "that the prediction is unchanged and was made before the hero's first step)")

@@ -15,10 +15,12 @@ same few lines:
               out=ctx.output / "run", resume=True)              # resumes after an interruption
 
 data_build_step: `glassroom data build` as a step; the dataset lands in `<output>/dataset`.
+export_step: `glassroom export` of a run as a step; the Hugging Face folder lands in `<output>/model`.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,10 +29,11 @@ from glassroom.pipeline.step import Resources, Step
 
 
 def data_build_step(name: str, recipe, *overrides: str, cpus: float = 2, deps: tuple = (),
-                    description: str = "") -> Step:
+                    description: str = "", tasks: dict | None = None) -> Step:
     """A step that builds the dataset of `recipe` (a YAML path, relative to the calling file, or a
     Recipe) with `key.path=value` overrides; the resolved recipe is its config, so editing the
-    recipe file reruns the build and everything trained on it."""
+    recipe file reruns the build and everything trained on it. `tasks`: also write the downstream
+    tasks into the dataset (`glassroom data tasks`; keys seq_len, windows, items, choices, seed)."""
     from glassroom.data.recipe import Recipe, load_recipe
 
     if not isinstance(recipe, Recipe):
@@ -41,8 +44,24 @@ def data_build_step(name: str, recipe, *overrides: str, cpus: float = 2, deps: t
         recipe = load_recipe(path, list(overrides))
     elif overrides:
         raise ValueError("overrides apply to a recipe file; change a Recipe with dataclasses.replace")
-    return Step(name, build_data, {"recipe": recipe}, kind="data", resources=Resources(cpus=cpus), deps=deps,
+    config = {"recipe": recipe, **({"tasks": dict(tasks)} if tasks else {})}  # no key: versions stay as they were
+    return Step(name, build_data, config, kind="data", resources=Resources(cpus=cpus), deps=deps,
                 description=description or f"glassroom data build ({recipe.name})")
+
+
+def export_step(name: str, run: Step, dtype: str = "fp32", deps: tuple = ()) -> Step:
+    """`glassroom export` of a training step's run (its newest checkpoint) as a step: the Hugging Face
+    folder lands in `<output>/model`, and the run records the export (its page shows the card)."""
+    return Step(name, export_model, {"run": run.output(), "dtype": dtype}, kind="models", deps=deps,
+                description=f"glassroom export {run.name}")
+
+
+def export_model(ctx: StepContext) -> dict:
+    from glassroom.hf.export import export_run
+
+    folder = export_run(ctx.config["run"], ctx.output / "model", dtype=ctx.config["dtype"], force=True)
+    config = json.loads((folder / "config.json").read_text())
+    return {"model": str(folder), "architecture": (config.get("architectures") or [None])[0]}
 
 
 class _LogLines:
@@ -72,8 +91,14 @@ def build_data(ctx: StepContext) -> dict:
 
     for stale in ctx.output.glob(".dataset.building-*"):  # left by an interrupted attempt
         shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(ctx.output / "dataset" / "tasks", ignore_errors=True)  # derived from the dataset rebuilt below
     manifest = build_dataset(ctx.config["recipe"], ctx.output / "dataset", force=True,
                              workers=max(1, int(ctx.cpus)), log=_LogLines(ctx), progress_interval=5.0)
+    if ctx.config.get("tasks"):
+        from glassroom.downstream.tasks import write_tasks
+
+        ctx.note("writing the downstream tasks", every=0)
+        write_tasks(ctx.output / "dataset", **ctx.config["tasks"])
     totals = manifest.get("totals", {})
     return {"dataset": str(ctx.output / "dataset"), "name": manifest.get("name"),
             "vocab_size": manifest.get("tokenizer", {}).get("vocab_size"),
