@@ -129,3 +129,25 @@ def test_scores_wait_for_another_writer_and_join_the_journal(run, tmp_path):
         assert reader.latest("downstream/glassroom_mc_code/acc") == (12, 0.5)
         assert [e["kind"] for e in reader.events()][-2:] == ["downstream", "note"]
         assert journal.verify_chain(reader.conn)["ok"]
+
+
+def test_a_limit_that_cuts_a_task_short_prints_the_scores_and_stores_nothing(run):
+    """--limit 3 of 12 items is not the checkpoint's score: it must not replace the whole one."""
+    whole = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--json")
+    assert whole.returncode == 0, whole.stderr
+    assert json.loads(whole.stdout)["stored"] is True
+    with StoreReader(run) as reader:
+        before = reader.series("downstream/glassroom_mc_prose/acc_norm")
+        events = len(reader.events())
+    part = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "3", "--json")
+    assert part.returncode == 0, part.stderr
+    out = json.loads(part.stdout)
+    assert out["items"] == 3 and out["stored"] is False and "glassroom_mc_prose" in out["scores"]
+    assert "not stored" in part.stderr and "3 of glassroom_mc_prose's 12 items" in part.stderr
+    with StoreReader(run) as reader:
+        after = reader.series("downstream/glassroom_mc_prose/acc_norm")
+        assert len(reader.events()) == events
+    assert after[0].tolist() == before[0].tolist() and after[1].tolist() == before[1].tolist()
+    # A limit above the task's size scores it whole: stored.
+    big = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "1000", "--json")
+    assert big.returncode == 0 and json.loads(big.stdout)["stored"] is True

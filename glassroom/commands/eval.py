@@ -26,7 +26,8 @@ data, so they need the network.
 
 For a run folder the scores are also written to its store at the checkpoint's step as
 downstream/<task>/<metric> with a `downstream` event (the dashboard draws them over checkpoints);
-evaluating the same step again replaces them. A Hugging Face folder's scores are printed only.
+evaluating the same step again replaces them. A Hugging Face folder's scores are printed only, and
+so are scores that --limit computed over part of a task (they are not the checkpoint's score).
 
 example:
   glassroom data tasks data/tiny --seq-len 32 --windows 4
@@ -41,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task or group names")
     p.add_argument("--tasks-dir", metavar="DIR", help="folder of task files (default: the run's DATASET/tasks)")
     p.add_argument("--step", type=int, metavar="N", help="the checkpoint at step N (default: the newest intact one)")
-    p.add_argument("--limit", type=int, metavar="N", help="at most N items per task")
+    p.add_argument("--limit", type=int, metavar="N",
+                   help="at most N items per task (scores of a task cut short are printed, not stored)")
     p.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per forward (default 8)")
     p.add_argument("--max-length", type=int, metavar="L",
                    help="longest sequence the model sees (default: a run's train.seq_len, else the model's max_seq_len)")
@@ -101,15 +103,21 @@ def run(args: argparse.Namespace) -> int:
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
                                  max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
-    if is_run:
+    # A score over part of a task is not the checkpoint's score: it would replace the whole one.
+    store = is_run and not result["cut"]
+    if store:
         downstream.store_results(path, step, scores, checkpoint=found.checkpoint.name)
+    elif is_run:
+        task, (scored, total) = next(iter(result["cut"].items()))
+        print(f"note: not stored in {path}: --limit {args.limit} scored {scored} of {task}'s {total} items "
+              "(a part of a task is not the checkpoint's score; leave --limit out to store)", file=sys.stderr)
     if args.json:
         print(json.dumps({"path": str(path), "step": step, "scores": scores, "items": result["items"],
-                          "seconds": round(result["seconds"], 3)}, indent=2))
+                          "seconds": round(result["seconds"], 3), "stored": store}, indent=2))
     else:
         where = f"step {step}" if step is not None else "Hugging Face folder"
         print(f"{path} ({where}): {result['items']} items in {result['seconds']:.1f} s"
-              + (f"; stored as downstream/<task>/<metric> at step {step}" if is_run else ""))
+              + (f"; stored as downstream/<task>/<metric> at step {step}" if store else ""))
         for task, metrics in scores.items():
             print(f"  {task:<28}" + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
     sys.stdout.flush()

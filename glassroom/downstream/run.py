@@ -111,7 +111,8 @@ def flatten(results: dict) -> dict[str, dict[str, float]]:
 def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: int | None = None,
              batch_size: int = 8, max_length: int | None = None, device: str = "cpu", manager=None,
              eos_id: int | None = None, prefix_id: int | None = None) -> dict:
-    """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s}."""
+    """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s,
+    "cut": {task: (scored, total)} for the tasks `limit` scored only in part}."""
     import lm_eval
 
     from glassroom.downstream.adapter import GlassroomLM
@@ -149,8 +150,12 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    items = sum(int(v.get("effective", v.get("original", 0))) for v in (results.get("n-samples") or {}).values())
-    return {"scores": flatten(results), "items": items, "seconds": seconds}
+    counts = results.get("n-samples") or {}
+    items = sum(int(v.get("effective", v.get("original", 0))) for v in counts.values())
+    # Tasks that --limit cut short: {task: (items scored, items it has)}.
+    cut = {task: (int(v["effective"]), int(v["original"])) for task, v in counts.items()
+           if "effective" in v and "original" in v and int(v["effective"]) < int(v["original"])}
+    return {"scores": flatten(results), "items": items, "seconds": seconds, "cut": cut}
 
 
 def metric_values(scores: dict[str, dict[str, float]]) -> dict[str, float]:
