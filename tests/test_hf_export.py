@@ -141,7 +141,7 @@ def test_model_card_and_tokenizer_files(runs, tiny_dataset, tmp_path):
     out = export_folder(runs("llama"), tmp_path / "hf")
     card = (out / "README.md").read_text()
     for needle in ("LlamaForCausalLM", "## Parameters", "| prose |", "| docs |", "| code |",
-                   "## Bits per byte", "dataset manifest sha256: ", "- step: 4", "## Config"):
+                   "## Bits per byte", "dataset manifest sha256 (data.path at export): ", "- step: 4", "## Config"):
         assert needle in card, needle
     assert "unknown (dataset not found)" not in card
     tok_config = json.loads((out / "tokenizer_config.json").read_text())

@@ -155,6 +155,10 @@ def _windows(hf: dict, where: str) -> tuple[Optional[int], Optional[int]]:
             types = ["sliding_attention" if i >= start else "full_attention" for i in range(n)]
         else:
             return int(window), None
+    kinds = ("sliding_attention", "full_attention")
+    if not isinstance(types, list) or len(types) != n or any(t not in kinds for t in types):
+        raise GlassroomError(f"{where}: layer_types must list {n} entries (num_hidden_layers), each "
+                             f"sliding_attention or full_attention; got {str(types)[:80]}")
     sliding = [t == "sliding_attention" for t in types]
     if not any(sliding):
         return None, None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any, Optional
@@ -20,8 +21,11 @@ import yaml
 from glassroom.observe.redact import redact, redact_text
 
 
-def _store_values(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, float], Optional[dict]]:
-    """(eval/<domain>/bpb, downstream/* values at or before `step`, the prediction artifact)."""
+Value = tuple[int, float]  # (the step it was measured at, the value)
+
+
+def _store_values(run_dir: Path, step: int) -> tuple[dict[str, Value], dict[str, Value], Optional[dict]]:
+    """(eval/<domain>/bpb, downstream/* (step, value) last at or before `step`, the prediction artifact)."""
     from glassroom.observe.store import store_path
 
     if not store_path(run_dir).is_file():
@@ -32,7 +36,7 @@ def _store_values(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str,
         return {}, {}, None
 
 
-def _read_store(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, float], Optional[dict]]:
+def _read_store(run_dir: Path, step: int) -> tuple[dict[str, Value], dict[str, Value], Optional[dict]]:
     from glassroom.observe.store import StoreReader
 
     bpb, downstream = {}, {}
@@ -43,9 +47,17 @@ def _read_store(run_dir: Path, step: int) -> tuple[dict[str, float], dict[str, f
                 continue
             steps, values = reader.series(name, end=step)
             if len(steps):
-                (bpb if is_bpb else downstream)[name] = float(values[-1])
+                (bpb if is_bpb else downstream)[name] = (int(steps[-1]), float(values[-1]))
         prediction = reader.artifact("prediction")
     return bpb, downstream, prediction
+
+
+def md(text: str) -> str:
+    """`text` (a run name, a path, a domain) redacted and safe to show inside a line of Markdown: control
+    characters (a newline in a folder name) shown as \\xNN, and the characters that make HTML, entities,
+    links, emphasis, code or table cells backslash-escaped, so it reads as the same text and nothing else."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in redact_text(text))
+    return re.sub(r"([\\`*\[\]<>|&~])", r"\\\1", text)  # `_` inside a word (paths, names) is left as is
 
 
 def _digest(path: Path) -> Optional[str]:
@@ -73,7 +85,7 @@ def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str
     cfg = build_section(ModelConfig, config["model"], "model")
     counts = count_params(cfg)
     bpb, downstream, prediction = _store_values(run_dir, step)
-    name = redact_text(run_dir.name)
+    name = md(run_dir.name)
     lines = ["---", "library_name: transformers", "pipeline_tag: text-generation", "tags: [glassroom]", "---", "",
              f"# {name} ({model_name(counts.total, counts.active)})", "",
              f"A {'Mixture-of-Experts' if cfg.moe else 'dense'} decoder trained with glassroom, exported at step "
@@ -83,29 +95,33 @@ def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str
              f"- active: {counts.active:,} ({format_count(counts.active)}) per token", ""]
     tokens = train_state.get("tokens_by_domain") or {}
     lines += ["## Training tokens by domain", "", "| domain | tokens |", "|---|---|"]
-    lines += [f"| {redact_text(str(d))} | {int(n):,} |" for d, n in sorted(tokens.items())]
+    lines += [f"| {md(str(d))} | {int(n):,} |" for d, n in sorted(tokens.items())]
     lines += [f"| total | {int(train_state.get('tokens_seen', sum(tokens.values()))):,} |", ""]
-    if bpb:
-        lines += ["## Bits per byte (held-out, last evaluation)", "", "| domain | bpb |", "|---|---|"]
-        lines += [f"| {redact_text(n[len('eval/'):-len('/bpb')])} | {v:.4f} |" for n, v in sorted(bpb.items())]
+    if bpb:  # the step of each value is shown: the last evaluation need not be at the exported step
+        lines += [f"## Bits per byte (held-out, last evaluation at or before step {step})", "",
+                  "| domain | bpb | at step |", "|---|---|---|"]
+        lines += [f"| {md(n[len('eval/'):-len('/bpb')])} | {v:.4f} | {at} |" for n, (at, v) in sorted(bpb.items())]
         lines.append("")
     if downstream:
-        lines += ["## Downstream scores", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {redact_text(n[len('downstream/'):])} | {v:.4f} |" for n, v in sorted(downstream.items())]
+        lines += [f"## Downstream scores (last at or before step {step})", "", "| metric | value | at step |",
+                  "|---|---|---|"]
+        lines += [f"| {md(n[len('downstream/'):])} | {v:.4f} | {at} |" for n, (at, v) in sorted(downstream.items())]
         lines.append("")
     data_path = Path(str((config.get("data") or {}).get("path", "")))
     seal = prediction.get("seal") if isinstance(prediction, dict) else None
     lines += ["## Provenance", "", f"- run: {name}", f"- step: {step}",
-              f"- dataset manifest sha256: {_digest(data_path / 'manifest.json') or 'unknown (dataset not found)'}"]
+              f"- dataset manifest sha256 (data.path at export): "
+              f"{_digest(data_path / 'manifest.json') or 'unknown (dataset not found)'}"]
     init = config.get("init")
     if isinstance(init, dict) and init.get("from"):
         at = f" (step {init['step']})" if init.get("step") is not None else ""
-        lines.append(f"- initialised from: {redact_text(str(init['from']))}{at}")
+        lines.append(f"- initialised from: {md(str(init['from']))}{md(at)}")
     commit = _commit(run_dir, prediction)
     if commit:
-        lines.append(f"- git commit: {redact_text(str(commit))}")
+        lines.append(f"- git commit: {md(str(commit))}")
     if isinstance(seal, dict) and seal.get("digest"):
-        lines.append(f"- preregistered prediction seal (sha256): {redact_text(str(seal['digest']))}")
+        lines.append(f"- preregistered prediction seal (sha256): {md(str(seal['digest']))}")
     shown = yaml.safe_dump(redact(config), sort_keys=False).rstrip()
-    lines += ["", "## Config", "", "```yaml", shown, "```", ""]
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", shown)), default=0))  # longer than any inside
+    lines += ["", "## Config", "", f"{fence}yaml", shown, fence, ""]
     return "\n".join(lines)

@@ -44,7 +44,9 @@ def check_out(out: Path, force: bool, inside: Optional[Path] = None) -> None:
     out = Path(out)
     if inside is not None and out.resolve().is_relative_to(Path(inside).resolve()):
         raise GlassroomError(f"--out {out}: is inside the run folder {inside}; export to a folder outside it")
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
+    if out.is_symlink():  # replacing it would write into (or over) the folder it points to
+        raise GlassroomError(f"--out {out}: is a symbolic link; give the folder itself, or a new path")
+    if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: exists and is not a folder; choose another path")
     if out.is_dir() and any(out.iterdir()):
         if not (out / MARKER).is_file():
@@ -52,6 +54,18 @@ def check_out(out: Path, force: bool, inside: Optional[Path] = None) -> None:
                                  "choose a new folder")
         if not force:
             raise GlassroomError(f"--out {out}: holds an earlier export; add --force to replace it, or choose a new folder")
+        foreign = sorted(p.name for p in out.iterdir() if p.is_symlink() or not p.is_file() or not _exported_name(p.name))
+        if foreign:  # --force replaces what an export wrote, never what was put there since
+            raise GlassroomError(f"--out {out}: holds {foreign[0]!r}, which no export writes; move it out of the "
+                                 "folder (or choose a new folder) before --force replaces the export")
+
+
+_EXPORTED = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             "generation_config.json", "README.md", MARKER, "model.safetensors", "model.safetensors.index.json"}
+
+
+def _exported_name(name: str) -> bool:
+    return name in _EXPORTED or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", name) is not None
 
 
 def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:

@@ -3,8 +3,9 @@
 `model_for_init(init, given)` is the model section: the folder's (its config.json, or the run's
 config.yaml) with the keys the run config's own `model:` sets, which must agree with the folder's
 on everything that shapes the model (training knobs such as moe.bias_update_rate may differ). `check_tokenizer(init, data_path)`
-refuses data tokenized with another tokenizer. `load_init_weights(model, init, cfg)` copies the
-weights (router biases too) into a freshly built model, at step 0 only (the trainer's call).
+refuses data tokenized with another tokenizer. At step 0 only (the trainer's calls),
+`check_init_weights(init)` checks the checkpoint or the weights' shapes before the model is built and
+`load_init_weights(model, init, cfg)` copies the weights (router biases too) into it.
 """
 
 from __future__ import annotations
@@ -40,11 +41,24 @@ def folder_model(init) -> dict[str, Any]:
         if init.step is not None:
             raise ConfigError(f"init.step: {folder} is a Hugging Face folder with one set of weights; "
                               "step applies to run folders")
-        return model_section(folder)
+        return model_section(folder, weights=False)  # the weights: check_init_weights, at step 0
     model = saved_config(folder).get("model")
     if not isinstance(model, dict):
         raise ConfigError(f"init.from: {folder}/config.yaml has no model: section")
     return model
+
+
+def _check_step(run_dir: Path, step: Optional[int]) -> None:
+    """The run has a checkpoint (at `step` when given): refused before the new run starts."""
+    from glassroom.train.checkpoint import list_checkpoints
+
+    steps = [s for s, _ in list_checkpoints(run_dir)]
+    if not steps:
+        raise ConfigError(f"init.from: {run_dir} has no checkpoint yet; train it until its first checkpoint "
+                          "(train.checkpoint_every)")
+    if step is not None and step not in steps:
+        raise ConfigError(f"init.step: {run_dir} has no checkpoint at step {step} (checkpoints: "
+                          f"{', '.join(map(str, steps))}); choose one of them, or leave init.step out for the newest")
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -120,18 +134,36 @@ def check_tokenizer(init, data_path: str) -> None:
                           f"with `tokenizer: {{path: {theirs}}}` in its recipe (glassroom data build)")
 
 
+def check_init_weights(init) -> None:
+    """Before the model is built at step 0: the run folder has the checkpoint (init.step), or the
+    Hugging Face folder's weights fit its config.json (their headers only: a config.json that claims
+    10**9 layers is one line, not an allocation). Not at config time: a resumed run needs neither."""
+    from glassroom.hf.load import check_weights, model_section
+    from glassroom.config import build_section
+    from glassroom.model.config import ModelConfig
+
+    folder = Path(init.source).expanduser()
+    if _kind(folder) == "run":
+        _check_step(folder, init.step)
+        return
+    try:
+        check_weights(folder, build_section(ModelConfig, model_section(folder, weights=False), "model"))
+    except GlassroomError as exc:
+        raise GlassroomError(f"init.from: {exc}") from None
+
+
 def load_init_weights(model, init, cfg) -> None:
     """Copy the init folder's weights (router biases included) into `model` (built for `cfg`)."""
     from glassroom.hf.load import copy_state, read_hf_folder, read_run, run_state
 
     folder = Path(init.source).expanduser()
-    if _kind(folder) == "hf":
-        _, state = read_hf_folder(folder)
-        where = str(folder)
-    else:
-        run = read_run(folder, init.step)
-        state, where = run_state(run), str(run.checkpoint)
     try:
+        if _kind(folder) == "hf":
+            _, state = read_hf_folder(folder)
+            where = str(folder)
+        else:
+            run = read_run(folder, init.step)
+            state, where = run_state(run), str(run.checkpoint)
         copy_state(model, state, where)
     except GlassroomError as exc:
         raise GlassroomError(f"init.from: {exc}") from None

@@ -35,13 +35,16 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         hf = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise GlassroomError(f"{path}: not JSON ({str(exc)[:80]}); export the model again or fix the file") from None
+    except RecursionError:  # json nests without a limit of its own: [[[[... 10,000 deep
+        raise GlassroomError(f"{path}: nested too deep to be a config; export the model again or fix the file") from None
     if not isinstance(hf, dict):
         raise GlassroomError(f"{path}: not a JSON object of settings")
     return hf
 
 
-def model_section(folder: Path) -> dict[str, Any]:
-    """The `model:` mapping a Hugging Face folder's config.json describes (validated)."""
+def model_section(folder: Path, weights: bool = True) -> dict[str, Any]:
+    """The `model:` mapping a Hugging Face folder's config.json describes (validated; with `weights`,
+    also against the shapes in the weights' headers: check_weights)."""
     from glassroom.config import build_section
     from glassroom.hf.architectures import model_config
     from glassroom.model.config import ModelConfig
@@ -49,13 +52,63 @@ def model_section(folder: Path) -> dict[str, Any]:
     where = str(Path(folder) / "config.json")
     try:
         mapping = model_config(read_hf_config(folder), where)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise GlassroomError(f"{where}: a setting is missing or of the wrong type ({type(exc).__name__}: {str(exc)[:80]})") from None
     try:
-        build_section(ModelConfig, mapping, "model")
+        cfg = build_section(ModelConfig, mapping, "model")
     except GlassroomError as exc:
         raise GlassroomError(f"{where}: describes a model glassroom cannot build ({exc})") from None
+    if weights:
+        check_weights(folder, cfg)
     return mapping
+
+
+def _header_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the folder's weights as an empty meta tensor of its shape and dtype, read from
+    the safetensors headers alone (no tensor data is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    out: dict[str, torch.Tensor] = {}
+    for path in _weight_files(Path(folder)):
+        if not path.is_file():
+            raise GlassroomError(f"{path}: no such file; the folder's weights are missing")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    part = f.get_slice(name)
+                    dtype = getattr(torch, _ST_DTYPES.get(part.get_dtype(), "uint8"))
+                    out[name] = torch.empty(part.get_shape(), dtype=dtype, device="meta")
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise _damaged(path, exc) from None
+    return out
+
+
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def check_weights(folder: Path, cfg) -> None:
+    """The folder's weights (their safetensors headers) have every tensor `cfg` needs, of its shape
+    and of a floating type: checked before a model of `cfg` is built, so a config.json claiming
+    10**9 layers or a vocabulary of 10**12 is one line, not an allocation."""
+    import re
+
+    from glassroom.hf.tensors import from_hf
+    from glassroom.model.transformer import Transformer
+
+    where = str(Path(folder) / "config.json")
+    tensors = _header_tensors(folder)
+    layers = {int(m.group(1)) for m in map(re.compile(r"model\.layers\.(\d+)\.").match, tensors) if m}
+    if cfg.n_layers > len(layers) or any(i not in layers for i in range(cfg.n_layers)):
+        raise GlassroomError(f"{where}: num_hidden_layers is {cfg.n_layers}, the weights have {len(layers)} layers; "
+                             "config.json and the weights do not match")
+    for name, t in tensors.items():
+        if not t.dtype.is_floating_point:
+            raise GlassroomError(f"{where}: the tensor {name} is {t.dtype}, not a floating type; "
+                                 "glassroom reads fp32, bf16 or fp16 weights")
+    state = from_hf(tensors, cfg, read_hf_config(folder)["model_type"], where)
+    with torch.device("meta"):
+        check_shapes(Transformer(cfg).state_dict(), state, where)
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -67,27 +120,35 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise GlassroomError(f"{path}: not a readable safetensors file ({first[:120]}); it is damaged: "
-                             "copy or export it again") from None
+        raise _damaged(path, exc) from None
 
 
-def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
-    folder = Path(folder)
+def _damaged(path: Path, exc: Exception) -> GlassroomError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return GlassroomError(f"{path}: not a readable safetensors file ({first[:120]}); it is damaged: "
+                          "copy or export it again")
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or the shards model.safetensors.index.json names (inside the folder)."""
     index = folder / INDEX
     if not index.is_file():
-        return _read_safetensors(folder / SAFETENSORS)
+        return [folder / SAFETENSORS]
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         files = sorted(set(weight_map.values()))
         if any("/" in f or "\\" in f or f.startswith(".") for f in files):
             raise ValueError
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise GlassroomError(f"{index}: not a readable shard index (weight_map of tensor -> file)") from None
+    return [folder / name for name in files]
+
+
+def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of model.safetensors, or of the shards model.safetensors.index.json names."""
     tensors: dict[str, torch.Tensor] = {}
-    for name in files:
-        tensors.update(_read_safetensors(folder / name))
+    for path in _weight_files(Path(folder)):
+        tensors.update(_read_safetensors(path))
     return tensors
 
 
@@ -99,6 +160,11 @@ def read_hf_folder(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor
     cfg = _model_config(mapping)
     arch = read_hf_config(folder)["model_type"]
     tensors = read_hf_tensors(folder)
+    head, embed = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
+    if cfg.tie_embeddings and head is not None and embed is not None and not torch.equal(head, embed):
+        # transformers then keeps them apart (it does not tie): glassroom would compute another model
+        raise GlassroomError(f"{Path(folder) / 'config.json'}: tie_word_embeddings is true but the weights hold an "
+                             "lm_head.weight unlike embed_tokens; set tie_word_embeddings to false in config.json")
     state = from_hf(tensors, cfg, arch, str(Path(folder) / SAFETENSORS))
     return mapping, {name: t.float() for name, t in state.items()}
 
@@ -119,15 +185,20 @@ def build_from_state(cfg, state: dict[str, torch.Tensor], where: str):
     return model.eval()
 
 
-def copy_state(model, state: dict[str, torch.Tensor], where: str) -> None:
-    """Copy `state` into `model`'s parameters and router biases; a wrong shape is one line."""
-    own = model.state_dict()
+def check_shapes(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], where: str) -> None:
+    """Every entry of a model's state dict `own` is in `state`, of its shape; else one line."""
     for name, target in own.items():
         if name not in state:
             raise GlassroomError(f"{where}: lacks {name}; the weights do not match the model")
         if tuple(state[name].shape) != tuple(target.shape):
             raise GlassroomError(f"{where}: {name} has shape {tuple(state[name].shape)}, the model needs "
                                  f"{tuple(target.shape)}; the weights do not match config.json")
+
+
+def copy_state(model, state: dict[str, torch.Tensor], where: str) -> None:
+    """Copy `state` into `model`'s parameters and router biases; a wrong shape is one line."""
+    own = model.state_dict()
+    check_shapes(own, state, where)
     with torch.no_grad():
         for name, target in own.items():
             target.copy_(state[name])
@@ -156,6 +227,13 @@ def read_run(run_dir: Path, step: Optional[int] = None, warn=None) -> RunFolder:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: no such run folder")
+    if not (run_dir / "config.yaml").is_file():
+        parent = run_dir.resolve().parent
+        if parent.name == "checkpoints" and (parent.parent / "config.yaml").is_file() and run_dir.name.startswith("step_"):
+            step_text = run_dir.name[len("step_"):].lstrip("0") or "0"
+            raise GlassroomError(f"{run_dir}: a checkpoint folder; give its run folder {parent.parent} "
+                                 f"with step {step_text}")
+        raise GlassroomError(f"{run_dir}: not a run folder (no config.yaml) nor a Hugging Face folder (no config.json)")
     config = saved_config(run_dir)
     if not isinstance(config.get("model"), dict):
         raise GlassroomError(f"{run_dir}/config.yaml: has no model: section; the run's saved config is damaged")
@@ -237,10 +315,10 @@ def load(path: str | Path, step: Optional[int] = None):
     if is_hf_folder(path) and not (path / "config.yaml").is_file():
         if step is not None:
             raise GlassroomError(f"{path}: a Hugging Face folder has one set of weights; step applies to run folders")
-        mapping, state = read_hf_folder(path)
         tok_path = path / "tokenizer.json"
         if not tok_path.is_file():
             raise GlassroomError(f"{tok_path}: no such file; the folder's tokenizer is missing")
+        mapping, state = read_hf_folder(path)
         return build_from_state(_model_config(mapping), state, str(path)), _tokenizer(tok_path)
     run = read_run(path, step)
     model = build_from_state(run.model_cfg, run_state(run), str(run.checkpoint))

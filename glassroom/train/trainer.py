@@ -151,10 +151,13 @@ class Trainer:
 
         torch.manual_seed(tc.seed)
         use_fsdp_bf16 = self.info.enabled and tc.parallel == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
-        self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
-        if cfg.init is not None and not ckpt.list_checkpoints(self.run_dir):  # init at step 0 only
-            from glassroom.hf.init import load_init_weights
+        fresh_init = cfg.init is not None and not ckpt.list_checkpoints(self.run_dir)  # init at step 0 only
+        if fresh_init:
+            from glassroom.hf.init import check_init_weights, load_init_weights
 
+            check_init_weights(cfg.init)  # before a model of that size is allocated
+        self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
+        if fresh_init:
             load_init_weights(self.model, cfg.init, cfg.model)
         self.core = self.model
         if tc.compile:

@@ -1,0 +1,220 @@
+"""Export, import and glassroom.load at their edges, as a careless or hostile user meets them: a model
+card that shows a hostile run name as text and says at which step each value was measured; --force
+that never deletes what no export wrote; a config.json that claims sizes its weights do not have,
+nests without end or is of the wrong types; a checkpoint folder given where a run folder belongs;
+init.step that does not exist. Each is one line (exit 2 at the CLI), nothing allocated or destroyed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from hf_helpers import OFFLINE, export_folder
+from test_hf_import import make_hf_folder
+from train_helpers import ROOT, TINY, run_train
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+DENSE = {"vocab_size": 2048, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128, "max_seq_len": 64}
+HOSTILE_NAME = "evil<img src=x onerror=alert(1)>\n\nOwned | x ** [link](javascript:alert(1))\n==="
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **OFFLINE})
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def dense_run(tiny_dataset, tmp_path_factory):
+    run = tmp_path_factory.mktemp("review") / "run"
+    result = run_train(run, tiny_dataset, "model.moe=", "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2")
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+# ------------------------------------------------------------------------------- the model card
+
+
+def test_card_shows_a_hostile_run_name_and_init_path_as_text(tmp_path):
+    from glassroom.hf.card import model_card
+
+    run = tmp_path / HOSTILE_NAME
+    run.mkdir()
+    config = {"model": DENSE, "data": {"path": str(tmp_path)},
+              "init": {"from": "/models/x\n## Fake section <script>alert(1)</script>", "step": None},
+              "observe": {"wandb_project": "p ```` x"}}
+    card = model_card(run, config, 4, "LlamaForCausalLM", {})
+    lines = card.splitlines()
+    heading = [line for line in lines if line.startswith("# ")]
+    assert len(heading) == 1 and "Owned" in heading[0]  # the name's newlines do not start new lines
+    assert not any(line.startswith(("Owned", "===", "## Fake")) for line in lines)
+    prose = card[:card.index("## Config")]  # the config itself is shown inside a fenced code block
+    for raw in ("<img", "<script", "](javascript", "| x"):  # HTML, a link, a table cell: escaped
+        assert raw not in prose.replace("\\" + raw[0], ""), raw
+    assert "\\<img src=x onerror=alert(1)\\>" in card  # the same text, shown
+    fence = next(line for line in lines if line.endswith("yaml"))[:-len("yaml")]
+    assert set(fence) == {"`"} and len(fence) > 4 and lines[-1] == fence  # longer than any backtick run inside
+
+
+def test_card_says_the_step_each_value_was_measured_at(tmp_path):
+    from glassroom.hf.card import model_card
+    from glassroom.observe.store import StoreWriter
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with StoreWriter(run) as writer:
+        writer.log(3, {"eval/prose/bpb": 2.5, "downstream/glassroom_mc/acc": 0.5})
+        writer.log(6, {"eval/prose/bpb": 2.0})  # after the exported step: not on the card
+    card = model_card(run, {"model": DENSE, "data": {"path": str(tmp_path)}}, 4, "LlamaForCausalLM", {})
+    assert "last evaluation at or before step 4" in card and "| prose | 2.5000 | 3 |" in card
+    assert "| glassroom_mc/acc | 0.5000 | 3 |" in card and "2.0000" not in card
+
+
+# ------------------------------------------------------------------------------- export --out
+
+
+def test_force_never_deletes_what_no_export_wrote(dense_run, tmp_path):
+    out = export_folder(dense_run, tmp_path / "hf")
+    (out / "notes.txt").write_text("mine")
+    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "notes.txt", "no export writes")
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    (out / "lab").mkdir()  # e.g. a run folder moved inside it
+    (out / "lab" / "config.yaml").write_text("x")
+    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "'lab'")
+    assert (out / "lab" / "config.yaml").is_file() and (out / "model.safetensors").is_file()
+    shutil.rmtree(out / "lab")
+    assert cli("export", str(dense_run), "--out", str(out), "--force").returncode == 0
+
+
+def test_out_as_a_symlink_to_a_folder_is_refused(dense_run, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "link").symlink_to(elsewhere)
+    one_line_error(cli("export", str(dense_run), "--out", str(tmp_path / "link")), "symbolic link")
+    assert list(elsewhere.iterdir()) == [] and (tmp_path / "link").is_symlink()
+
+
+# ------------------------------------------------------------------------------- glassroom.load
+
+
+def test_load_a_checkpoint_folder_or_another_folder_says_what_to_give(dense_run, tmp_path):
+    import glassroom
+    from glassroom.errors import GlassroomError
+
+    with pytest.raises(GlassroomError, match=r"a checkpoint folder; give its run folder .* with step 2$"):
+        glassroom.load(dense_run / "checkpoints" / "step_0000002")
+    with pytest.raises(GlassroomError, match="not a run folder .* nor a Hugging Face folder") as info:
+        glassroom.load(tmp_path)
+    assert "resume" not in str(info.value)
+
+
+def _hf(tmp_path, tiny_dataset, name="hf"):
+    return make_hf_folder(tmp_path / name, "llama", tiny_dataset / "tokenizer.json")
+
+
+def _edit_config(folder, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("changes", [{"num_hidden_layers": 10**9}, {"vocab_size": 10**12}, {"hidden_size": 10**7}],
+                         ids=["layers", "vocab", "hidden"])
+def test_config_claiming_huge_sizes_is_one_line_without_allocating(tiny_dataset, tmp_path, changes):
+    folder = _hf(tmp_path, tiny_dataset)
+    _edit_config(folder, **changes)
+    # 3 GB of address space: building the claimed model (or naming 10**9 layers' tensors) cannot fit
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))\n"
+            "import glassroom\nfrom glassroom.errors import GlassroomError\n"
+            "try:\n    glassroom.load(sys.argv[1])\nexcept GlassroomError as exc:\n    print('error:', exc); sys.exit(2)\n")
+    result = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, **OFFLINE})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "config.json" in result.stdout and "do not match" in result.stdout, result.stdout
+
+
+def _deep(folder):
+    (folder / "config.json").write_text('{"a":' * 10000 + "1" + "}" * 10000)
+
+
+def _rope_list(folder):
+    _edit_config(folder, rope_parameters=[1, 2], rope_scaling=None)
+
+
+def _layer_types_junk(folder):
+    _edit_config(folder, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=8, layer_types="x")
+
+
+def _int_weights(folder):
+    from safetensors.torch import load_file, save_file
+
+    tensors = {k: (v * 100).to(torch.int32) for k, v in load_file(str(folder / "model.safetensors")).items()}
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def _untied_head_in_tied_config(folder):
+    from safetensors.torch import load_file, save_file
+
+    _edit_config(folder, tie_word_embeddings=True)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["lm_head.weight"] = 2 * tensors["model.embed_tokens.weight"]  # transformers then does not tie them
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("damage, words", [
+    (_deep, "nested too deep"),
+    (_rope_list, "wrong type"),
+    (_layer_types_junk, "layer_types must list 3 entries"),
+    (_int_weights, "not a floating type"),
+    (_untied_head_in_tied_config, "tie_word_embeddings is true but"),
+], ids=lambda v: getattr(v, "__name__", "")[1:] if callable(v) else "")
+def test_malformed_hf_folder_is_one_line(tiny_dataset, tmp_path, damage, words):
+    import glassroom
+    from glassroom.errors import GlassroomError
+
+    folder = _hf(tmp_path, tiny_dataset)
+    damage(folder)
+    with pytest.raises(GlassroomError) as info:
+        glassroom.load(folder)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------- init
+
+
+def _run_config(path, dataset, init) -> None:
+    raw = yaml.safe_load(TINY.read_text())
+    raw.pop("model")
+    raw["data"]["path"] = str(dataset)
+    raw["train"].update(steps=1, warmup_steps=0, checkpoint_every=1, eval_every=1)
+    raw["init"] = init
+    path.write_text(yaml.safe_dump(raw))
+
+
+def test_init_step_missing_or_no_checkpoint_is_named_and_nothing_is_left(dense_run, tiny_dataset, tmp_path):
+    config = tmp_path / "run.yaml"
+    _run_config(config, tiny_dataset, {"from": str(dense_run), "step": 5})
+    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.step", "(checkpoints: 2)")
+    assert not (tmp_path / "new").exists()
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.yaml").write_text((dense_run / "config.yaml").read_text())
+    _run_config(config, tiny_dataset, {"from": str(bare)})
+    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.from", "no checkpoint yet")
+    assert not (tmp_path / "new").exists()
