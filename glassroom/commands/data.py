@@ -225,14 +225,16 @@ for `glassroom eval`, `train.eval_tasks` and `lm_eval --include_path DIR/tasks` 
   glassroom_mc_<domain>   multiple choice (HellaSwag-style): a passage of a validation document, its
                           true continuation against --choices - 1 passages of the same length range
                           from other documents of the domain; acc and acc_norm (group glassroom_mc)
-  glassroom_bpb_<domain>  rolling log-likelihood over the validation tokens [1 : N*L+1] (L = --seq-len,
+  glassroom_bpb_<domain>  rolling log-likelihood over the validation tokens [0 : N*L] (L = --seq-len,
                           N = --windows): its bits_per_byte equals the trainer's eval/<domain>/bpb for
                           train.seq_len = L and train.eval_sequences = N (group glassroom_bpb)
 
 DIR/tasks holds a YAML per task and group, a JSONL of documents per task, utils.py and
 manifest.json (tasks, items, seed, the sources of the documents). It is written into a temporary
-folder and renamed into place: running again replaces DIR/tasks and nothing else. The same --seed
-gives the same items. docs/data-build.md has the details.
+folder and renamed into place: running again replaces DIR/tasks and nothing else (and clears what a
+killed run left beside it). The same --seed gives the same items. glassroom eval loads only a tasks
+folder whose YAML and utils.py are exactly what this command writes (lm-eval runs the code a task
+folder names). docs/data-build.md has the details.
 
 example:
   glassroom data tasks data/tiny --seq-len 32 --windows 4 --items 100
@@ -245,7 +247,7 @@ def register_tasks(sub) -> None:
     p.add_argument("--seq-len", type=int, default=512, metavar="L", help="window of the bits-per-byte tasks: the run's train.seq_len (default 512)")
     p.add_argument("--windows", type=int, default=32, metavar="N", help="windows per domain: the run's train.eval_sequences (default 32)")
     p.add_argument("--items", type=int, default=200, metavar="N", help="multiple-choice items per domain (default 200)")
-    p.add_argument("--choices", type=int, default=4, metavar="K", help="choices per item, the true one included (default 4)")
+    p.add_argument("--choices", type=int, default=4, metavar="K", help="choices per item, the true one included: 2 to 26 (default 4)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the items and distractors (default 0)")
     p.add_argument("--json", action="store_true", help="print the tasks manifest as JSON instead of the summary")
     p.set_defaults(run=run_tasks)

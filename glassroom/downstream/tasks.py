@@ -40,6 +40,7 @@ from glassroom.errors import GlassroomError
 FORMAT = "glassroom-tasks/1"
 CONTEXT_CHARS = 300
 ENDING_CHARS = 80
+MAX_CHOICES = 26
 LENGTH_RANGE = (0.75, 4 / 3)  # a distractor's length over the true ending's
 WHITESPACE = re.compile(r"\s")
 TASK_NAME = re.compile(r"glassroom_(mc|bpb)_[\w-]+")  # a domain name as recipes allow it (no / or .)
@@ -180,11 +181,15 @@ def write_tasks(dataset_dir: str | Path, seq_len: int = 512, windows: int = 32, 
                               ("--choices", choices, 2)):
         if value < least:
             raise GlassroomError(f"{key}: must be at least {least}, got {value}")
+    if choices > MAX_CHOICES:
+        raise GlassroomError(f"--choices: at most {MAX_CHOICES} (the true ending and its distractors; "
+                             f"HellaSwag has 4), got {choices}")
     if not 0 <= seed < 2**63:
         raise GlassroomError(f"--seed: must be between 0 and 2**63 - 1, got {seed}")
     dataset = Dataset(dataset_dir)
     tok = dataset.tokenizer()
     root = Path(dataset_dir)
+    _clean_stale(root)
     tmp = root / f".tasks-tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -218,7 +223,7 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
                          f"{CONTEXT_CHARS + 2 * ENDING_CHARS} characters)")
         doc = bpb_document(dataset, domain, tok, seq_len, windows)
         if doc is None:
-            notes.append(f"{domain}: no bits-per-byte task (fewer than seq_len + 1 = {seq_len + 1} validation tokens)")
+            notes.append(f"{domain}: no bits-per-byte task (fewer than --seq-len {seq_len} validation tokens)")
             continue
         name = f"glassroom_bpb_{domain}"
         (tmp / f"{name}.jsonl").write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -241,6 +246,29 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
                 "sources": {d: _sources(dataset.manifest, d) for d in dataset.domains}}
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _clean_stale(root: Path) -> None:
+    """What a killed `data tasks` left beside DATASET/tasks: its temporary folder is removed; an old
+    tasks/ it had moved aside but not yet replaced (a kill mid-swap) is put back."""
+    for entry in sorted(root.glob(".tasks-*-*")):
+        kind, _, pid = entry.name.removeprefix(".tasks-").partition("-")
+        if kind not in ("tmp", "old") or not pid.isdigit() or _alive(int(pid)) or entry.is_symlink():
+            continue
+        if kind == "old" and not (root / "tasks").exists() and not (root / "tasks").is_symlink():
+            os.replace(entry, root / "tasks")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _replace(final: Path, new: Path) -> None:

@@ -1,0 +1,59 @@
+"""`glassroom data tasks` at its edges: a choice count that would never finish, what a killed run
+left beside DATASET/tasks, a window longer than the validation split."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from downstream_helpers import glassroom
+from glassroom.downstream.tasks import _clean_stale
+
+
+@pytest.fixture()
+def dataset(tiny_dataset, tmp_path) -> Path:
+    out = tmp_path / "data"
+    shutil.copytree(tiny_dataset, out)
+    return out
+
+
+@pytest.mark.parametrize("choices", ["27", "1000000"])
+def test_a_choice_count_beyond_26_is_one_line_not_a_search_that_never_ends(dataset, choices):
+    result = glassroom("data", "tasks", str(dataset), "--choices", choices, "--items", "1000000")
+    assert result.returncode == 2 and result.stderr.startswith("error: --choices: at most 26")
+    assert result.stderr.count("\n") == 1 and not (dataset / "tasks").exists()
+
+
+def test_what_a_killed_run_left_is_cleaned_and_26_choices_work(dataset):
+    dead = 999_999_999  # above any pid Linux gives out
+    junk = dataset / f".tasks-tmp-{dead}"
+    junk.mkdir()
+    (junk / "half.jsonl").write_text("{")
+    result = glassroom("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3",
+                       "--choices", "26", "--json")
+    assert result.returncode == 0, result.stderr
+    assert not junk.exists() and sorted(p.name for p in dataset.iterdir() if p.name.startswith(".tasks")) == []
+    manifest = json.loads(result.stdout)
+    assert manifest["tasks"]["glassroom_mc_prose"]["choices"] == 26
+
+
+def test_a_kill_mid_swap_puts_the_old_tasks_back(tmp_path):
+    old = tmp_path / ".tasks-old-999999999"
+    old.mkdir()
+    (old / "manifest.json").write_text("{}")
+    tmp = tmp_path / ".tasks-tmp-999999999"
+    tmp.mkdir()
+    other = tmp_path / ".tasks-tmp-notapid"
+    other.mkdir()
+    _clean_stale(tmp_path)
+    assert (tmp_path / "tasks" / "manifest.json").read_text() == "{}"
+    assert not old.exists() and not tmp.exists() and other.exists()
+
+
+def test_a_window_longer_than_the_split_is_noted_with_the_right_length(dataset):
+    result = glassroom("data", "tasks", str(dataset), "--seq-len", "100000000", "--items", "3")
+    assert result.returncode == 0, result.stderr
+    assert "prose: no bits-per-byte task (fewer than --seq-len 100000000 validation tokens)" in result.stderr
