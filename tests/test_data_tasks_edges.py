@@ -57,3 +57,23 @@ def test_a_window_longer_than_the_split_is_noted_with_the_right_length(dataset):
     result = glassroom("data", "tasks", str(dataset), "--seq-len", "100000000", "--items", "3")
     assert result.returncode == 0, result.stderr
     assert "prose: no bits-per-byte task (fewer than --seq-len 100000000 validation tokens)" in result.stderr
+
+
+def test_build_force_replaces_a_dataset_with_its_tasks_but_not_a_tasks_folder_with_other_files(dataset, tmp_path):
+    """DIR/tasks is derived from the dataset: --force replaces it with the dataset it describes. A
+    tasks/ holding anything data tasks does not write is still refused, and left as it was."""
+    from train_helpers import ROOT
+
+    made = glassroom("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3")
+    assert made.returncode == 0, made.stderr
+    (dataset / "tasks" / "__pycache__").mkdir()
+    (dataset / "tasks" / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"")
+    recipe = ROOT / "experiments" / "data-tiny.yaml"
+    mine = dataset / "tasks" / "my-notes.txt"
+    mine.write_text("keep me")
+    refused = glassroom("data", "build", str(recipe), "--out", str(dataset), "--force")
+    assert refused.returncode == 2 and "also holds tasks" in refused.stderr and mine.read_text() == "keep me"
+    mine.unlink()
+    rebuilt = glassroom("data", "build", str(recipe), "--out", str(dataset), "--force")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert not (dataset / "tasks").exists() and (dataset / "manifest.json").is_file()

@@ -168,7 +168,10 @@ def _check_out(out: Path, force: bool) -> None:
                              f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
     if not force:
         raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in DATASET_ENTRIES)
+    from glassroom.downstream.tasks import written_here  # DIR/tasks of `data tasks`: derived from the dataset
+
+    foreign = sorted(p.name for p in out.iterdir()
+                     if p.name not in DATASET_ENTRIES and not (p.name == "tasks" and written_here(p)))
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise GlassroomError(f"{out}: is a glassroom dataset but also holds {shown}, which a build does not "

@@ -338,3 +338,24 @@ def verify_folder(tasks_dir: str | Path) -> dict:
             raise GlassroomError(f"{path}: not the file glassroom writes (lm-eval runs the code a tasks folder names, "
                                  "so only glassroom's own is run); rewrite the tasks with glassroom data tasks DATASET")
     return manifest
+
+
+def written_here(tasks_dir: Path) -> bool:
+    """True when `tasks_dir` holds only what `data tasks` writes (and Python's __pycache__ of its
+    utils.py): derived from the dataset, so `data build --force` may replace it with the dataset."""
+    root = Path(tasks_dir)
+    if root.is_symlink() or not root.is_dir():
+        return False
+    try:
+        manifest = read_task_manifest(root)
+        names = set(expected_files(manifest, root)) | {"manifest.json"}
+        names |= {f"{name}.jsonl" for name in manifest["tasks"]}
+        for entry in root.iterdir():
+            if entry.name == "__pycache__" and entry.is_dir() and not entry.is_symlink():
+                if any(not f.name.startswith("utils.") or not f.name.endswith(".pyc") for f in entry.iterdir()):
+                    return False
+            elif entry.name not in names or entry.is_symlink() or not entry.is_file():
+                return False
+    except (GlassroomError, OSError):
+        return False
+    return True
