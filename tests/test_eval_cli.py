@@ -151,3 +151,11 @@ def test_a_limit_that_cuts_a_task_short_prints_the_scores_and_stores_nothing(run
     # A limit above the task's size scores it whole: stored.
     big = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "1000", "--json")
     assert big.returncode == 0 and json.loads(big.stdout)["stored"] is True
+
+
+def test_bpb_tasks_scored_with_another_window_than_written_say_so(run):
+    other = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--max-length", "64")
+    assert other.returncode == 0, other.stderr
+    assert "written for windows of 32 tokens and are scored with --max-length 64: not comparable" in other.stderr
+    same = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    assert same.returncode == 0 and "not comparable" not in same.stderr

@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if tasks_dir is not None and not tasks_dir.is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
+    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len)
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
                                  max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
@@ -122,3 +123,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {task:<28}" + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
     sys.stdout.flush()
     return 0
+
+
+def _note_windows(names: list[str], tasks_dir: Path | None, max_length: int) -> None:
+    """A note when the bits-per-byte tasks were written for another window than the one scored: their
+    number is then not comparable to the trainer's eval/<domain>/bpb."""
+    from glassroom.downstream.tasks import read_task_manifest
+
+    if tasks_dir is None or not any(n.startswith("glassroom_bpb") or n == "glassroom" for n in names):
+        return
+    written = read_task_manifest(tasks_dir).get("seq_len")
+    if isinstance(written, int) and written != max_length:
+        print(f"note: {tasks_dir}'s bits-per-byte tasks were written for windows of {written} tokens and are scored "
+              f"with --max-length {max_length}: not comparable to the trainer's eval/<domain>/bpb", file=sys.stderr)
