@@ -42,7 +42,7 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
 @pytest.fixture(scope="module")
 def dense_run(tiny_dataset, tmp_path_factory):
     run = tmp_path_factory.mktemp("review") / "run"
-    result = run_train(run, tiny_dataset, "model.moe=", "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2")
+    result = run_train(run, tiny_dataset, "model.moe=", "train.steps=2", "train.checkpoint_every=1", "train.eval_every=2")
     assert result.returncode == 0, result.stderr
     return run
 
@@ -100,6 +100,43 @@ def test_force_never_deletes_what_no_export_wrote(dense_run, tmp_path):
     assert (out / "lab" / "config.yaml").is_file() and (out / "model.safetensors").is_file()
     shutil.rmtree(out / "lab")
     assert cli("export", str(dense_run), "--out", str(out), "--force").returncode == 0
+
+
+def _pruned_while_read(monkeypatch, copy_of):
+    """The next checkpoint read finds its folder removed by the trainer's retention mid-read."""
+    import glassroom.hf.load as load
+
+    real, pruned = load.run_state, []
+
+    def run_state(run):
+        if not pruned:
+            pruned.append(run.step)
+            shutil.copytree(run.checkpoint, copy_of)
+            shutil.rmtree(run.checkpoint)
+        return real(run)
+    monkeypatch.setattr(load, "run_state", run_state)
+    return pruned
+
+
+def test_export_of_a_training_run_whose_checkpoint_is_pruned_while_read(dense_run, tmp_path, monkeypatch):
+    from glassroom.errors import GlassroomError
+    from glassroom.hf.export import export_run
+
+    keep = tmp_path / "kept"
+    pruned = _pruned_while_read(monkeypatch, keep)
+    try:
+        out = export_run(dense_run, tmp_path / "hf")  # the newest is gone: the next newest intact one
+        assert pruned == [2] and json.loads((out / "glassroom-export.json").read_text())["step"] == 1
+        assert "| total | 256 |" in (out / "README.md").read_text()  # step 1's counters, not none
+    finally:
+        shutil.move(keep, dense_run / "checkpoints" / "step_0000002")
+    pruned.clear()
+    try:
+        with pytest.raises(GlassroomError, match="step_0000002: removed while it was read"):
+            export_run(dense_run, tmp_path / "hf2", step=2)  # the step asked for: one line, no other step
+        assert not (tmp_path / "hf2").exists()
+    finally:
+        shutil.move(keep, dense_run / "checkpoints" / "step_0000002")
 
 
 def test_out_as_a_symlink_to_a_folder_is_refused(dense_run, tmp_path):
@@ -210,7 +247,7 @@ def _run_config(path, dataset, init) -> None:
 def test_init_step_missing_or_no_checkpoint_is_named_and_nothing_is_left(dense_run, tiny_dataset, tmp_path):
     config = tmp_path / "run.yaml"
     _run_config(config, tiny_dataset, {"from": str(dense_run), "step": 5})
-    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.step", "(checkpoints: 2)")
+    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.step", "(checkpoints: 1, 2)")
     assert not (tmp_path / "new").exists()
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -176,20 +176,16 @@ def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None,
                max_shard_size: int = DEFAULT_SHARD, force: bool = False) -> Path:
     """Export a run's checkpoint (newest intact, or `step`) as a Hugging Face folder at `out`."""
     from glassroom.hf.card import model_card
-    from glassroom.hf.load import read_run, run_state, run_tokenizer_path
+    from glassroom.hf.load import read_run_state, run_tokenizer_path
     from glassroom.hf.record import record_export
 
     run_dir, out = Path(run_dir), Path(out)
     if dtype not in DTYPES:
         raise GlassroomError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     check_out(out, force, inside=run_dir)
-    run = read_run(run_dir, step)
+    run, state, trainer = read_run_state(run_dir, step)  # a run training now: a whole checkpoint
     tokenizer = run_tokenizer_path(run)
-    state = run_state(run)
-    try:
-        train_state = json.loads((run.checkpoint / "trainer.json").read_text())["train_state"]
-    except (OSError, ValueError, KeyError):
-        train_state = {}
+    train_state = trainer.get("train_state") if isinstance(trainer.get("train_state"), dict) else {}
     folder = write_folder(
         out, run.config["model"], state, tokenizer, dtype, max_shard_size, force=force,
         card=lambda arch_class: model_card(run_dir, run.config, run.step, arch_class, train_state),

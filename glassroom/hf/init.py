@@ -154,7 +154,7 @@ def check_init_weights(init) -> None:
 
 def load_init_weights(model, init, cfg) -> None:
     """Copy the init folder's weights (router biases included) into `model` (built for `cfg`)."""
-    from glassroom.hf.load import copy_state, read_hf_folder, read_run, run_state
+    from glassroom.hf.load import copy_state, read_hf_folder, read_run_state
 
     folder = Path(init.source).expanduser()
     try:
@@ -162,8 +162,8 @@ def load_init_weights(model, init, cfg) -> None:
             _, state = read_hf_folder(folder)
             where = str(folder)
         else:
-            run = read_run(folder, init.step)
-            state, where = run_state(run), str(run.checkpoint)
+            run, state, _ = read_run_state(folder, init.step)  # the run may be training now
+            where = str(run.checkpoint)
         copy_state(model, state, where)
     except GlassroomError as exc:
         raise GlassroomError(f"init.from: {exc}") from None

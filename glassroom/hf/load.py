@@ -1,9 +1,11 @@
 """Reading models: a Hugging Face folder (config.json, model.safetensors) or a run folder's checkpoint.
 
-`read_hf_folder(dir)` -> (model section mapping, glassroom state dict); `read_run(dir, step)` -> a
-RunFolder (its config, the checkpoint chosen and verified, its state dict); `load(path, step)` ->
-(Transformer in eval mode on CPU in fp32, tokenizers.Tokenizer): the notebook entry point
-(docs/python.md). Every problem with the files is one GlassroomError naming the file.
+`read_hf_folder(dir)` -> (model section mapping, glassroom state dict), its weights first checked
+against config.json from the safetensors headers (`check_weights`); `read_run(dir, step)` -> a
+RunFolder (its config, the checkpoint chosen and verified); `read_run_state(dir, step)` -> the run,
+its state dict and trainer.json, read again if a training run's retention prunes it meanwhile;
+`load(path, step)` -> (Transformer in eval mode on CPU in fp32, tokenizers.Tokenizer): the notebook
+entry point (docs/python.md). Every problem with the files is one GlassroomError naming the file.
 """
 
 from __future__ import annotations
@@ -264,23 +266,65 @@ def _stderr(text: str) -> None:
     print(f"warning: {text}", file=sys.stderr, flush=True)
 
 
+class CheckpointGone(GlassroomError):
+    """The checkpoint was removed while it was read (a training run's retention pruned it)."""
+
+
 def run_state(run: RunFolder) -> dict[str, torch.Tensor]:
     """The checkpoint's model state (router biases included), fp32 on CPU; no process group needed."""
+    import logging
+
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from glassroom.model.transformer import Transformer
 
     with torch.device("meta"):  # no initialisation to pay for: the checkpoint fills every entry
         model = Transformer(run.model_cfg)
     target = {"model": model.to_empty(device="cpu").state_dict()}
+    quiet = logging.getLogger("torch.distributed.checkpoint")  # it logs each failed read with a traceback
+    was = quiet.disabled
     try:
+        quiet.disabled = True
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore")
             dcp.load(target, checkpoint_id=str(run.checkpoint))
-    except Exception as exc:  # noqa: BLE001 - DCP wraps any reader failure
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - DCP wraps any reader failure (CheckpointException is a BaseException)
+        if not run.checkpoint.is_dir():
+            raise CheckpointGone(f"{run.checkpoint}: removed while it was read (the run's retention pruned it); "
+                                 "export again, or choose a checkpoint it keeps") from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise GlassroomError(f"{run.checkpoint}: does not fit the run's model or cannot be read ({first[:160]})") from None
+    finally:
+        quiet.disabled = was
     return {name: t.float() for name, t in target["model"].items()}
+
+
+def read_run_state(run_dir: Path, step: Optional[int] = None) -> tuple[RunFolder, dict[str, torch.Tensor], dict]:
+    """(the run, its checkpoint's state, the checkpoint's trainer.json) of a run that may be training
+    right now: the newest intact checkpoint, chosen again if the trainer's retention removes it while
+    it is read (a checkpoint is immutable once renamed into place: what is read is whole)."""
+    for attempt in range(5):
+        run = read_run(run_dir, step)
+        try:
+            return run, run_state(run), _trainer_json(run)
+        except CheckpointGone:
+            if step is not None or attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _trainer_json(run: RunFolder) -> dict:
+    try:
+        trainer = json.loads((run.checkpoint / "trainer.json").read_text())
+    except FileNotFoundError:
+        if not run.checkpoint.is_dir():
+            raise CheckpointGone(f"{run.checkpoint}: removed while it was read (the run's retention pruned "
+                                 "it); export again, or choose a checkpoint it keeps") from None
+        return {}
+    except (OSError, ValueError):
+        return {}  # verified, yet unreadable: the card says less
+    return trainer if isinstance(trainer, dict) else {}
 
 
 def run_tokenizer_path(run: RunFolder) -> Path:
@@ -320,6 +364,6 @@ def load(path: str | Path, step: Optional[int] = None):
             raise GlassroomError(f"{tok_path}: no such file; the folder's tokenizer is missing")
         mapping, state = read_hf_folder(path)
         return build_from_state(_model_config(mapping), state, str(path)), _tokenizer(tok_path)
-    run = read_run(path, step)
-    model = build_from_state(run.model_cfg, run_state(run), str(run.checkpoint))
+    run, state, _ = read_run_state(path, step)
+    model = build_from_state(run.model_cfg, state, str(run.checkpoint))
     return model, _tokenizer(run_tokenizer_path(run))
