@@ -97,6 +97,7 @@ def check_weights(folder: Path, cfg) -> None:
 
     from glassroom.hf.tensors import from_hf
     from glassroom.model.transformer import Transformer
+    from glassroom.train.preflight import available_memory
 
     where = str(Path(folder) / "config.json")
     tensors = _header_tensors(folder)
@@ -111,6 +112,12 @@ def check_weights(folder: Path, cfg) -> None:
     state = from_hf(tensors, cfg, read_hf_config(folder)["model_type"], where)
     with torch.device("meta"):
         check_shapes(Transformer(cfg).state_dict(), state, where)
+    # The weights' size is what is on disk; the RoPE tables' (float64 while made) is config.json's alone.
+    rope = cfg.max_seq_len * cfg.dim_per_head * 12
+    free = available_memory(torch.device("cpu"))
+    if free is not None and rope > free:
+        raise GlassroomError(f"{where}: max_position_embeddings {cfg.max_seq_len}: its RoPE tables need "
+                             f"{rope / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB of memory available")
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
