@@ -257,3 +257,21 @@ def test_init_step_missing_or_no_checkpoint_is_named_and_nothing_is_left(dense_r
     _run_config(config, tiny_dataset, {"from": str(bare)})
     one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.from", "no checkpoint yet")
     assert not (tmp_path / "new").exists()
+
+
+def test_files_put_at_out_while_the_export_is_written_are_kept(dense_run, tmp_path, monkeypatch):
+    import glassroom.hf.export as export
+    from glassroom.errors import GlassroomError
+
+    out = tmp_path / "hf"
+    real = export._write_weights
+
+    def write_weights(folder, tensors, max_bytes):  # meanwhile, someone else makes --out theirs
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+        return real(folder, tensors, max_bytes)
+    monkeypatch.setattr(export, "_write_weights", write_weights)
+    with pytest.raises(GlassroomError, match="notes.txt|not empty"):
+        export.export_run(dense_run, out)
+    assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf")] == []  # no temporary folder left

@@ -151,7 +151,7 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
             (tmp / "README.md").write_text(card(CLASSES[arch]))
         _dump(tmp / MARKER, {"format": 1, "architecture": CLASSES[arch], "dtype": dtype_name,
                              "weights": files, **(provenance or {})})
-        _replace(tmp, out)
+        _replace(tmp, out, force)
     except OSError as exc:  # disk full, permissions: nothing half-written is left at --out
         shutil.rmtree(tmp, ignore_errors=True)
         raise GlassroomError(f"--out {out}: writing failed ({exc.strerror or exc}); nothing was written there") from None
@@ -161,10 +161,12 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
     return out
 
 
-def _replace(tmp: Path, out: Path) -> None:
-    """Rename `tmp` to `out`; an existing `out` (empty, or an export with --force) goes only after."""
+def _replace(tmp: Path, out: Path, force: bool) -> None:
+    """Rename `tmp` to `out`; an existing `out` (empty, or an export with --force) goes only after,
+    checked again: files put at `out` while the export was written are never deleted."""
     old = None
-    if out.exists():
+    if out.exists() or out.is_symlink():
+        check_out(out, force)
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         os.replace(out, old)
     os.replace(tmp, out)
