@@ -159,6 +159,8 @@ def test_load_a_checkpoint_folder_or_another_folder_says_what_to_give(dense_run,
     with pytest.raises(GlassroomError, match="not a run folder .* nor a Hugging Face folder") as info:
         glassroom.load(tmp_path)
     assert "resume" not in str(info.value)
+    hf = export_folder(dense_run, tmp_path / "hf")
+    one_line_error(cli("export", str(hf), "--out", str(tmp_path / "again")), "a Hugging Face folder, not a run folder")
 
 
 def _hf(tmp_path, tiny_dataset, name="hf"):

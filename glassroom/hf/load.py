@@ -242,6 +242,8 @@ def read_run(run_dir: Path, step: Optional[int] = None, warn=None) -> RunFolder:
             step_text = run_dir.name[len("step_"):].lstrip("0") or "0"
             raise GlassroomError(f"{run_dir}: a checkpoint folder; give its run folder {parent.parent} "
                                  f"with step {step_text}")
+        if is_hf_folder(run_dir):  # `glassroom export` or init.step given a Hugging Face folder
+            raise GlassroomError(f"{run_dir}: a Hugging Face folder, not a run folder (no config.yaml)")
         raise GlassroomError(f"{run_dir}: not a run folder (no config.yaml) nor a Hugging Face folder (no config.json)")
     config = saved_config(run_dir)
     if not isinstance(config.get("model"), dict):
