@@ -159,3 +159,27 @@ def test_bpb_tasks_scored_with_another_window_than_written_say_so(run):
     assert "written for windows of 32 tokens and are scored with --max-length 64: not comparable" in other.stderr
     same = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
     assert same.returncode == 0 and "not comparable" not in same.stderr
+
+
+def test_a_checkpoint_pruned_while_it_is_read_is_chosen_again(run, tmp_path, monkeypatch, capsys):
+    """A live trainer's retention removes the newest checkpoint just as eval reads it: eval takes the
+    newest one left and scores that step, no traceback."""
+    import glassroom.hf.load as hf_load
+    from glassroom.cli import main
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    original, calls = hf_load.run_state, []
+
+    def pruned_first(found):
+        calls.append(found.step)
+        if len(calls) == 1:
+            shutil.rmtree(found.checkpoint)  # what the trainer's retention does
+        return original(found)
+
+    monkeypatch.setattr(hf_load, "run_state", pruned_first)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    code = main(["eval", str(copy), "--tasks", "glassroom_bpb_prose", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert calls == [12, 8] and json.loads(out.out)["step"] == 8 and "Traceback" not in out.err

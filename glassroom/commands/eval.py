@@ -67,7 +67,7 @@ def _check(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     names = _check(args)
-    from glassroom.hf.load import is_hf_folder, load, read_run
+    from glassroom.hf.load import is_hf_folder, load
 
     path = Path(args.path).expanduser()
     if not path.is_dir():
@@ -76,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
     step, max_length, special = None, args.max_length, (None, None)
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer
-        from glassroom.hf.load import build_from_state, run_state, run_tokenizer_path
+        from glassroom.hf.load import build_from_state, read_run_state, run_tokenizer_path
 
-        found = read_run(path, args.step)  # the checkpoint, verified once
+        # The checkpoint, verified once; chosen again if a live trainer's retention prunes it meanwhile.
+        found, state, _ = read_run_state(path, args.step)
         step = found.step
-        model = build_from_state(found.model_cfg, run_state(found), str(found.checkpoint))
+        model = build_from_state(found.model_cfg, state, str(found.checkpoint))
         tokenizer = load_tokenizer(run_tokenizer_path(found))
         seq_len = (found.config.get("train") or {}).get("seq_len")
         max_length = max_length or (seq_len if isinstance(seq_len, int) else None)
