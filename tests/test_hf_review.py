@@ -277,3 +277,21 @@ def test_files_put_at_out_while_the_export_is_written_are_kept(dense_run, tmp_pa
         export.export_run(dense_run, out)
     assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf")] == []  # no temporary folder left
+
+
+def test_resume_after_the_init_folder_is_deleted(tiny_dataset, tmp_path):
+    """The docs: a resumed run continues from its own checkpoint and never reads the init folder again;
+    so deleting that folder (a large download) after the start must not stop a --resume."""
+    source = _hf(tmp_path, tiny_dataset)
+    config = tmp_path / "run.yaml"
+    _run_config(config, tiny_dataset, {"from": str(source)})
+    run = tmp_path / "run"
+    assert cli("train", str(config), "--out", str(run), "--quiet").returncode == 0
+    shutil.rmtree(source)
+    resumed = cli("train", "--out", str(run), "--quiet", "--resume", "--set", "train.steps=2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run / "checkpoints" / "step_0000002").is_dir()
+    # A new run still needs the folder: one line, nothing left behind.
+    one_line_error(cli("train", str(run / "config.yaml"), "--out", str(tmp_path / "new"), "--quiet"),
+                   "init.from", "no such folder")
+    assert not (tmp_path / "new").exists()

@@ -84,6 +84,12 @@ def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
     from glassroom.config import build_section
     from glassroom.model.config import ModelConfig
 
+    if _gone(init) and isinstance(given, dict):
+        try:  # a resumed run's saved config has the whole model: section; it needs nothing from the folder
+            build_section(ModelConfig, given, "model")
+            return given
+        except GlassroomError:
+            pass  # not a whole model: section: the folder is needed, and its absence is the error
     derived = folder_model(init)
     if given is None:
         return derived
@@ -120,9 +126,17 @@ def _vocab_and_merges(path: Path) -> tuple[Any, Any, Any]:
         raise ConfigError(f"init.from: {path}: not a readable tokenizer.json") from None
 
 
+def _gone(init) -> bool:
+    """The init folder no longer exists: a new run is refused at start-up (check_init_weights), a
+    resumed one continues from its own checkpoint without it."""
+    return not Path(init.source).expanduser().exists()
+
+
 def check_tokenizer(init, data_path: str) -> None:
     """The dataset's tokenizer.json has the init folder's vocabulary and merges (a dataset not built
-    yet is left to the dataset checks)."""
+    yet is left to the dataset checks; an init folder gone, to start-up)."""
+    if _gone(init):
+        return
     theirs = _tokenizer_file(init)
     ours = Path(data_path).expanduser() / "tokenizer.json"
     if not ours.is_file():
