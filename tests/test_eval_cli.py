@@ -183,3 +183,26 @@ def test_a_checkpoint_pruned_while_it_is_read_is_chosen_again(run, tmp_path, mon
     out = capsys.readouterr()
     assert code == 0, out.err
     assert calls == [12, 8] and json.loads(out.out)["step"] == 8 and "Traceback" not in out.err
+
+
+def test_a_pruned_checkpoint_prints_no_traceback_from_the_checkpoint_reader(run, tmp_path):
+    """As a user sees it (no pytest log capture): DCP logs each failed read with a traceback on the
+    root logger; eval's output stays its own."""
+    import os
+    import subprocess
+    import sys
+
+    from train_helpers import ROOT
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    script = ("import shutil, sys, glassroom.hf.load as h\nfrom glassroom.cli import main\n"
+              "orig, calls = h.run_state, []\n"
+              "def pruned_first(found):\n    calls.append(1)\n"
+              "    if len(calls) == 1:\n        shutil.rmtree(found.checkpoint)\n    return orig(found)\n"
+              "h.run_state = pruned_first\n"
+              f"sys.exit(main(['eval', {str(copy)!r}, '--tasks', 'glassroom_bpb_prose']))\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "(step 8)" in result.stdout and "Traceback" not in result.stderr and "metadata" not in result.stderr

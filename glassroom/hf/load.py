@@ -291,10 +291,12 @@ def run_state(run: RunFolder) -> dict[str, torch.Tensor]:
     with torch.device("meta"):  # no initialisation to pay for: the checkpoint fills every entry
         model = Transformer(run.model_cfg)
     target = {"model": model.to_empty(device="cpu").state_dict()}
-    quiet = logging.getLogger("torch.distributed.checkpoint")  # it logs each failed read with a traceback
-    was = quiet.disabled
+    # DCP logs each failed read with a traceback (state_dict_loader on the root logger)
+    quiet = [logging.getLogger("torch.distributed.checkpoint"), logging.getLogger()]
+    was = [q.disabled for q in quiet]
     try:
-        quiet.disabled = True
+        for q in quiet:
+            q.disabled = True
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore")
             dcp.load(target, checkpoint_id=str(run.checkpoint))
@@ -305,7 +307,8 @@ def run_state(run: RunFolder) -> dict[str, torch.Tensor]:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise GlassroomError(f"{run.checkpoint}: does not fit the run's model or cannot be read ({first[:160]})") from None
     finally:
-        quiet.disabled = was
+        for q, w in zip(quiet, was):
+            q.disabled = w
     return {name: t.float() for name, t in target["model"].items()}
 
 
