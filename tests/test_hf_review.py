@@ -295,3 +295,20 @@ def test_resume_after_the_init_folder_is_deleted(tiny_dataset, tmp_path):
     one_line_error(cli("train", str(run / "config.yaml"), "--out", str(tmp_path / "new"), "--quiet"),
                    "init.from", "no such folder")
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("arch", ["llama", "glm4_moe"])
+def test_a_sliding_window_key_that_transformers_ignores_is_ignored(tiny_dataset, tmp_path, arch):
+    """Llama and GLM-4-MoE attend to every earlier token whatever config.json's sliding_window says;
+    glassroom's model of the folder must compute the same logits."""
+    import glassroom
+    from hf_helpers import hf_model
+
+    folder = make_hf_folder(tmp_path / "hf", arch, tiny_dataset / "tokenizer.json")
+    _edit_config(folder, sliding_window=4)
+    model, _ = glassroom.load(folder)
+    assert model.cfg.sliding_window is None
+    theirs, _ = hf_model(folder)
+    ids = torch.arange(1, 25).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, theirs(ids).logits, atol=1e-4)

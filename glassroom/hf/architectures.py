@@ -146,6 +146,8 @@ def _windows(hf: dict, where: str) -> tuple[Optional[int], Optional[int]]:
     """(sliding_window, global_every) from layer_types (or a window on every layer)."""
     n = int(hf["num_hidden_layers"])
     window = hf.get("sliding_window")
+    if hf.get("model_type") in ("llama", "glm4_moe"):  # transformers' Llama and GLM-4-MoE ignore the key
+        return None, None
     types = hf.get("layer_types")
     if window is None or (hf.get("model_type") in ("qwen3", "qwen3_moe") and not hf.get("use_sliding_window")):
         return None, None
