@@ -312,3 +312,28 @@ def test_a_sliding_window_key_that_transformers_ignores_is_ignored(tiny_dataset,
     ids = torch.arange(1, 25).unsqueeze(0)
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, theirs(ids).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch, left_out", [
+    ("mixtral", ("rms_norm_eps", "rope_parameters", "rope_theta", "rope_scaling")),
+    ("glm4_moe", ("norm_topk_prob", "first_k_dense_replace")),
+])
+def test_keys_left_out_of_config_json_take_transformers_defaults(tiny_dataset, tmp_path, arch, left_out):
+    """A hand-written config.json may leave keys out; transformers then takes its config class's
+    defaults (Mixtral: rope_theta 1e6, rms_norm_eps 1e-5; GLM-4-MoE: norm_topk_prob true, one leading
+    dense layer), and glassroom's model of the folder must compute the same."""
+    import glassroom
+    from hf_helpers import hf_model
+
+    folder = make_hf_folder(tmp_path / "hf", arch, tiny_dataset / "tokenizer.json")
+    config = json.loads((folder / "config.json").read_text())
+    for key in left_out:
+        config.pop(key, None)
+    if arch == "glm4_moe":  # its rope default rotates half the head, which glassroom does not have
+        config["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    model, _ = glassroom.load(folder)
+    theirs, _ = hf_model(folder)
+    ids = torch.arange(1, 25).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, theirs(ids).logits, atol=1e-4)

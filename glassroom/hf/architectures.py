@@ -186,12 +186,37 @@ def _rope_scaling(rope: dict, where: str) -> Optional[RopeScaling]:
     raise GlassroomError(f"{where}: rope_parameters.rope_type {kind!r} is not one glassroom has (default, linear, llama3)")
 
 
+# Settings a config.json may leave out, for which transformers then takes its config class's default
+# (Mixtral: rms_norm_eps 1e-5 and rope_theta 1e6; GLM-4-MoE: norm_topk_prob true, first_k_dense_replace
+# 1; Mistral: sliding_window 4096; ...): read from the installed transformers, so glassroom's model of a
+# hand-written config.json computes what transformers computes.
+_DEFAULTED = ("rms_norm_eps", "tie_word_embeddings", "hidden_act", "attention_bias", "mlp_bias", "norm_topk_prob",
+              "routed_scaling_factor", "n_group", "topk_group", "sliding_window", "use_sliding_window",
+              "max_window_layers", "first_k_dense_replace", "n_shared_experts", "use_qk_norm", "decoder_sparse_step",
+              "mlp_only_layers", "num_experts_per_tok")
+_CONFIG_CLASSES = {name: cls.replace("ForCausalLM", "Config") for name, cls in CLASSES.items()}
+
+
+def _with_defaults(hf: dict, arch: str) -> dict:
+    import transformers
+
+    default = getattr(transformers, _CONFIG_CLASSES[arch])()
+    out = dict(hf)
+    for key in _DEFAULTED:
+        if key not in out and hasattr(default, key):
+            out[key] = getattr(default, key)
+    if not any(key in out for key in ("rope_parameters", "rope_scaling", "rope_theta")):
+        out["rope_parameters"] = dict(getattr(default, "rope_parameters", None) or {"rope_theta": default.rope_theta})
+    return out
+
+
 def model_config(hf: dict, where: str) -> dict[str, Any]:
     """The `model:` mapping (plain values, as in a YAML file) that `hf` (a config.json) describes."""
     arch = hf.get("model_type")
-    if arch not in CLASSES:
+    if not isinstance(arch, str) or arch not in CLASSES:
         raise GlassroomError(f"{where}: model_type {arch!r} (architectures {hf.get('architectures')}) is not one "
                              f"glassroom reads ({', '.join(CLASSES)})")
+    hf = _with_defaults(hf, arch)
     if hf.get("hidden_act", "silu") != "silu":
         raise GlassroomError(f"{where}: hidden_act {hf.get('hidden_act')!r}; glassroom's feed-forwards are SwiGLU (silu)")
     if hf.get("attention_bias") or hf.get("mlp_bias"):
