@@ -153,12 +153,18 @@ def test_a_limit_that_cuts_a_task_short_prints_the_scores_and_stores_nothing(run
     assert big.returncode == 0 and json.loads(big.stdout)["stored"] is True
 
 
-def test_bpb_tasks_scored_with_another_window_than_written_say_so(run):
+def test_bpb_tasks_scored_with_another_window_than_written_say_so_and_are_not_stored(run):
+    same = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    assert same.returncode == 0 and "not comparable" not in same.stderr and "not stored" not in same.stderr
+    with StoreReader(run) as reader:
+        before = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
     other = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--max-length", "64")
     assert other.returncode == 0, other.stderr
     assert "written for windows of 32 tokens and are scored with --max-length 64: not comparable" in other.stderr
-    same = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
-    assert same.returncode == 0 and "not comparable" not in same.stderr
+    assert "not stored in" in other.stderr and "--max-length 64 is not the run's train.seq_len 32" in other.stderr
+    with StoreReader(run) as reader:
+        after = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
+    assert after[0].tolist() == before[0].tolist() and after[1].tolist() == before[1].tolist()
 
 
 def test_a_checkpoint_pruned_while_it_is_read_is_chosen_again(run, tmp_path, monkeypatch, capsys):

@@ -27,7 +27,8 @@ data, so they need the network.
 For a run folder the scores are also written to its store at the checkpoint's step as
 downstream/<task>/<metric> with a `downstream` event (the dashboard draws them over checkpoints);
 evaluating the same step again replaces them. A Hugging Face folder's scores are printed only, and
-so are scores that --limit computed over part of a task (they are not the checkpoint's score).
+so are scores that --limit computed over part of a task, or with a --max-length other than the
+run's train.seq_len (they are not the checkpoint's score).
 
 example:
   glassroom data tasks data/tiny --seq-len 32 --windows 4
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_dir():
         raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
     is_run = (path / "config.yaml").is_file() or not is_hf_folder(path)
-    step, max_length, special = None, args.max_length, (None, None)
+    step, max_length, special, seq_len = None, args.max_length, (None, None), None
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer
         from glassroom.hf.load import build_from_state, read_run_state, run_tokenizer_path
@@ -105,14 +106,19 @@ def run(args: argparse.Namespace) -> int:
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
                                  max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
-    # A score over part of a task is not the checkpoint's score: it would replace the whole one.
-    store = is_run and not result["cut"]
+    # A score over part of a task, or with other windows than the run's, is not the checkpoint's
+    # score: it would replace the one the dashboard draws at that step.
+    other_length = isinstance(seq_len, int) and max_length != seq_len
+    store = is_run and not result["cut"] and not other_length
     if store:
         downstream.store_results(path, step, scores, checkpoint=found.checkpoint.name)
-    elif is_run:
+    elif is_run and result["cut"]:
         task, (scored, total) = next(iter(result["cut"].items()))
         print(f"note: not stored in {path}: --limit {args.limit} scored {scored} of {task}'s {total} items "
               "(a part of a task is not the checkpoint's score; leave --limit out to store)", file=sys.stderr)
+    elif is_run:
+        print(f"note: not stored in {path}: --max-length {max_length} is not the run's train.seq_len {seq_len} "
+              "(leave --max-length out to store)", file=sys.stderr)
     if args.json:
         print(json.dumps({"path": str(path), "step": step, "scores": scores, "items": result["items"],
                           "seconds": round(result["seconds"], 3), "stored": store}, indent=2))
