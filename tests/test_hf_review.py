@@ -199,7 +199,8 @@ def _rope_list(folder):
 
 
 def _layer_types_junk(folder):
-    _edit_config(folder, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=8, layer_types="x")
+    _edit_config(folder, model_type="qwen3", architectures=["Qwen3ForCausalLM"], use_sliding_window=True,
+                 sliding_window=8, layer_types="x")
 
 
 def _int_weights(folder):
@@ -218,8 +219,14 @@ def _untied_head_in_tied_config(folder):
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
+def _mistral_mixed_layer_types(folder):
+    _edit_config(folder, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=8,
+                 layer_types=["sliding_attention", "full_attention", "full_attention"])
+
+
 @pytest.mark.parametrize("damage, words", [
     (_deep, "nested too deep"),
+    (_mistral_mixed_layer_types, "layer_types in a mistral config.json"),
     (_rope_list, "wrong type"),
     (_layer_types_junk, "layer_types must list 3 entries"),
     (_int_weights, "not a floating type"),
@@ -297,17 +304,20 @@ def test_resume_after_the_init_folder_is_deleted(tiny_dataset, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.parametrize("arch", ["llama", "glm4_moe"])
-def test_a_sliding_window_key_that_transformers_ignores_is_ignored(tiny_dataset, tmp_path, arch):
+@pytest.mark.parametrize("arch, keys", [
+    ("llama", {"sliding_window": 4}), ("glm4_moe", {"sliding_window": 4}),
+    ("mistral", {"sliding_window": 4, "layer_types": ["sliding_attention"] * 3}),
+], ids=["llama", "glm4_moe", "mistral-layer_types"])
+def test_keys_that_transformers_ignores_are_ignored(tiny_dataset, tmp_path, arch, keys):
     """Llama and GLM-4-MoE attend to every earlier token whatever config.json's sliding_window says;
     glassroom's model of the folder must compute the same logits."""
     import glassroom
     from hf_helpers import hf_model
 
     folder = make_hf_folder(tmp_path / "hf", arch, tiny_dataset / "tokenizer.json")
-    _edit_config(folder, sliding_window=4)
+    _edit_config(folder, **keys)
     model, _ = glassroom.load(folder)
-    assert model.cfg.sliding_window is None
+    assert model.cfg.global_every is None
     theirs, _ = hf_model(folder)
     ids = torch.arange(1, 25).unsqueeze(0)
     with torch.no_grad():

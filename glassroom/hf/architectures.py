@@ -149,6 +149,13 @@ def _windows(hf: dict, where: str) -> tuple[Optional[int], Optional[int]]:
     if hf.get("model_type") in ("llama", "glm4_moe"):  # transformers' Llama and GLM-4-MoE ignore the key
         return None, None
     types = hf.get("layer_types")
+    if hf.get("model_type") not in ("qwen3", "dots1") and types is not None:
+        # Mistral, Mixtral and Qwen3-MoE have no layer_types of their own (transformers warns); which
+        # layers slide then is not one rule glassroom can match: only 'every layer sliding' is read.
+        if window is None or not isinstance(types, list) or any(t != "sliding_attention" for t in types):
+            raise GlassroomError(f"{where}: layer_types in a {hf.get('model_type')} config.json (its layers all "
+                                 "slide or none do); remove the key, or use Qwen3 for sliding and global layers")
+        types = None
     if window is None or (hf.get("model_type") in ("qwen3", "qwen3_moe") and not hf.get("use_sliding_window")):
         return None, None
     if types is None:
