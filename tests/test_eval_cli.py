@@ -212,3 +212,16 @@ def test_a_pruned_checkpoint_prints_no_traceback_from_the_checkpoint_reader(run,
                             env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     assert "(step 8)" in result.stdout and "Traceback" not in result.stderr and "metadata" not in result.stderr
+
+
+def test_a_run_whose_dataset_has_no_tasks_still_takes_names_lm_eval_ships(tiny_dataset, tmp_path):
+    """The dataset's tasks/ is needed for glassroom's tasks only: a hub task goes to lm-eval (here
+    offline, so its data cannot be fetched: that is the one line), a glassroom task asks for tasks/."""
+    assert not (tiny_dataset / "tasks").exists()
+    out = tmp_path / "run"
+    trained = run_train(out, tiny_dataset, "train.steps=4", env={**OFFLINE, "OMP_NUM_THREADS": "1"})
+    assert trained.returncode == 0, trained.stderr
+    hub = glassroom("eval", str(out), "--tasks", "lambada_openai", "--limit", "1")
+    assert hub.returncode == 2 and "cannot load the data of lambada_openai" in hub.stderr, hub.stderr
+    local = glassroom("eval", str(out), "--tasks", "glassroom_mc")
+    assert local.returncode == 2 and "no tasks folder; write it with glassroom data tasks" in local.stderr

@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         tasks_dir = Path(args.tasks_dir).expanduser()
     elif is_run:
         tasks_dir = downstream.run_tasks_dir(path)
+        if not tasks_dir.exists() and not any(n.startswith("glassroom") for n in names):
+            tasks_dir = None  # tasks lm-eval ships only: the dataset needs no tasks folder
     else:
         tasks_dir = None
     if tasks_dir is not None and not tasks_dir.is_dir():
