@@ -89,6 +89,20 @@ def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path
     assert result.returncode == 2 and "glassroom data tasks" in result.stderr and not out.exists()
 
 
+
+@pytest.mark.parametrize("tasks, says", [
+    ("[glassroom_mc, glassroom_mc_prose]", "train.eval_tasks: Duplicate task 'glassroom_mc_prose'"),
+    ("[lambada_openai]", "train.eval_tasks: cannot load the data of lambada_openai"),  # offline: known at start
+])
+def test_eval_tasks_lm_eval_refuses_are_known_before_the_run_starts(dataset, tmp_path, tasks, says):
+    """Not at the first checkpoint, after RUN_DIR was made and steps were paid for."""
+    out = tmp_path / "r"
+    result = run_train(out, dataset, f"train.eval_tasks={tasks}", env=OFFLINE)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and not out.exists()
+
+
 @pytest.mark.parametrize("args, says", [
     (["--choices", "1"], "--choices: must be at least 2, got 1"),
     (["--seq-len", "0"], "--seq-len: must be at least 1, got 0"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glassroom.errors import ConfigError
+from glassroom.errors import ConfigError, GlassroomError
 
 
 class TrainingTasks:
@@ -30,10 +30,12 @@ class TrainingTasks:
         if not self.tasks_dir.is_dir():
             raise ConfigError(f"train.eval_tasks: {self.tasks_dir} does not exist; write the tasks with "
                               f"glassroom data tasks {dataset.path} --seq-len {tc.seq_len} --windows {tc.eval_sequences}")
-        self.manager = downstream.task_manager(self.tasks_dir, self.names)
         try:
-            downstream.check_names(self.names, self.manager, self.tasks_dir)
-        except Exception as exc:  # GlassroomError naming --tasks: say the config key instead
+            self.manager = downstream.task_manager(self.tasks_dir, self.names)
+            # Loaded once now: a group with its own member, or a hub task whose data cannot be
+            # fetched, is refused before RUN_DIR is touched, not at the first checkpoint.
+            downstream.load_tasks(self.names, self.tasks_dir, self.manager)
+        except GlassroomError as exc:  # naming --tasks: say the config key instead
             raise ConfigError(f"train.eval_tasks: {str(exc).removeprefix('--tasks: ')}") from None
         self.tokenizer = dataset.tokenizer()
         self.seq_len, self.batch = tc.seq_len, tc.micro_batch_size
@@ -55,8 +57,11 @@ class TrainingTasks:
         was_training = model.training
         state, py_state, np_state = rng_state(), random.getstate(), np.random.get_state()  # lm-eval seeds all three
         try:
-            result = downstream.evaluate(model, self.tokenizer, self.names, self.tasks_dir, batch_size=self.batch,
-                                         max_length=self.seq_len, device=str(device), manager=self.manager)
+            try:
+                result = downstream.evaluate(model, self.tokenizer, self.names, self.tasks_dir, batch_size=self.batch,
+                                             max_length=self.seq_len, device=str(device), manager=self.manager)
+            except GlassroomError as exc:  # the tasks folder changed under the run, the hub went away, ...
+                raise GlassroomError(f"train.eval_tasks: {str(exc).removeprefix('--tasks: ')}") from None
         finally:
             set_rng_state(state)
             random.setstate(py_state)

@@ -108,6 +108,45 @@ def flatten(results: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+@contextlib.contextmanager
+def lm_eval_call(names: list[str], tasks_dir: Path | None):
+    """Around a call into lm-eval for `names`: the folder verified, the Hugging Face libraries offline
+    when every name is local, compiled modules kept private, and lm-eval's errors as one line."""
+    if tasks_dir is not None:
+        verify_folder(Path(tasks_dir))  # every time: training reuses a manager while the folder may change
+    local = set(local_names(tasks_dir))
+    saved = {k: os.environ.get(k) for k in OFFLINE_VARS}
+    if all(n in local for n in names):
+        os.environ.update({k: "1" for k in OFFLINE_VARS})
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
+    try:
+        with private_bytecode():
+            yield
+    except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
+        raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
+    except OSError as exc:  # a hub task's data could not be fetched (ConnectionError, offline mode, ...)
+        hub = [n for n in names if n not in local]
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise GlassroomError(f"--tasks: cannot load the data of {', '.join(hub) or ', '.join(names)} ({first}); "
+                             "tasks lm-eval ships download it from the Hugging Face hub: run where it is "
+                             "reachable, or use the local tasks (glassroom data tasks)") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def load_tasks(names: list[str], tasks_dir: Path | None, manager=None) -> None:
+    """Load `names` as lm-eval would for an evaluation (their files and data), so that a task list
+    lm-eval refuses or data it cannot fetch is known before a training run starts."""
+    with lm_eval_call(names, tasks_dir):
+        manager = manager or task_manager(tasks_dir, names)
+        check_names(names, manager, tasks_dir)
+        manager.load(list(names))
+
+
 def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: int | None = None,
              batch_size: int = 8, max_length: int | None = None, device: str = "cpu", manager=None,
              eos_id: int | None = None, prefix_id: int | None = None) -> dict:
@@ -117,39 +156,15 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
 
     from glassroom.downstream.adapter import GlassroomLM
 
-    if tasks_dir is not None:
-        verify_folder(Path(tasks_dir))  # again: training reuses a manager while the folder may change
-    local = set(local_names(tasks_dir))
-    offline = all(n in local for n in names)
-    saved = {k: os.environ.get(k) for k in OFFLINE_VARS}
-    if offline:
-        os.environ.update({k: "1" for k in OFFLINE_VARS})
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
-    try:
+    with lm_eval_call(names, tasks_dir):
         manager = manager or task_manager(tasks_dir, names)
         check_names(names, manager, tasks_dir)
         lm = GlassroomLM(model, tokenizer, batch_size=batch_size, max_length=max_length, device=device,
                          eos_id=eos_id, prefix_id=prefix_id)
         start = time.perf_counter()
-        try:
-            with private_bytecode():
-                results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
-                                                  bootstrap_iters=0, log_samples=False)
-        except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
-            raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
-        except OSError as exc:  # a hub task's data could not be fetched (ConnectionError, offline mode, ...)
-            hub = [n for n in names if n not in local]
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            raise GlassroomError(f"--tasks: cannot load the data of {', '.join(hub) or ', '.join(names)} ({first}); "
-                                 "tasks lm-eval ships download it from the Hugging Face hub: run where it is "
-                                 "reachable, or use the local tasks (glassroom data tasks)") from None
+        results = lm_eval.simple_evaluate(model=lm, tasks=list(names), task_manager=manager, limit=limit,
+                                          bootstrap_iters=0, log_samples=False)
         seconds = time.perf_counter() - start
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     counts = results.get("n-samples") or {}
     items = sum(int(v.get("effective", v.get("original", 0))) for v in counts.values())
     # Tasks that --limit cut short: {task: (items scored, items it has)}.
