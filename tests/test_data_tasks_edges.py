@@ -77,3 +77,31 @@ def test_build_force_replaces_a_dataset_with_its_tasks_but_not_a_tasks_folder_wi
     rebuilt = glassroom("data", "build", str(recipe), "--out", str(dataset), "--force")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert not (dataset / "tasks").exists() and (dataset / "manifest.json").is_file()
+
+
+def test_two_writers_at_once_leave_one_whole_tasks_folder_and_one_line(tmp_path, monkeypatch):
+    """Another `data tasks` renames its folder into place between this one's two renames."""
+    import os
+
+    import glassroom.downstream.tasks as tasks
+    from glassroom.errors import GlassroomError
+
+    final, new = tmp_path / "tasks", tmp_path / ".tasks-tmp-1"
+    final.mkdir()
+    (final / "manifest.json").write_text("old")
+    new.mkdir()
+    (new / "manifest.json").write_text("mine")
+    real, calls = os.replace, []
+
+    def racing(src, dst):
+        real(src, dst)
+        calls.append(dst)
+        if len(calls) == 1:  # ours moved aside the old folder; the other writer's lands now
+            final.mkdir()
+            (final / "manifest.json").write_text("theirs")
+
+    monkeypatch.setattr(tasks.os, "replace", racing)
+    with pytest.raises(GlassroomError, match="another glassroom data tasks wrote it at the same time"):
+        tasks._replace(final, new)
+    assert (final / "manifest.json").read_text() == "theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tasks-tmp-1", "tasks"]  # write_tasks removes its tmp

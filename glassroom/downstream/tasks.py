@@ -278,7 +278,15 @@ def _replace(final: Path, new: Path) -> None:
         raise GlassroomError(f"{final}: exists and is not a folder; move it away first")
     if final.exists():
         os.replace(final, old)
-    os.replace(new, final)
+    try:
+        os.replace(new, final)
+    except OSError as exc:  # another `data tasks` put its folder there in between
+        if final.exists() or final.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        elif old.exists():
+            os.replace(old, final)
+        raise GlassroomError(f"{final}: could not be replaced ({exc.strerror}); another glassroom data tasks "
+                             "wrote it at the same time: run again") from None
     shutil.rmtree(old, ignore_errors=True)
 
 
