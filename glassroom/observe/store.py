@@ -206,7 +206,10 @@ class StoreReader:
         self.path = store_path(run_dir)
         if not self.path.exists():
             raise FileNotFoundError(f"{Path(run_dir)}: no run store ({STORE_FILE}) here")
-        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+        # as_uri() percent-encodes the path: a folder named "run#2" or "what?" is not read as a URI's
+        # fragment or query (which opened another, empty database)
+        uri = f"{self.path.absolute().as_uri()}?mode=ro"
+        self.conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
     def close(self) -> None:
         self.conn.close()
