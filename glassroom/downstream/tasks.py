@@ -41,6 +41,7 @@ FORMAT = "glassroom-tasks/1"
 CONTEXT_CHARS = 300
 ENDING_CHARS = 80
 MAX_CHOICES = 26
+MAX_TRIM = 4  # tokens a UTF-8 character's bytes can span at most
 LENGTH_RANGE = (0.75, 4 / 3)  # a distractor's length over the true ending's
 WHITESPACE = re.compile(r"\s")
 TASK_NAME = re.compile(r"glassroom_(mc|bpb)_[\w-]+")  # a domain name as recipes allow it (no / or .)
@@ -113,8 +114,17 @@ def bpb_document(dataset, domain: str, tok, seq_len: int, windows: int) -> dict 
     # rolling windows read a document after the EOS prefix token: the same windows, token for token.
     ids = np.asarray(shard.tokens[: n * seq_len], dtype=np.int64).tolist()
     text = tok.decode(ids, skip_special_tokens=False)
-    return {"text": text, "n_bytes": shard.bytes_between(0, n * seq_len), "windows": n, "seq_len": seq_len,
-            "tokens": len(ids), "roundtrip_differs": _roundtrip_differs(tok, text, ids)}
+    differs, trimmed = _roundtrip_differs(tok, text, ids), 0
+    # The text is decoded whole, so only its end can fall inside a multi-byte UTF-8 character: then
+    # it decodes as U+FFFD, which encodes as other tokens. The last tokens that do are left out (with
+    # their bytes): the task then scores the trainer's tokens but for those few.
+    for cut in range(1, min(MAX_TRIM, len(ids) - 1) + 1) if differs else ():
+        shorter = tok.decode(ids[:-cut], skip_special_tokens=False)
+        if not _roundtrip_differs(tok, shorter, ids[:-cut]):
+            text, differs, trimmed = shorter, 0, cut
+            break
+    return {"text": text, "n_bytes": shard.bytes_between(0, n * seq_len - trimmed), "windows": n,
+            "seq_len": seq_len, "tokens": len(ids) - trimmed, "trimmed_tokens": trimmed, "roundtrip_differs": differs}
 
 
 def _roundtrip_differs(tok, text: str, ids: list[int]) -> int:
@@ -230,7 +240,12 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
         (tmp / f"{name}.yaml").write_text(_bpb_yaml(name, f"{name}.jsonl"), encoding="utf-8")
         tasks[name] = {"kind": "loglikelihood_rolling", "domain": domain, "items": 1, "seq_len": seq_len,
                        "windows": doc["windows"], "tokens": doc["tokens"], "n_bytes": doc["n_bytes"],
-                       "roundtrip_differs": doc["roundtrip_differs"], "metrics": ["bits_per_byte"]}
+                       "trimmed_tokens": doc["trimmed_tokens"], "roundtrip_differs": doc["roundtrip_differs"],
+                       "metrics": ["bits_per_byte"]}
+        if doc["trimmed_tokens"]:
+            notes.append(f"{domain}: the last {doc['trimmed_tokens']} of {doc['tokens'] + doc['trimmed_tokens']} "
+                         "validation tokens end inside a multi-byte character and are left out of the rolling task "
+                         "(its bits per byte may differ from the trainer's by those tokens)")
         if doc["roundtrip_differs"]:
             notes.append(f"{domain}: re-encoding the rolling task's text differs from the shard's tokens at "
                          f"{doc['roundtrip_differs']} positions (a window edge inside a character or a merge)")
