@@ -64,3 +64,20 @@ def test_model_panel_live_and_published(lab, tmp_path):
         with StaticSiteServer(site) as url:
             browser.navigate(f"{url}/runs/run/index.html")
             check_model_panel(browser)
+
+
+def test_a_run_keeps_its_tokenizer_when_the_dataset_changes(tiny_dataset, tmp_path):
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from glassroom.data.tokenizer import train_tokenizer
+
+    dataset = shutil.copytree(tiny_dataset, tmp_path / "data")
+    run = train_tiny_run(tmp_path, "llama", dataset)
+    assert (run / "tokenizer.json").read_bytes() == (dataset / "tokenizer.json").read_bytes()
+    # the dataset is rebuilt with another tokenizer: the export still carries the one trained with
+    train_tokenizer(["a completely different corpus " * 50], vocab_size=300).save(str(dataset / "tokenizer.json"))
+    folder = export_folder(run, tmp_path / "hf")
+    assert (folder / "tokenizer.json").read_bytes() == (run / "tokenizer.json").read_bytes()
+    assert Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size() > 300

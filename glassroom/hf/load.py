@@ -340,6 +340,12 @@ def _trainer_json(run: RunFolder) -> dict:
 
 
 def run_tokenizer_path(run: RunFolder) -> Path:
+    """The tokenizer the run trained with: its own copy (written at its start), else, for runs from
+    before that copy existed, the one in its dataset folder now."""
+    from glassroom.train.run_dir import RUN_TOKENIZER
+
+    if (run.run_dir / RUN_TOKENIZER).is_file():
+        return run.run_dir / RUN_TOKENIZER
     data = run.config.get("data") or {}
     path = Path(str(data.get("path", ""))) / "tokenizer.json"
     if not path.is_file():

@@ -25,6 +25,7 @@ from glassroom import yaml_io
 from glassroom.errors import GlassroomError
 
 CONFIG_FILE = "config.yaml"
+RUN_TOKENIZER = "tokenizer.json"  # the tokenizer the run trained with, copied from its dataset at the start
 STORE_FILE = "store.sqlite"  # glassroom.observe.store.STORE_FILE (not imported: that pulls in the store)
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
                 "train.optimizer", "init")
@@ -181,9 +182,22 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
             tmp = run_dir / f".{CONFIG_FILE}.tmp"
             tmp.write_text(yaml.safe_dump(current, sort_keys=False))
             os.replace(tmp, run_dir / CONFIG_FILE)
+            _keep_tokenizer(run_dir, cfg)
         except OSError as exc:
             raise GlassroomError(f"--out {run_dir}: cannot write {CONFIG_FILE} ({exc.strerror or exc})") from None
     return state
+
+
+def _keep_tokenizer(run_dir: Path, cfg) -> None:
+    """A copy of the dataset's tokenizer.json as this run started with it (RUN_TOKENIZER): export and
+    glassroom.load use it, so a dataset rebuilt or moved later cannot hand the model another one."""
+    kept = run_dir / RUN_TOKENIZER
+    source = Path(os.path.expanduser(str(cfg.data.path))) / "tokenizer.json"
+    if kept.exists() or not source.is_file():
+        return
+    tmp = run_dir / f".{RUN_TOKENIZER}.tmp"
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, kept)
 
 
 def lock_run_dir(run_dir: Path) -> int:
