@@ -40,6 +40,7 @@ from glassroom.data.tokenizer import (
     save_tokenizer, token_dtype, train_tokenizer,
 )
 from glassroom.errors import GlassroomError
+from glassroom.folders import swap_into_place
 
 FORMAT = "glassroom-dataset/1"  # manifest.json's marker; `glassroom-dataset/<N>` for later versions
 FORMAT_RE = re.compile(r"glassroom-dataset/[0-9]+")
@@ -303,7 +304,7 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
                                  "choose an --out in a folder you can write") from None
         try:
             manifest = _build(recipe, tmp, workers, recipe_file, log, progress_interval)
-            _swap_into_place(tmp, out)
+            swap_into_place(tmp, out)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
@@ -314,16 +315,6 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return manifest
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log: TextIO, interval: float) -> dict:

@@ -164,14 +164,11 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
 def _replace(tmp: Path, out: Path, force: bool) -> None:
     """Rename `tmp` to `out`; an existing `out` (empty, or an export with --force) goes only after,
     checked again: files put at `out` while the export was written are never deleted."""
-    old = None
+    from glassroom.folders import swap_into_place
+
     if out.exists() or out.is_symlink():
         check_out(out, force)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    swap_into_place(tmp, out)
 
 
 def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None, dtype: str = "fp32",
