@@ -239,3 +239,17 @@ def test_a_run_whose_dataset_has_no_tasks_still_takes_names_lm_eval_ships(tiny_d
     assert hub.returncode == 2 and "cannot load the data of lambada_openai" in hub.stderr, hub.stderr
     local = glassroom("eval", str(out), "--tasks", "glassroom_mc")
     assert local.returncode == 2 and "no tasks folder; write it with glassroom data tasks" in local.stderr
+
+
+def test_tasks_written_from_another_build_of_the_data_say_so(run, dataset, tmp_path):
+    """--tasks-dir of another dataset (here: the run's own tasks with another build recorded)."""
+    other = tmp_path / "tasks"
+    shutil.copytree(dataset / "tasks", other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    own = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
+    assert own.returncode == 0 and "another build" not in own.stderr, own.stderr
+    manifest["dataset_build"]["recipe_hash"] = "sha256:" + "0" * 64
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
+    assert result.returncode == 0, result.stderr
+    assert "was written from another build of the data than the run's" in result.stderr

@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if tasks_dir is not None and not tasks_dir.is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
-    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len)
+    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len,
+                  downstream.run_tasks_dir(path).parent if is_run else None)
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
                                  max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
@@ -134,14 +135,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _note_windows(names: list[str], tasks_dir: Path | None, max_length: int) -> None:
-    """A note when the bits-per-byte tasks were written for another window than the one scored: their
-    number is then not comparable to the trainer's eval/<domain>/bpb."""
-    from glassroom.downstream.tasks import read_task_manifest
+def _note_windows(names: list[str], tasks_dir: Path | None, max_length: int, run_dataset: Path | None) -> None:
+    """A note when the bits-per-byte tasks were written for another window than the one scored, or
+    from another build of the data than the run trained on: their number is then not comparable to
+    the trainer's eval/<domain>/bpb."""
+    from glassroom.downstream.tasks import build_of, read_task_manifest
 
     if tasks_dir is None or not any(n.startswith("glassroom_bpb") or n == "glassroom" for n in names):
         return
-    written = read_task_manifest(tasks_dir).get("seq_len")
+    manifest = read_task_manifest(tasks_dir)
+    written = manifest.get("seq_len")
     if isinstance(written, int) and written != max_length:
         print(f"note: {tasks_dir}'s bits-per-byte tasks were written for windows of {written} tokens and are scored "
               f"with --max-length {max_length}: not comparable to the trainer's eval/<domain>/bpb", file=sys.stderr)
+    if run_dataset is None or not isinstance(manifest.get("dataset_build"), dict):
+        return
+    try:
+        trained_on = build_of(json.loads((run_dataset / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return
+    if manifest["dataset_build"] != trained_on:
+        print(f"note: {tasks_dir} was written from another build of the data than the run's ({run_dataset}): "
+              "its bits per byte are of other text, not comparable to the trainer's eval/<domain>/bpb", file=sys.stderr)

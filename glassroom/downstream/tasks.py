@@ -255,7 +255,8 @@ def _write_into(tmp: Path, dataset, tok, seq_len, windows, items, choices, seed)
         if members:
             (tmp / f"_{group}.yaml").write_text(_group_yaml(group, members, metrics), encoding="utf-8")
             groups[group] = members
-    manifest = {"format": FORMAT, "dataset": dataset.manifest.get("name"), "seed": seed, "seq_len": seq_len,
+    manifest = {"format": FORMAT, "dataset": dataset.manifest.get("name"), "dataset_build": build_of(dataset.manifest),
+                "seed": seed, "seq_len": seq_len,
                 "windows": windows, "items": items, "choices": choices, "context_chars": CONTEXT_CHARS,
                 "ending_chars": ENDING_CHARS, "tasks": tasks, "groups": groups, "notes": notes,
                 "sources": {d: _sources(dataset.manifest, d) for d in dataset.domains}}
@@ -284,6 +285,11 @@ def _clean_stale(root: Path) -> None:
             os.replace(entry, root / "tasks")
         else:
             shutil.rmtree(entry, ignore_errors=True)
+
+
+def build_of(dataset_manifest: dict) -> dict:
+    """Which build of a dataset: its manifest's creation time and recipe hash."""
+    return {"created": dataset_manifest.get("created"), "recipe_hash": dataset_manifest.get("recipe_hash")}
 
 
 def _replace(final: Path, new: Path) -> None:
