@@ -104,8 +104,11 @@ def run(args: argparse.Namespace) -> int:
     if tasks_dir is not None and not tasks_dir.is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
-    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len,
-                  downstream.run_tasks_dir(path).parent if is_run else None)
+    try:
+        run_dataset = downstream.run_tasks_dir(path).parent if is_run else None
+    except GlassroomError:  # no data.path in its config.yaml: --tasks-dir was given
+        run_dataset = None
+    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len, run_dataset)
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
                                  max_length=max_length, eos_id=special[0], prefix_id=special[1])
     scores = result["scores"]
