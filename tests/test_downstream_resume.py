@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from downstream_helpers import WINDOWS, dataset_with_tasks, train_run
 from hf_helpers import OFFLINE
