@@ -9,10 +9,12 @@ with transformers offline; `real_text` is a few hundred characters of real Pytho
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
-from train_helpers import run_train
+from train_helpers import ROOT, run_train
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 os.environ.update(OFFLINE)
@@ -64,3 +66,18 @@ def hf_model(folder: Path):
 def real_text(chars: int = 400) -> str:
     source = Path(sysconfig.get_paths()["stdlib"]) / "json" / "decoder.py"
     return source.read_text()[:chars]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`glassroom ARGS` as a user runs it, offline."""
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **OFFLINE})
+
+
+def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2 with one line `error: ...` holding each of `words`."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from hf_helpers import ARCHS, OFFLINE, export_folder, hf_model, real_text, train_tiny_run
-from train_helpers import ROOT, run_train
+from hf_helpers import ARCHS, export_folder, hf_model, one_line_error, real_text, train_tiny_run
+from hf_helpers import cli as glassroom
+from train_helpers import run_train
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -29,19 +28,8 @@ def runs(tiny_dataset, tmp_path_factory):
     return get
 
 
-def glassroom(*args: str) -> subprocess.CompletedProcess:
-    import os
-
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **OFFLINE})
 
 
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

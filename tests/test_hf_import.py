@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
 
-from hf_helpers import OFFLINE, hf_model, real_text
-from train_helpers import ROOT, TINY
+from hf_helpers import cli, hf_model, one_line_error, real_text
+from train_helpers import TINY
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -72,17 +70,8 @@ def write_run_config(path, dataset, init: dict, model: dict | None = None, **tra
     path.write_text(yaml.safe_dump(raw))
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **OFFLINE})
 
 
-def one_line_error(result, *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 def tensors(folder) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from hf_helpers import OFFLINE, export_folder
+from hf_helpers import OFFLINE, cli, export_folder, one_line_error
 from test_hf_import import make_hf_folder
 from train_helpers import ROOT, TINY, run_train
 
@@ -26,17 +26,8 @@ DENSE = {"vocab_size": 2048, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff":
 HOSTILE_NAME = "evil<img src=x onerror=alert(1)>\n\nOwned | x ** [link](javascript:alert(1))\n==="
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **OFFLINE})
 
 
-def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
