@@ -253,3 +253,19 @@ def test_tasks_written_from_another_build_of_the_data_say_so(run, dataset, tmp_p
     result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
     assert result.returncode == 0, result.stderr
     assert "was written from another build of the data than the run's" in result.stderr
+
+
+def test_eval_output_is_the_scores_without_lm_evals_noise(run, tmp_path):
+    """Run outside a git checkout: no progress bars, no `fatal: not a git repository` from lm-eval's
+    environment report; stdout is the scores."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "glassroom", "eval", str(run), "--tasks", "glassroom_mc_prose",
+                             "--step", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1",
+                                 "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 0, result.stderr
+    assert "it/s" not in result.stderr and "%|" not in result.stderr and "fatal" not in result.stderr, result.stderr
+    assert "glassroom_mc_prose" in result.stdout and "acc" in result.stdout

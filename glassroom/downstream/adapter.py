@@ -126,6 +126,10 @@ class GlassroomLM(TemplateLM):
         logits = self.model(batch.to(self._device)).logits
         return F.log_softmax(logits.float(), dim=-1).cpu()
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        # lm-eval's "Tokenizing inputs" bar would fill stderr (and a training run's log) with progress
+        return super().loglikelihood(requests, disable_tqdm=True)
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """(sum of log-probabilities of the continuation, whether it is the greedy one) per request."""
         prepared = []

@@ -109,6 +109,43 @@ def flatten(results: dict) -> dict[str, dict[str, float]]:
 
 
 @contextlib.contextmanager
+def _quiet_lm_eval():
+    """lm-eval's results record the environment: it runs `git describe` in the current folder (git
+    prints "fatal: not a git repository" outside one) and torch's collect_env (seconds of
+    subprocesses, at every checkpoint of a training run): record versions only, quietly. And its
+    progress bar per task while building requests (no option turns it off) stays off stderr."""
+    import functools
+    import importlib.metadata
+
+    import lm_eval.api.task as task_module
+    import lm_eval.evaluator as evaluator
+
+    def git_hash():
+        import subprocess
+
+        try:
+            done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() or None
+
+    def env_info(storage: dict) -> None:
+        for package in ("lm_eval", "transformers", "torch"):
+            try:
+                storage[f"{package}_version"] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+
+    saved = evaluator.get_git_commit_hash, evaluator.add_env_info, task_module.tqdm
+    evaluator.get_git_commit_hash, evaluator.add_env_info = git_hash, env_info
+    task_module.tqdm = functools.partial(saved[2], disable=True)
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash, evaluator.add_env_info, task_module.tqdm = saved
+
+
+@contextlib.contextmanager
 def lm_eval_call(names: list[str], tasks_dir: Path | None):
     """Around a call into lm-eval for `names`: the folder verified, the Hugging Face libraries offline
     when every name is local, compiled modules kept private, and lm-eval's errors as one line."""
@@ -120,7 +157,7 @@ def lm_eval_call(names: list[str], tasks_dir: Path | None):
         os.environ.update({k: "1" for k in OFFLINE_VARS})
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
     try:
-        with private_bytecode():
+        with private_bytecode(), _quiet_lm_eval():
             yield
     except ValueError as exc:  # lm-eval's word for a bad task list (a group and its member, ...)
         raise GlassroomError(f"--tasks: {str(exc).splitlines()[0][:300]}") from None
