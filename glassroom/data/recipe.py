@@ -156,6 +156,22 @@ class DedupConfig:
         if not 16 <= self.num_perm <= 1024:
             raise ConfigError(f"{path}.num_perm: must be between 16 and 1024, got {self.num_perm}")
         require_positive(path, shingle_words=self.shingle_words)
+        if self.fuzzy and not _lsh_possible(self.threshold, self.num_perm):
+            enough = next((n for n in range(self.num_perm, 1025, 16) if _lsh_possible(self.threshold, n)), None)
+            fix = f"raise num_perm to {enough} or lower the threshold" if enough else "lower the threshold"
+            raise ConfigError(f"{path}.threshold: {self.threshold} is too close to 1 for num_perm {self.num_perm} "
+                              f"(MinHash LSH needs at least 2 bands); {fix}")
+
+
+def _lsh_possible(threshold: float, num_perm: int) -> bool:
+    """Whether datasketch can band `num_perm` permutations for `threshold` (it needs 2 bands or more)."""
+    from datasketch import MinHashLSH
+
+    try:
+        MinHashLSH(threshold=threshold, num_perm=num_perm)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
