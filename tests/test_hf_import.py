@@ -61,17 +61,14 @@ def write_run_config(path, dataset, init: dict, model: dict | None = None, **tra
     raw = yaml.safe_load(TINY.read_text())
     raw.pop("model")
     raw["data"]["path"] = str(dataset)
-    # One step that moves no weight: lr 1e-30 is below every weight's last bit, no weight decay.
-    raw["train"].update(steps=1, lr=1e-30, weight_decay=0.0, warmup_steps=0, checkpoint_every=1, eval_every=1)
+    # 0 steps: the imported model evaluated and checkpointed as step 0. Tests that train on give
+    # steps; lr 1e-30 (below every weight's last bit) and no weight decay keep the weights still.
+    raw["train"].update(steps=0, lr=1e-30, weight_decay=0.0, warmup_steps=0, checkpoint_every=1, eval_every=1)
     raw["train"].update(train)
     raw["init"] = init
     if model is not None:
         raw["model"] = model
     path.write_text(yaml.safe_dump(raw))
-
-
-
-
 
 
 def tensors(folder) -> dict[str, torch.Tensor]:

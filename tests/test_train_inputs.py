@@ -87,8 +87,8 @@ def edit_manifest(dataset: Path, change) -> None:
     ("data.weights={prose: .inf}", "data.weights.prose: must be a finite number"),
     ("train.steps=.inf", "train.steps: expected a whole number"),
     ("train.steps=1e999", "train.steps: expected a whole number"),
-    ("train.steps=0", "train.steps: must be positive, got 0"),
-    ("train.steps=-5", "train.steps: must be positive, got -5"),
+    ("train.steps=-1", "train.steps: must be zero or more, got -1"),  # 0 is allowed (tests/test_train_zero_steps.py)
+    ("train.steps=-5", "train.steps: must be zero or more, got -5"),
     ("train.batch_size=0", "train.batch_size: must be positive"),
     ("train.micro_batch_size=0", "train.micro_batch_size: must be positive"),
     ("train.steps=abc", "train.steps: expected a whole number, got 'abc'"),

@@ -101,6 +101,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------- writing
 
 
+def _as_never_stepped(optim_sd: dict) -> None:
+    """DCP fills the state of an optimizer that never stepped by stepping it once with zero gradients
+    and lr 0 (state_dict._init_optim_state): AdamW's step counters then read 1 and its first real
+    update would be bias-corrected as its second. A checkpoint of step 0 (train.steps: 0) records
+    them as 0, so training on from it is exactly training from scratch."""
+    for entry in (optim_sd.get("state") or {}).values():
+        if isinstance(entry, dict) and "step" in entry:
+            entry["step"] = torch.zeros_like(entry["step"]) if torch.is_tensor(entry["step"]) else 0
+
+
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: dict[str, Any],
                     keep_last: int, keep_every: Optional[int],
                     on_visible: Optional[Callable[[Path], None]] = None) -> Path:
@@ -115,6 +125,8 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
         tmp.mkdir()
     _barrier()
     model_sd, optim_sd = get_state_dict(model, _optimizers(optimizer))
+    if step == 0:
+        _as_never_stepped(optim_sd)
     with warnings.catch_warnings():  # one process without a process group is intended here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))

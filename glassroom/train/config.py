@@ -75,8 +75,9 @@ class TrainSection:
     parallel: Literal["fsdp", "ddp"] = "fsdp"
 
     def check(self, path: str) -> None:
+        require_non_negative(path, steps=self.steps)  # 0: evaluate and checkpoint the initial model (init.from)
         require_positive(
-            path, steps=self.steps, batch_size=self.batch_size, micro_batch_size=self.micro_batch_size,
+            path, batch_size=self.batch_size, micro_batch_size=self.micro_batch_size,
             seq_len=self.seq_len, lr=self.lr, checkpoint_every=self.checkpoint_every,
             eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
             eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
@@ -86,7 +87,7 @@ class TrainSection:
             raise ConfigError(
                 f"{path}.micro_batch_size: {self.micro_batch_size} does not divide batch_size ({self.batch_size})"
             )
-        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
+        if self.warmup_steps < 0 or (self.steps and self.warmup_steps > self.steps):
             raise ConfigError(f"{path}.warmup_steps: must be between 0 and steps ({self.steps}), got {self.warmup_steps}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"{path}.min_lr_ratio: must be between 0 and 1, got {self.min_lr_ratio}")

@@ -366,6 +366,12 @@ class Trainer:
                 if saving:
                     self.save()
                 self._planted_kill(done, "kill")
+            if tc.steps == 0 and not ckpt.list_checkpoints(self.run_dir):
+                # train.steps 0: the initial model (e.g. init.from) evaluated, scored and saved as step 0
+                final_eval = self.run_eval()
+                if self.downstream is not None:
+                    self.run_downstream()
+                self.save()
             if not final_eval:
                 final_eval = self.run_eval()
             if self.store is not None:
