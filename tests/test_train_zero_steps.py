@@ -33,3 +33,19 @@ def test_negative_steps_is_one_line(tiny_dataset, tmp_path):
     result = run_train(tmp_path / "run", tiny_dataset, "train.steps=-1")
     assert result.returncode == 2 and "train.steps: must be zero or more, got -1" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_muon_resumes_with_the_schedules_lr(tiny_dataset, tmp_path):
+    """Muon + AdamW (one combined optimizer): after a resume the schedule's lr reaches both again
+    (it stayed at the checkpoint's lr: the combined optimizer kept the groups load_state_dict
+    replaced), from a step-0 checkpoint and after a kill alike."""
+    sets = ("train.optimizer=muon", "train.steps=6", *SETS)
+    straight = tmp_path / "straight"
+    assert run_train(straight, tiny_dataset, *sets).returncode == 0
+    killed = tmp_path / "killed"
+    assert run_train(killed, tiny_dataset, *sets, env={"GLASSROOM_FAULTS": "kill@3"}).returncode != 0
+    assert run_train(killed, tiny_dataset, *sets, resume=True).returncode == 0
+    zero = tmp_path / "zero"
+    assert run_train(zero, tiny_dataset, "train.optimizer=muon", "train.steps=0", *SETS).returncode == 0
+    assert run_train(zero, tiny_dataset, *sets, resume=True).returncode == 0
+    assert np.array_equal(losses(killed), losses(straight)) and np.array_equal(losses(zero), losses(straight))

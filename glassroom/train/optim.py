@@ -31,9 +31,15 @@ class CombinedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]):
         self.optimizers = optimizers
-        self.param_groups = [g for opt in optimizers for g in opt.param_groups]
         self.defaults = {}
         self.state = {}
+
+    @property
+    def param_groups(self) -> list[dict]:
+        # Read through every time: load_state_dict gives each optimizer new group dicts, and the
+        # schedule's lr must reach those (a copied list kept the old ones, so after a resume every
+        # step ran at the lr the checkpoint was saved with).
+        return [g for opt in self.optimizers for g in opt.param_groups]
 
     def step(self, closure=None):
         for opt in self.optimizers:
