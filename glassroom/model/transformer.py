@@ -118,10 +118,7 @@ class Attention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
         if pos == 0 and (self.window is None or self.window >= new):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        distance = torch.arange(pos, end, device=q.device)[:, None] - torch.arange(start, end, device=q.device)
-        mask = distance >= 0
-        if self.window is not None:
-            mask &= distance < self.window
+        mask = band_mask(torch.arange(pos, end, device=q.device), torch.arange(start, end, device=q.device), self.window)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
@@ -143,9 +140,18 @@ def sliding_window_mask(seq: int, window: int, device: torch.device) -> torch.Te
     key = (seq, window, str(device))
     if key not in _MASKS:
         pos = torch.arange(seq, device=device)
-        distance = pos[:, None] - pos[None, :]
-        _MASKS[key] = (distance >= 0) & (distance < window)
+        _MASKS[key] = band_mask(pos, pos, window)
     return _MASKS[key]
+
+
+def band_mask(queries: torch.Tensor, keys: torch.Tensor, window: Optional[int]) -> torch.Tensor:
+    """Boolean (len(queries), len(keys)) from positions: query i sees key j when j <= i and, with a
+    window, i - window < j."""
+    distance = queries[:, None] - keys[None, :]
+    mask = distance >= 0
+    if window is not None:
+        mask &= distance < window
+    return mask
 
 
 class Block(nn.Module):

@@ -356,22 +356,10 @@ class Trainer:
             final_eval: dict[str, float] = {}
             while self.step < tc.steps:
                 self.train_step()
-                done = self.step
-                if done % tc.eval_every == 0 or done == tc.steps:
-                    final_eval = self.run_eval()
-                saving = done % tc.checkpoint_every == 0 or done == tc.steps
-                # Before the save: a run killed in between redoes the step and its tasks on resume.
-                if self.downstream is not None and self.downstream.due(done, saving, done == tc.steps):
-                    self.run_downstream()
-                if saving:
-                    self.save()
-                self._planted_kill(done, "kill")
+                final_eval = self._after_step() or final_eval
+                self._planted_kill(self.step, "kill")
             if tc.steps == 0 and not ckpt.list_checkpoints(self.run_dir):
-                # train.steps 0: the initial model (e.g. init.from) evaluated, scored and saved as step 0
-                final_eval = self.run_eval()
-                if self.downstream is not None:
-                    self.run_downstream()
-                self.save()
+                final_eval = self._after_step()  # the initial model (e.g. init.from) as step 0
             if not final_eval:
                 final_eval = self.run_eval()
             if self.store is not None:
@@ -542,6 +530,20 @@ class Trainer:
             self._journal("eval", f"bits per byte at step {self.step}: {summary}", self.step, results)
         if results:
             self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}")
+        return results
+
+    def _after_step(self) -> dict[str, float]:
+        """Evaluation, downstream tasks and checkpoint due at self.step (all of them at the last
+        step); returns the evaluation, or {} when none was due."""
+        tc, done = self.cfg.train, self.step
+        last = done == tc.steps
+        results = self.run_eval() if done % tc.eval_every == 0 or last else {}
+        saving = done % tc.checkpoint_every == 0 or last
+        # Before the save: a run killed in between redoes the step and its tasks on resume.
+        if self.downstream is not None and self.downstream.due(done, saving, last):
+            self.run_downstream()
+        if saving:
+            self.save()
         return results
 
     def run_downstream(self) -> None:
