@@ -7,11 +7,13 @@ every vector, and the journal's event kinds in order (the resume's own events as
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from glassroom.observe import journal
 from glassroom.observe.store import StoreReader, StoreWriter
 from train_helpers import TINY, assert_same_store, run_train
 
@@ -150,3 +152,45 @@ def test_discard_after_removes_committed_and_buffered_rows_beyond_a_step(tmp_pat
         assert list(reader.series("train/loss")[0]) == [1, 2, 3]
         assert [s for s, _ in reader.vectors("v")] == [1, 2, 3]
         assert [e["kind"] for e in reader.events()] == ["eval"]  # events are never deleted
+
+
+class _InterruptOnce:
+    """A connection whose execute raises KeyboardInterrupt once, as a signal handler would between two
+    bytecodes: right after statement `after` ran, or right before statement `before` runs."""
+
+    def __init__(self, conn, after=None, before=None):
+        self._conn, self._after, self._before = conn, after, before
+
+    def execute(self, sql, *args):
+        if sql == self._before:
+            self._before = None
+            raise KeyboardInterrupt("stopped by SIGTERM")
+        result = self._conn.execute(sql, *args)
+        if sql == self._after:
+            self._after = None
+            raise KeyboardInterrupt("stopped by SIGTERM")
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("where, kept", [({"after": "BEGIN IMMEDIATE"}, ["start"]),
+                                         ({"before": "COMMIT"}, ["start", "eval"])])
+def test_a_signal_inside_an_event_write_leaves_no_open_transaction(tmp_path, where, kept):
+    # CI once lost the `stopped` event: SIGTERM landed just after an event's BEGIN, the open
+    # transaction swallowed every later write, and close() rolled it all back.
+    writer = StoreWriter(tmp_path)
+    writer.event("start", "s", 0)
+    writer.conn = _InterruptOnce(writer.conn, **where)
+    with pytest.raises(KeyboardInterrupt):
+        writer.event("eval", "at 1", 1)
+    assert not writer.conn.in_transaction
+    writer.event("stopped", "stopped by SIGTERM after step 1", 1)
+    writer.set_status("stopped", 1)
+    writer.close()
+    with StoreReader(tmp_path) as reader:
+        assert [e["kind"] for e in reader.events()] == kept + ["stopped"]
+        assert reader.status()["state"] == "stopped"
+    with sqlite3.connect(tmp_path / "store.sqlite") as conn:
+        assert journal.verify_chain(conn)["ok"]

@@ -154,18 +154,22 @@ class StoreWriter:
         kind, text = _storable(kind), _storable(text)
         self.flush()
         # Chained to the previous event's digest (journal.py), in one write transaction.
+        # A signal (Ctrl-C, SIGTERM under glassroom train) raises between any two bytecodes: BEGIN and
+        # COMMIT sit inside the try, so an interrupted write never leaves a transaction open that
+        # would swallow the `stopped` event after it. An event already inserted is kept.
         own = not self.conn.in_transaction
-        if own:
-            self.conn.execute("BEGIN IMMEDIATE")
+        id_ = None
         try:
+            if own:
+                self.conn.execute("BEGIN IMMEDIATE")
             id_ = journal.append_event(self.conn, time.time(), step, kind, text,
                                        None if data is None else json.dumps(data))
-        except BaseException:
             if own:
-                self.conn.execute("ROLLBACK")
+                self.conn.execute("COMMIT")
+        except BaseException:
+            if own and self.conn.in_transaction:
+                self.conn.execute("COMMIT" if id_ is not None else "ROLLBACK")
             raise
-        if own:
-            self.conn.execute("COMMIT")
         return id_
 
     def set_artifact(self, name: str, value: Any) -> None:
