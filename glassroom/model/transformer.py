@@ -9,6 +9,12 @@ For generation, `model.new_cache(batch, max_len)` pre-allocates every layer's ke
 `model(input_ids, cache=cache)` runs only the new tokens at positions cache.pos.. against them (a
 window layer attends to the keys within its window); without a cache the forward is unchanged.
 
+For packed post-training rows, `model(input_ids, segments=S, positions=P)`: S (batch, seq) is each
+token's conversation index within its row (-1 = padding) and P its position within that conversation
+(RoPE angles are looked up per row). Attention is then causal AND within the same segment (a
+block-diagonal boolean mask, intersected with the window on window layers); padding attends only to
+padding, so no query row is fully masked. Without S and P the pretraining path runs unchanged.
+
 `build_model(cfg, seed)` constructs and initialises deterministically: every parameter draws from
 its own generator seeded by (seed, parameter name), so the same seed gives the same weights
 whatever the construction order; projections into the residual stream are scaled by
@@ -86,7 +92,8 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None, pos: int = 0) -> torch.Tensor:
+                kv: Optional[tuple[torch.Tensor, torch.Tensor]] = None, pos: int = 0,
+                segment_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -97,6 +104,11 @@ class Attention(nn.Module):
         gqa = self.n_kv_heads != self.n_heads
         if kv is not None:
             out = self._attend_cached(q, k, v, kv, pos, gqa)
+        elif segment_mask is not None:
+            mask = segment_mask
+            if self.window is not None and self.window < seq:
+                mask = mask & sliding_window_mask(seq, self.window, x.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         elif self.window is None or self.window >= seq:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         else:
@@ -144,6 +156,15 @@ def sliding_window_mask(seq: int, window: int, device: torch.device) -> torch.Te
     return _MASKS[key]
 
 
+def segment_mask(segments: torch.Tensor) -> torch.Tensor:
+    """Boolean (batch, 1, seq, seq) from segments (batch, seq): query i sees key j when j <= i and
+    both belong to the same segment (padding, -1, is one segment of its own)."""
+    seq = segments.shape[1]
+    pos = torch.arange(seq, device=segments.device)
+    same = segments[:, :, None] == segments[:, None, :]
+    return (same & band_mask(pos, pos, None)).unsqueeze(1)
+
+
 def band_mask(queries: torch.Tensor, keys: torch.Tensor, window: Optional[int]) -> torch.Tensor:
     """Boolean (len(queries), len(keys)) from positions: query i sees key j when j <= i and, with a
     window, i - window < j."""
@@ -166,8 +187,8 @@ class Block(nn.Module):
         else:
             self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
 
-    def forward(self, x, cos, sin, kv=None, pos=0):
-        x = x + self.attn(self.attn_norm(x), cos, sin, kv, pos)
+    def forward(self, x, cos, sin, kv=None, pos=0, segment_mask=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, kv, pos, segment_mask)
         if isinstance(self.mlp, MoEFeedForward):
             out, moe_loss = self.mlp(self.mlp_norm(x))
             return x + out, moe_loss
@@ -186,22 +207,38 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, input_ids: torch.Tensor, *, z_loss: bool = False,
+    def forward(self, input_ids: torch.Tensor, segments: Optional[torch.Tensor] = None,
+                positions: Optional[torch.Tensor] = None, *, z_loss: bool = False,
                 cache: Optional[KVCache] = None) -> TransformerOutput:
         """input_ids (batch, seq) -> logits (batch, seq, vocab), plus the auxiliary loss terms.
 
+        `segments` / `positions` (batch, seq) pack several sequences in a row (see the module doc);
+        either may be given alone (segments alone: positions count from the row's start).
         With a `cache` (from new_cache), input_ids are the next tokens after the cache's `pos`
         positions: only they run, and their logits come back (no auxiliary losses)."""
         if cache is not None:
+            if segments is not None or positions is not None:
+                raise ValueError("segments/positions are not supported with a KV cache")
             return self._forward_cached(input_ids, cache)
         seq = input_ids.shape[1]
         if seq > self.cfg.max_seq_len:
             raise ValueError(f"sequence of {seq} tokens is longer than max_seq_len {self.cfg.max_seq_len}")
-        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        if positions is None:
+            cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        else:
+            if positions.shape != input_ids.shape:
+                raise ValueError(f"positions of shape {tuple(positions.shape)} for input_ids of {tuple(input_ids.shape)}")
+            # (batch, 1, seq, head_dim / 2): broadcast over heads in apply_rope.
+            cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+        mask = None
+        if segments is not None:
+            if segments.shape != input_ids.shape:
+                raise ValueError(f"segments of shape {tuple(segments.shape)} for input_ids of {tuple(input_ids.shape)}")
+            mask = segment_mask(segments)
         x = self.embed(input_ids)
         moe_loss = torch.zeros((), device=x.device)
         for block in self.blocks:
-            x, block_loss = block(x, cos, sin)
+            x, block_loss = block(x, cos, sin, segment_mask=mask)
             if block_loss is not None:
                 moe_loss = moe_loss + block_loss
         x = self.norm(x)
