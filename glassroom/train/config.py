@@ -73,6 +73,8 @@ class TrainSection:
     eval_tasks_every: Optional[int] = None
     max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
     parallel: Literal["fsdp", "ddp"] = "fsdp"
+    dpo_beta: float = 0.1  # task dpo: strength of the pull towards the reference model (docs/post-training.md)
+    dpo_loss: Literal["sigmoid", "ipo"] = "sigmoid"  # task dpo: the DPO paper's loss, or IPO's squared one
 
     def check(self, path: str) -> None:
         require_non_negative(path, steps=self.steps)  # 0: evaluate and checkpoint the initial model (init.from)
@@ -81,7 +83,7 @@ class TrainSection:
             seq_len=self.seq_len, lr=self.lr, checkpoint_every=self.checkpoint_every,
             eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
             eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
-            grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps,
+            grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps, dpo_beta=self.dpo_beta,
         )
         if self.batch_size % self.micro_batch_size:
             raise ConfigError(
