@@ -24,12 +24,14 @@ import numpy as np
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
+from glassroom.web.lineage import lineage_view
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
 DEFAULT_POINTS = 1_500
 MAX_NAMES = 400              # series per request
 # Artifacts the pages draw (the preregistered prediction, the newest Hugging Face export and its model
-# card); others (status, config) have their own fields.
+# card); others (status, config) have their own fields. The `lineage` artifact (what an init.from run
+# started from) is added by glassroom.web.lineage, its base matched to a run the pages can link to.
 EXPORTED_ARTIFACTS = ("prediction", "export")
 
 
@@ -94,6 +96,7 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)
         artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
+        artifacts["lineage"] = lineage_view(reader.artifact("lineage"), run_dir, root, public)
         status = reader.status()
     config, config_text = read_config(run_dir, root)
     return {

@@ -267,7 +267,7 @@ GR.runPage = async function () {
     const step = Math.max(u.status ? u.status.step || 0 : 0, loss ? loss.steps[loss.steps.length - 1] : 0);
     if (u.status) header(Object.assign({}, u.status, {step, updated: Date.now() / 1000}));
   };
-  board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); };
+  board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); GR.showSamples(events); };
   const unreadable = (msg) => {   // the run's store cannot be read: say so in words, stop updating
     const st = document.getElementById("run-state");
     st.innerHTML = ""; st.appendChild(badge("unreadable", false));
@@ -300,6 +300,8 @@ GR.runPage = async function () {
     }
     GR.showSeal(seal);
     GR.showModel(meta.artifacts && meta.artifacts.export);
+    GR.showLineage(meta.artifacts && meta.artifacts.lineage);
+    GR.showSamples(events);
     await board.load(GR.zoom);
     GR.ready = true;
   }

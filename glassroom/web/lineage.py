@@ -1,0 +1,71 @@
+"""The run page's Lineage panel: what a run started from (the store artifact `lineage`, written by a
+run with `init.from`: {"base", "base_step", "base_kind", "task", "data"}), with the base matched to a
+run the dashboard or the site shows, so the page can link to it.
+
+`base` is the init.from path as the run was started with it (absolute, or relative to the folder
+`glassroom train` ran in, which the server cannot know): it is tried as given, then against the
+served folder, its parent and the run's own folders; the first candidate that is a run below the
+served folder (or inside one: a checkpoint folder) is the link. A base that is a run hidden from
+the outside (marked private, or a folder name that looks like a secret) is shown as "a private run",
+never by its path, on a public page. Every value goes through the same redaction as the rest of
+the page. Never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from glassroom.observe.redact import redact
+from glassroom.observe.runs import find_runs, is_private, looks_secret
+
+FIELDS = ("base", "base_step", "base_kind", "task", "data")
+PRIVATE_BASE = "a private run"
+
+
+def _candidates(base: str, run_dir: Path, root: Path) -> list[Path]:
+    path = Path(base).expanduser()
+    if path.is_absolute():
+        return [path]
+    return [Path.cwd() / path, root / path, root.parent / path, run_dir.parent / path, run_dir.parent.parent / path]
+
+
+def base_run(base: str, run_dir: Path, root: Path) -> Optional[tuple[str, Path]]:
+    """(run id, run folder) of the run below `root` that `base` names, or None."""
+    runs = {}
+    for run_id, folder in find_runs(root).items():
+        try:
+            runs[folder.resolve()] = run_id
+        except (OSError, RuntimeError):
+            continue
+    for candidate in _candidates(base, run_dir, root):
+        try:
+            real = candidate.resolve()
+        except (OSError, RuntimeError):
+            continue
+        for folder in (real, *real.parents):
+            if folder in runs:
+                return runs[folder], folder
+    return None
+
+
+def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool) -> Optional[dict]:
+    """The panel's data: the artifact's fields, plus `base_run` (a run id to link to, or None)."""
+    if not isinstance(lineage, dict):
+        return None
+    out = {key: lineage.get(key) for key in FIELDS}
+    out["base_run"] = None
+    base = out["base"]
+    if isinstance(base, str) and base and root is not None:
+        found = base_run(base, Path(run_dir), Path(root))
+        if found is not None:
+            run_id, folder = found
+            try:
+                hidden = looks_secret(run_id) or (public and is_private(folder))
+            except Exception:   # a store that cannot be read might be private: treat it so
+                hidden = public
+            if hidden:
+                out["base"] = PRIVATE_BASE
+            else:
+                out["base_run"] = run_id
+    return redact(out)
