@@ -15,6 +15,7 @@ folders may not contain one another.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import TextIO
 
 from glassroom.data import clean as cleaning
+from glassroom.data.chat import ChatTemplate
+from glassroom.data.conversation_sources import SKIP_REASONS, encode_chat, tokenizer_texts
 from glassroom.data.progress import Progress
 from glassroom.data.recipe import Recipe, recipe_dict, recipe_hash
 from glassroom.data.shards import SPLITS, ShardWriter, write_json
@@ -319,6 +322,11 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
 
 def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log: TextIO, interval: float) -> dict:
     started = time.monotonic()
+    given = recipe
+    chat = recipe.task != "pretrain"
+    if chat:  # conversations are not dropped for being short, and dedup is exact only (docs/data-build.md)
+        recipe = dataclasses.replace(recipe, clean=dataclasses.replace(recipe.clean, min_bytes=1),
+                                     dedup=dataclasses.replace(recipe.dedup, fuzzy=False))
     stats = cleaning.Stats()
     staging = tmp / "staging"
     staging.mkdir()
@@ -326,7 +334,7 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
     # 1. Extract and clean, in recipe order (dedup keeps the first copy it sees).
     cleaner = cleaning.Cleaner(recipe.clean, recipe.dedup, recipe.split, stats)
     reports: dict[str, list[SourceReport]] = {}
-    kept: dict[str, list[tuple[float, float, int]]] = {}  # domain -> (split score, sample key, bytes)
+    kept: dict[str, list[tuple[float, float, int, str | None]]] = {}  # domain -> (split score, sample key, bytes, forced split)
     caps = [s.max_bytes for d in recipe.domains.values() for s in d.sources]
     progress = Progress("clean", total=sum(caps) if all(caps) else None, interval=interval, stream=log)
     # Sources are extracted in parallel (each to a JSONL file in staging) ahead of cleaning, which
@@ -366,8 +374,10 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
                     doc = item.doc
                     score = cleaning.split_score(doc["id"], recipe.split.seed)
                     sample_key = cleaning.split_score(doc["id"], recipe.split.seed + 1_000_003)
-                    kept[domain].append((score, sample_key, item.nbytes))
-                    fh.write(json.dumps({"id": doc["id"], "source": doc["source"], "text": doc["text"], "bytes": item.nbytes}) + "\n")
+                    kept[domain].append((score, sample_key, item.nbytes, doc.get("split")))
+                    row = {"id": doc["id"], "source": doc["source"], "text": doc["text"], "bytes": item.nbytes}
+                    row.update({k: doc[k] for k in ("chat", "split") if k in doc})
+                    fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     progress.finish(f"{sum(len(v) for v in kept.values())} documents kept")
     _report_skipped(reports, stats, log)
     cutoffs = _split(recipe, kept, stats)
@@ -375,22 +385,39 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
     # 2. Tokenizer: trained on a domain-balanced sample of train documents, or loaded.
     tok_info = _tokenizer(recipe, tmp, staging, kept, cutoffs, log)
     tok = load_tokenizer(tmp / "tokenizer.json")
+    template = None
+    if chat:  # the template tokens are appended when missing (ids after every existing id)
+        before = tok.get_vocab_size()
+        template = ChatTemplate.for_tokenizer(tok)
+        if tok.get_vocab_size() > before:
+            save_tokenizer(tok, tmp / "tokenizer.json")
+            tok_info["added_tokens"] = {t: tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>")
+                                        if tok.token_to_id(t) >= before}
+            if "sha256" in tok_info:
+                tok_info["sha256"] = hashlib.sha256((tmp / "tokenizer.json").read_bytes()).hexdigest()
     vocab_size = tok.get_vocab_size()
     dtype = token_dtype(vocab_size)
 
     # 3. Encode into shards.
-    total = sum(b for rows in kept.values() for _, _, b in rows)
+    total = sum(row[2] for rows in kept.values() for row in rows)
     progress = Progress("tokenize", total=total, interval=interval, stream=log)
     domains = {}
     for domain, dcfg in recipe.domains.items():
         source_index = {src.label: i for i, src in enumerate(dcfg.sources)}
-        writers = {split: ShardWriter(tmp, domain, split, dtype) for split in SPLITS}
+        writers = {split: ShardWriter(tmp, domain, split, dtype, with_mask=chat) for split in SPLITS}
+        chat_counts: dict[str, dict] = {}
         with open(staging / f"{domain}.jsonl", encoding="utf-8") as fh:
             rows = (json.loads(line) for line in fh)
             for batch in _batches(rows, 4 * BATCH_BYTES):
                 for split in SPLITS:
-                    part = [d for d in batch if _is_validation(d["id"], recipe, cutoffs[domain]) == (split == "validation")]
-                    if part:
+                    part = [d for d in batch if _is_validation(d, recipe, cutoffs[domain]) == (split == "validation")]
+                    if part and chat:
+                        ids, offsets, mask, written, counts = encode_chat(template, part, dtype)
+                        writers[split].add(ids, offsets, written, source_index, mask)
+                        total_counts = chat_counts.setdefault(split, dict.fromkeys(counts, 0))
+                        for k, v in counts.items():
+                            total_counts[k] += v
+                    elif part:
                         ids, offsets = encode_documents(tok, [d["text"] for d in part], dtype)
                         writers[split].add(ids, offsets, part, source_index)
                 progress.update(sum(d["bytes"] for d in batch), note=domain)
@@ -400,6 +427,9 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
             info["bytes_per_token"] = round(info["bytes"] / info["tokens"], 4) if info["tokens"] else None
             info.update({f"{k}_file": str(p.relative_to(tmp)) for k, p in writer.paths.items()})
             entry[split] = info
+        if chat:
+            entry["chat"] = _chat_entry(chat_counts)
+            stats.entry("tokenize", domain)["chat"] = entry["chat"]
         domains[domain] = entry
         t = stats.entry("tokenize", domain)
         for split in SPLITS:
@@ -418,11 +448,12 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
         "dtype": dtype.name,
         "tokenizer": {**tok_info, "file": "tokenizer.json", "vocab_size": vocab_size,
                       "eos_id": eos_id(tok), "eos_token": EOS_TOKEN},
+        **({"task": recipe.task, "chat_template": template.to_dict()} if chat else {}),
         "domains": domains,
         "totals": {split: {k: sum(d[split][k] for d in domains.values()) for k in ("documents", "tokens", "bytes")} for split in SPLITS},
         "recipe_file": recipe_file,
-        "recipe_hash": recipe_hash(recipe),
-        "recipe": recipe_dict(recipe),
+        "recipe_hash": recipe_hash(given),
+        "recipe": recipe_dict(given),
     }
     write_json(tmp / "stats.json", {"stages": list(cleaning.STAGES), **stats.to_json()})
     write_json(tmp / "manifest.json", manifest)
@@ -440,8 +471,21 @@ def _check_not_empty(report: SourceReport, domain: str, i: int) -> None:
                          f"0 bytes{'; skipped: ' + skipped if skipped else ''}); check its path and fields in the recipe")
 
 
-def _is_validation(doc_id: str, recipe: Recipe, cutoff: float) -> bool:
-    return cleaning.split_score(doc_id, recipe.split.seed) < cutoff
+def _is_validation(doc: dict, recipe: Recipe, cutoff: float) -> bool:
+    """A source's `split:` decides; otherwise the hash of the document id against the domain's cutoff."""
+    if doc.get("split"):
+        return doc["split"] == "validation"
+    return cleaning.split_score(doc["id"], recipe.split.seed) < cutoff
+
+
+def _chat_entry(counts: dict[str, dict]) -> dict:
+    """Conversation statistics of one domain: per split and in all, with the assistant token share."""
+    out = {}
+    for split in SPLITS:
+        c = dict(counts.get(split) or {"conversations": 0, "pairs": 0, "turns": 0, "tokens": 0, "assistant_tokens": 0})
+        c["assistant_share"] = round(c["assistant_tokens"] / c["tokens"], 4) if c["tokens"] else None
+        out[split] = c
+    return out
 
 
 _SKIPPED = {
@@ -449,7 +493,12 @@ _SKIPPED = {
     "missing_text_field": "records without the text field",
     "unreadable_file": "unreadable files",
     "unrenderable_man_page": "man pages that did not render",
+    "no_assistant_turn": "conversations without an assistant message",
+    "last_not_assistant": "conversations whose last message is not the assistant's",
+    "no_assistant_answer": "preference pairs whose answer does not end with an assistant message",
+    "identical_pair": "preference pairs whose chosen and rejected answers are the same",
 }
+assert set(SKIP_REASONS) <= set(_SKIPPED)
 
 
 def _report_skipped(reports: dict[str, list[SourceReport]], stats: cleaning.Stats, log: TextIO) -> None:
@@ -476,11 +525,16 @@ def _split(recipe: Recipe, kept: dict, stats: cleaning.Stats) -> dict[str, float
                 f"domain {domain}: {len(rows)} document{'s' if len(rows) != 1 else ''} left after cleaning "
                 f"({read} read; removed: {why}); a domain needs at least 2 (one held out): add sources or relax recipe.clean"
             )
-        cutoff = cleaning.validation_cutoff([(r[0], r[2]) for r in rows], recipe.split.validation_fraction)
+        free = [(r[0], r[2]) for r in rows if not r[3]]
+        cutoff = cleaning.validation_cutoff(free, recipe.split.validation_fraction) if free else 0.0
         cutoffs[domain] = cutoff
+        splits = [r[3] or ("validation" if r[0] < cutoff else "train") for r in rows]
+        for need in SPLITS:
+            if need not in splits:
+                raise GlassroomError(f"domain {domain}: no documents in {need} ({len(rows)} kept, their sources set "
+                                     f"split:); give one source split: {need} or leave split: out to hash-split")
         entry = stats.entry("split", domain)
-        for score, _, nbytes in rows:
-            split = "validation" if score < cutoff else "train"
+        for (score, _, nbytes, _forced), split in zip(rows, splits):
             entry["docs_in"] += 1
             entry["bytes_in"] += nbytes
             entry["docs_out"] += 1
@@ -500,7 +554,8 @@ def _tokenizer(recipe: Recipe, tmp: Path, staging: Path, kept: dict, cutoffs: di
     per_domain = cfg.sample_bytes // len(kept)
     chosen: dict[str, set[int]] = {}
     for domain, rows in kept.items():
-        order = sorted((key, i) for i, (score, key, _) in enumerate(rows) if score >= cutoffs[domain])
+        order = sorted((row[1], i) for i, row in enumerate(rows)
+                       if (row[3] or ("validation" if row[0] < cutoffs[domain] else "train")) == "train")
         budget, picked = per_domain, set()
         for _, i in order:
             if budget <= 0:
@@ -518,7 +573,10 @@ def _tokenizer(recipe: Recipe, tmp: Path, staging: Path, kept: dict, cutoffs: di
                         doc = json.loads(line)
                         sampled["bytes"] += doc["bytes"]
                         sampled["documents"] += 1
-                        yield doc["text"]
+                        if "chat" in doc:  # the messages' text, not the template markers
+                            yield from tokenizer_texts(doc["chat"])
+                        else:
+                            yield doc["text"]
 
     print(f"tokenizer: training byte-level BPE, vocabulary {cfg.vocab_size}, on up to {cfg.sample_bytes / 1e6:.1f} MB "
           "of train documents", file=log, flush=True)

@@ -44,6 +44,12 @@ JINJA = (
 )
 
 
+def render_text(messages: list[dict], add_generation_prompt: bool = False) -> str:
+    """The conversation as template text: what `jinja` renders (the ids come from `render`)."""
+    text = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
+    return text + (f"{IM_START}assistant\n" if add_generation_prompt else EOS_TOKEN)
+
+
 def _backend(tok):
     """The `tokenizers.Tokenizer` behind `tok` (a transformers fast tokenizer wraps one)."""
     return getattr(tok, "backend_tokenizer", tok)

@@ -20,8 +20,10 @@ from glassroom.errors import ConfigError, GlassroomError
 
 SOURCE_KINDS = (
     "files", "archive", "jsonl", "parquet", "python-stdlib", "bible", "shakespeare", "austen",
-    "brown", "fortunes", "dictd", "man",
+    "brown", "fortunes", "dictd", "man", "conversations", "preferences",
 )
+CHAT_KINDS = ("conversations", "preferences")  # the kinds of task: sft (conversations) and task: dpo
+TASK_KINDS = {"sft": "conversations", "dpo": "preferences"}
 
 # Which optional keys each kind takes (beyond kind, name, max_bytes, max_docs, chunk_bytes).
 _KIND_KEYS = {
@@ -37,8 +39,11 @@ _KIND_KEYS = {
     "fortunes": {"path", "exclude"},
     "dictd": {"names"},
     "man": {"lang", "sections", "exclude"},
+    "conversations": {"path", "exclude", "messages_field", "id_field"},
+    "preferences": {"path", "exclude", "id_field"},
 }
-_REQUIRED = {"files": {"path"}, "archive": {"path"}, "jsonl": {"path"}, "parquet": {"path"}, "dictd": {"names"}}
+_REQUIRED = {"files": {"path"}, "archive": {"path"}, "jsonl": {"path"}, "parquet": {"path"}, "dictd": {"names"},
+             "conversations": {"path"}, "preferences": {"path"}}
 _DEFAULTS = {"text_field": "text", "format": "text", "sections": "1-8"}
 
 
@@ -48,7 +53,7 @@ class SourceConfig:
 
     kind: Literal[
         "files", "archive", "jsonl", "parquet", "python-stdlib", "bible", "shakespeare", "austen",
-        "brown", "fortunes", "dictd", "man",
+        "brown", "fortunes", "dictd", "man", "conversations", "preferences",
     ]
     name: Optional[str] = None  # label in stats and the manifest; default derived from kind/path
     path: Optional[str] = None  # a file, folder or glob pattern (`**` recurses); ~ and $VARS expand
@@ -63,10 +68,12 @@ class SourceConfig:
     max_bytes: Optional[int] = None  # cap on raw bytes taken from this source
     max_docs: Optional[int] = None  # cap on documents taken from this source
     chunk_bytes: Optional[int] = None  # split longer documents (and pack short entries) to this size
+    messages_field: Optional[str] = None  # conversations: the field with the messages list
+    split: Optional[Literal["train", "validation"]] = None  # every document of this source goes to this split
 
     def check(self, path: str) -> None:
         allowed = _KIND_KEYS[self.kind]
-        for key in ("path", "members", "format", "text_field", "id_field", "lang", "sections"):
+        for key in ("path", "members", "format", "text_field", "id_field", "lang", "sections", "messages_field"):
             if getattr(self, key) is not None and key not in allowed:
                 raise ConfigError(f"{path}.{key}: not used by a {self.kind} source")
         for key in ("exclude", "names"):
@@ -87,6 +94,8 @@ class SourceConfig:
                 raise ConfigError(f"{path}.names[{i}]: {name!r} is not a dictd database name (gcide, wn, foldoc, ...)")
         if self.lang is not None and not re.fullmatch(r"[A-Za-z]{2,3}([_.@][A-Za-z0-9-]+)*", self.lang):
             raise ConfigError(f"{path}.lang: {self.lang!r} is not a language folder name (de, fr, pt_BR, ...)")
+        if self.kind in CHAT_KINDS and self.chunk_bytes is not None:
+            raise ConfigError(f"{path}.chunk_bytes: a {self.kind} source is not cut into chunks; remove it")
         if self.chunk_bytes is not None and self.chunk_bytes < 256:
             raise ConfigError(f"{path}.chunk_bytes: must be at least 256, got {self.chunk_bytes}")
 
@@ -201,6 +210,7 @@ class TokenizerConfig:
 class Recipe:
     name: str
     domains: dict[str, DomainConfig]
+    task: Literal["pretrain", "sft", "dpo"] = "pretrain"  # sft: conversations; dpo: preference pairs
     clean: CleanConfig = field(default_factory=CleanConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
@@ -212,6 +222,17 @@ class Recipe:
         for name in self.domains:
             if not name or not all(c.isalnum() or c in "-_" for c in name):
                 raise ConfigError(f"{path}.domains.{name}: domain names use letters, digits, - and _ only")
+        want = TASK_KINDS.get(self.task)
+        for name, domain in self.domains.items():
+            for i, src in enumerate(domain.sources):
+                where = f"{path}.domains.{name}.sources[{i}].kind"
+                if want and src.kind != want:
+                    raise ConfigError(f"{where}: a task: {self.task} recipe takes {want} sources, not {src.kind}; "
+                                      f"use kind: {want} or set task: to match the data")
+                if not want and src.kind in CHAT_KINDS:
+                    raise ConfigError(f"{where}: a {src.kind} source needs task: "
+                                      f"{'sft' if src.kind == 'conversations' else 'dpo'} at the top of the recipe "
+                                      "(this recipe builds pretraining data)")
 
 
 def _check_sections(path: str, text: str) -> None:

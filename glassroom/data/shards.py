@@ -6,6 +6,8 @@ each followed by EOS, as raw little-endian uint16 (vocabulary below 65,536) or u
                       doc_bytes (int64, UTF-8 bytes of each cleaned document), doc_source (int32,
                       index into the domain's `sources` list in manifest.json)
   `<split>.ids.txt`   the document ids, one a line, in shard order
+  `<split>.mask.bin`  conversation data only (manifest task sft/dpo): the loss mask, uint8, one byte
+                      per token (glassroom/data/chat.py)
 Files are written under temporary names and renamed when complete; the manifest records each
 shard's token count and its largest token id (`max_token_id`).
 
@@ -48,12 +50,15 @@ def shard_paths(root: Path, domain: str, split: str) -> dict[str, Path]:
 class ShardWriter:
     """Appends encoded documents to one shard; `close()` writes the index and renames into place."""
 
-    def __init__(self, root: Path, domain: str, split: str, dtype: np.dtype) -> None:
+    def __init__(self, root: Path, domain: str, split: str, dtype: np.dtype, with_mask: bool = False) -> None:
         self.paths = shard_paths(root, domain, split)
+        if with_mask:
+            self.paths["mask"] = self.paths["tokens"].with_name(f"{split}.mask.bin")
         self.paths["tokens"].parent.mkdir(parents=True, exist_ok=True)
         self.dtype = np.dtype(dtype)
         self.tmp = {k: p.with_name(p.name + ".tmp") for k, p in self.paths.items()}
         self.tokens_file = open(self.tmp["tokens"], "wb")
+        self.mask_file = open(self.tmp["mask"], "wb") if with_mask else None
         self.ids_file = open(self.tmp["ids"], "w", encoding="utf-8")
         self.offsets = [np.zeros(1, dtype=np.int64)]
         self.doc_bytes: list[int] = []
@@ -61,9 +66,15 @@ class ShardWriter:
         self.n_tokens = 0
         self.max_token_id = -1
 
-    def add(self, ids: np.ndarray, offsets: np.ndarray, docs: list[dict], source_index: dict[str, int]) -> None:
-        """Append a batch from tokenizer.encode_documents with the documents it encodes."""
+    def add(self, ids: np.ndarray, offsets: np.ndarray, docs: list[dict], source_index: dict[str, int],
+            mask: np.ndarray | None = None) -> None:
+        """Append a batch from tokenizer.encode_documents with the documents it encodes (and, for a
+        writer made with_mask, the loss mask of those tokens)."""
+        if (mask is None) != (self.mask_file is None) or (mask is not None and len(mask) != len(ids)):
+            raise ValueError("a mask of the batch's length is given exactly when the writer is made with_mask")
         self.tokens_file.write(ids.astype(self.dtype, copy=False).tobytes())
+        if mask is not None:
+            self.mask_file.write(mask.astype(np.uint8, copy=False).tobytes())
         if len(ids):
             self.max_token_id = max(self.max_token_id, int(ids.max()))
         self.offsets.append(offsets[1:] + self.n_tokens)
@@ -77,6 +88,8 @@ class ShardWriter:
         """Finish the files; returns {documents, tokens, bytes, max_token_id} of the shard."""
         self.tokens_file.close()
         self.ids_file.close()
+        if self.mask_file is not None:
+            self.mask_file.close()
         offsets = np.concatenate(self.offsets)
         with open(self.tmp["index"], "wb") as fh:
             np.savez(fh, doc_offsets=offsets, doc_bytes=np.asarray(self.doc_bytes, dtype=np.int64),

@@ -135,7 +135,7 @@ def source_roots(cfg: SourceConfig) -> list[tuple[Path, bool]]:
     below the path can be read (a folder, a `**` or multi-level glob); a file or a one-level glob
     (`dir/*.txt`) reads only what is directly in it. Used to keep --out away from the sources."""
     kind = cfg.kind
-    if kind in ("files", "jsonl", "parquet", "archive"):
+    if kind in ("files", "jsonl", "parquet", "archive", "conversations", "preferences"):
         pattern = _expand(cfg.path)
         if not any(c in pattern for c in "*?["):
             return [(Path(pattern), os.path.isdir(pattern))]
@@ -161,7 +161,7 @@ def source_roots(cfg: SourceConfig) -> list[tuple[Path, bool]]:
 def check_source(cfg: SourceConfig, where: str) -> None:
     """A GlassroomError naming the source and the fix when it is not there to read."""
     kind = cfg.kind
-    if kind in ("files", "jsonl", "parquet"):
+    if kind in ("files", "jsonl", "parquet", "conversations", "preferences"):
         if not _match_files(cfg.path, cfg.exclude):
             raise GlassroomError(f"{where}: no files match {cfg.path}; check the path in the recipe")
     elif kind == "archive":
@@ -426,6 +426,12 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
     """Documents `{id, text, domain, source}` from one source, long ones split, within its caps."""
     report = report or SourceReport(cfg.label)
     label = cfg.label
+    if cfg.kind in ("conversations", "preferences"):  # documents that keep their messages: see that module
+        from glassroom.data.conversation_sources import iter_conversations
+
+        yield from iter_conversations(cfg, _match_files(cfg.path, cfg.exclude), domain, report)
+        return
+    forced = {"split": cfg.split} if cfg.split else {}
     try:
         for key, text in _raw_documents(cfg, report):
             pieces = split_long(text, cfg.chunk_bytes) if cfg.chunk_bytes else [text]
@@ -439,7 +445,7 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
                 report.docs += 1
                 report.bytes += size
                 doc_id = f"{label}/{key.lstrip('/')}" + (f"#{i}" if len(pieces) > 1 else "")
-                yield {"id": doc_id, "text": piece, "domain": domain, "source": label}
+                yield {"id": doc_id, "text": piece, "domain": domain, "source": label, **forced}
     except (subprocess.TimeoutExpired, FileNotFoundError) as exc:
         raise GlassroomError(f"source {label}: {one_line(exc)}") from None
     except subprocess.CalledProcessError as exc:
