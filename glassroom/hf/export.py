@@ -143,7 +143,7 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
         _dump(tmp / "tokenizer_config.json", {
             "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "pad_token": EOS, "bos_token": None,
             "unk_token": None, "add_bos_token": False, "add_eos_token": False,
-            "model_max_length": cfg.max_seq_len, "clean_up_tokenization_spaces": False})
+            "model_max_length": cfg.max_seq_len, "clean_up_tokenization_spaces": False, **_chat_template(tok)})
         _dump(tmp / "special_tokens_map.json", {"eos_token": EOS, "pad_token": EOS})
         _dump(tmp / "generation_config.json", {"eos_token_id": eos, "pad_token_id": eos, "bos_token_id": None,
                                                "max_length": cfg.max_seq_len})
@@ -159,6 +159,15 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _chat_template(tok) -> dict:
+    """tokenizer_config.json's `chat_template` when the tokenizer carries the chat template's tokens
+    (a conversation dataset added them: glassroom/data/chat.py), so apply_chat_template renders alike."""
+    from glassroom.data.chat import IM_END, IM_START, JINJA
+
+    has = all(tok.token_to_id(t) is not None for t in (IM_START, IM_END))
+    return {"chat_template": JINJA} if has else {}
 
 
 def _replace(tmp: Path, out: Path, force: bool) -> None:
