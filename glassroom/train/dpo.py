@@ -47,10 +47,19 @@ def sequence_logps(model, tokens: torch.Tensor, mask: torch.Tensor, segments=Non
     kwargs = {}
     if segments is not None:
         kwargs = {"segments": segments, "positions": positions}
-    logits = model(tokens[:, :-1], **kwargs).logits
-    targets = tokens[:, 1:]
-    token_logp = -F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
-    return (token_logp.view(targets.shape) * mask[:, 1:].float()).sum(1)
+    return logps_of(model(tokens[:, :-1], **kwargs).logits, tokens, mask)[0]
+
+
+def logps_of(logits: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, z_loss: bool = False):
+    """(sum of log p over the mask-1 targets per row (batch,) float32, and with z_loss the mean of
+    logsumexp(logits)^2 over those targets, else None) from the logits of tokens[:, :-1]."""
+    logits = logits.float()
+    targets, trained = tokens[:, 1:], mask[:, 1:] > 0
+    token_logp = -F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+    z = None
+    if z_loss:
+        z = torch.where(trained, torch.logsumexp(logits, dim=-1).pow(2), 0.0).sum() / trained.sum().clamp(min=1)
+    return torch.where(trained, token_logp, 0.0).sum(1), z
 
 
 def pair_terms(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: float, variant: str) -> dict:
