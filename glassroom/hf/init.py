@@ -2,10 +2,15 @@
 
 `model_for_init(init, given)` is the model section: the folder's (its config.json, or the run's
 config.yaml) with the keys the run config's own `model:` sets, which must agree with the folder's
-on everything that shapes the model (training knobs such as moe.bias_update_rate may differ). `check_tokenizer(init, data_path)`
-refuses data tokenized with another tokenizer. At step 0 only (the trainer's calls),
-`check_init_weights(init)` checks the checkpoint or the weights' shapes before the model is built and
-`load_init_weights(model, init, cfg)` copies the weights (router biases too) into it.
+on everything that shapes the model (training knobs such as moe.bias_update_rate may differ), except
+vocab_size, which may be larger: `grow_vocab` raises it to the data's tokenizer when that tokenizer is
+the base's with chat-template tokens appended. `check_tokenizer(init, data_path)` refuses data
+tokenized with another tokenizer: the data's must have every base id with the same token and the
+same merges, and any extra ids must be template tokens (glassroom.data.chat). At step 0 only (the
+trainer's calls), `check_init_weights(init)` checks the checkpoint or the weights' shapes before the
+model is built and `load_init_weights(model, init, cfg, data_path)` copies the weights (router biases
+too) into it; rows of the embedding (and of an untied head) for ids the base tokenizer lacks are set
+to the mean of the base's rows. `lineage(init)` is what a post-trained run records of its base.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from glassroom.errors import ConfigError, GlassroomError
 
 # Settings of the model: section that only steer training; an init's folder does not fix them.
 TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef")
+# Tokens a chat dataset may append to the base's tokenizer (the contract of glassroom/data/chat.py).
+TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 
 def _kind(folder: Path) -> str:
@@ -101,6 +108,8 @@ def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
     for key in sorted(set(theirs) | set(ours)):
         if key.endswith(TRAINING_KNOBS) or theirs.get(key) == ours.get(key):
             continue
+        if key == "vocab_size" and ours[key] > theirs[key]:
+            continue  # more rows than the base: ids the base lacks (template tokens), mean-initialised
         if key.startswith("moe.") and (theirs.get("moe") is None or ours.get("moe") is None):
             key = "moe"
         raise ConfigError(f"model.{key}: {ours.get(key)!r} here, {theirs.get(key)!r} in {init.source} (init.from); "
@@ -109,21 +118,44 @@ def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _tokenizer_file(init) -> Path:
-    from glassroom.train.run_dir import saved_config
+    from glassroom.train.run_dir import RUN_TOKENIZER, saved_config
 
     folder = Path(init.source).expanduser()
     if _kind(folder) == "hf":
         return folder / "tokenizer.json"
+    if (folder / RUN_TOKENIZER).is_file():  # the copy the run made at its start
+        return folder / RUN_TOKENIZER
     return Path(str((saved_config(folder).get("data") or {}).get("path", ""))) / "tokenizer.json"
 
 
-def _vocab_and_merges(path: Path) -> tuple[Any, Any, Any]:
+def _vocab_and_merges(path: Path, key: str = "init.from") -> tuple[dict[int, str], Any]:
+    """({id: token} of the vocabulary and the added tokens, the merges) of a tokenizer.json."""
     try:
         tok = json.loads(path.read_text(encoding="utf-8"))
         model = tok["model"]
-        return model.get("vocab"), model.get("merges"), [t.get("content") for t in tok.get("added_tokens", [])]
+        ids = {int(i): str(t) for t, i in (model.get("vocab") or {}).items()}
+        ids.update({int(t["id"]): str(t["content"]) for t in tok.get("added_tokens", [])})
+        return ids, model.get("merges")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-        raise ConfigError(f"init.from: {path}: not a readable tokenizer.json") from None
+        raise ConfigError(f"{key}: {path}: not a readable tokenizer.json") from None
+
+
+def base_vocab_size(init) -> int:
+    """Ids the base's tokenizer has (max id + 1)."""
+    ids, _ = _vocab_and_merges(_tokenizer_file(init))
+    return max(ids) + 1 if ids else 0
+
+
+def grow_vocab(model: dict[str, Any], data: Any) -> dict[str, Any]:
+    """The model: mapping with vocab_size raised to the data's tokenizer (manifest.json) when bigger."""
+    path = Path(str(data.get("path", ""))).expanduser() if isinstance(data, dict) else None
+    try:
+        vocab = int(json.loads((path / "manifest.json").read_text(encoding="utf-8"))["tokenizer"]["vocab_size"])
+    except (OSError, TypeError, ValueError, KeyError, AttributeError):
+        return model  # no dataset yet (or a damaged one): the dataset checks say so
+    if isinstance(model, dict) and isinstance(model.get("vocab_size"), int) and model["vocab_size"] < vocab:
+        return {**model, "vocab_size": vocab}
+    return model
 
 
 def _gone(init) -> bool:
@@ -143,7 +175,10 @@ def check_tokenizer(init, data_path: str) -> None:
         return
     if not theirs.is_file():
         raise ConfigError(f"init.from: {theirs}: no such file; the model's tokenizer must come with it")
-    if _vocab_and_merges(theirs) != _vocab_and_merges(ours):
+    (base, base_merges), (data, data_merges) = _vocab_and_merges(theirs), _vocab_and_merges(ours, "data.path")
+    extra = sorted(set(data) - set(base))
+    same = base_merges == data_merges and all(data.get(i) == t for i, t in base.items())
+    if not same or any(data[i] not in TEMPLATE_TOKENS for i in extra) or (extra and extra[0] < max(base) + 1):
         raise ConfigError(f"data.path: {ours} is not the tokenizer of {init.source} (init.from): build the data "
                           f"with `tokenizer: {{path: {theirs}}}` in its recipe (glassroom data build)")
 
@@ -166,18 +201,37 @@ def check_init_weights(init) -> None:
         raise GlassroomError(f"init.from: {exc}") from None
 
 
-def load_init_weights(model, init, cfg) -> None:
-    """Copy the init folder's weights (router biases included) into `model` (built for `cfg`)."""
+def load_init_weights(model, init, cfg, data_path: Optional[str] = None) -> dict[str, Any]:
+    """Copy the init folder's weights (router biases included) into `model` (built for `cfg`); with
+    more vocabulary rows than the base, the rows for ids its tokenizer lacks get the mean of its
+    rows (ids the data's tokenizer has: `data_path`). Returns the lineage (see `lineage`)."""
+    import torch
+
     from glassroom.hf.load import copy_state, read_hf_folder, read_run_state
 
     folder = Path(init.source).expanduser()
+    base_step = None
     try:
         if _kind(folder) == "hf":
             _, state = read_hf_folder(folder)
             where = str(folder)
         else:
             run, state, _ = read_run_state(folder, init.step)  # the run may be training now
-            where = str(run.checkpoint)
+            where, base_step = str(run.checkpoint), run.step
+        rows = {name: t.shape[0] for name, t in state.items() if name in ("embed.weight", "head.weight")}
+        own = model.state_dict()
+        for name, n in rows.items():  # grown vocabulary: the base's rows first, the rest set below
+            if name in own and own[name].shape[0] > n and own[name].shape[1:] == state[name].shape[1:]:
+                state = {**state, name: torch.cat([state[name], own[name][n:].to(state[name].dtype)])}
         copy_state(model, state, where)
     except GlassroomError as exc:
         raise GlassroomError(f"init.from: {exc}") from None
+    if data_path is not None:
+        have = min(base_vocab_size(init), min(rows.values()) if rows else 0)
+        wanted = int(json.loads((Path(data_path) / "manifest.json").read_text())["tokenizer"]["vocab_size"])
+        with torch.no_grad():
+            for name in rows:
+                weight = own[name]
+                if have < wanted <= weight.shape[0]:
+                    weight[have:wanted] = weight[:have].float().mean(0).to(weight.dtype)
+    return {"base": init.source, "base_step": base_step, "base_kind": _kind(folder)}

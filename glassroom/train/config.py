@@ -73,6 +73,11 @@ class TrainSection:
     eval_tasks_every: Optional[int] = None
     max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
     parallel: Literal["fsdp", "ddp"] = "fsdp"
+    # pretrain, or post-training from init.from: sft (packed conversations, loss on assistant
+    # tokens) or dpo; must match the dataset's manifest `task` (docs/post-training.md).
+    task: Literal["pretrain", "sft", "dpo"] = "pretrain"
+    # sft/dpo: a conversation longer than seq_len + 1 tokens is cut to its start, or left out (counted)
+    overlong: Literal["truncate", "drop"] = "truncate"
     dpo_beta: float = 0.1  # task dpo: strength of the pull towards the reference model (docs/post-training.md)
     dpo_loss: Literal["sigmoid", "ipo"] = "sigmoid"  # task dpo: the DPO paper's loss, or IPO's squared one
 
@@ -118,10 +123,16 @@ class ObserveSection:
     wandb: bool = False  # mirror metrics to Weights & Biases
     wandb_project: str = "glassroom"
     tensorboard: bool = False  # mirror metrics to TensorBoard event files in RUN_DIR/tensorboard
+    # prompts sampled greedily at every checkpoint (event `samples`), up to sample_tokens new tokens
+    sample_prompts: list[str] = field(default_factory=list)
+    sample_tokens: int = 64
 
     def check(self, path: str) -> None:
+        for i, prompt in enumerate(self.sample_prompts):
+            if not prompt.strip():
+                raise ConfigError(f"{path}.sample_prompts[{i}]: empty; give the prompt's text or remove it")
         require_positive(
-            path, norms_every=self.norms_every, log_every=self.log_every, anomaly_window=self.anomaly_window,
+            path, sample_tokens=self.sample_tokens, norms_every=self.norms_every, log_every=self.log_every, anomaly_window=self.anomaly_window,
             anomaly_sigma=self.anomaly_sigma, loss_spike_ratio=self.loss_spike_ratio,
             anomaly_min_history=self.anomaly_min_history,
         )
@@ -179,9 +190,10 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
     init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
     model_raw = raw
     if init is not None:  # the model section comes from init.from (or must agree with it)
-        from glassroom.hf.init import model_for_init
+        from glassroom.hf.init import grow_vocab, model_for_init
 
-        model_raw = {"model": model_for_init(init, raw.get("model"))}
+        # vocab_size alone may grow to the data's tokenizer (template tokens appended to the base's)
+        model_raw = {"model": grow_vocab(model_for_init(init, raw.get("model")), raw.get("data"))}
     cfg = RunConfig(
         model=model_config_from_mapping(model_raw, source),
         data=build_section(DataSection, raw["data"], "data"),
@@ -193,6 +205,9 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
         from glassroom.hf.init import check_tokenizer
 
         check_tokenizer(init, cfg.data.path)
+    elif cfg.train.task != "pretrain":
+        raise ConfigError(f"init.from: train.task {cfg.train.task} starts from a model; add `init: {{from: RUN_DIR}}` "
+                          "(a run folder, optionally with step) or a Hugging Face folder")
     if cfg.train.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
             f"train.seq_len: {cfg.train.seq_len} is longer than model.max_seq_len ({cfg.model.max_seq_len})"

@@ -5,6 +5,10 @@ tokens overlapping by one (the first `eval_sequences` of them, the same every ti
 glassroom.data.mixture.Dataset.validation_batches), so each token is a target once. Bits per byte = (summed loss in nats / ln 2) over
 the UTF-8 bytes of text those tokens cover, so tokenizers of different sizes compare fairly. Under
 torchrun the windows are split across ranks and the sums reduced.
+
+For `train.task: sft` (evaluate_masked): each domain's held-out conversations, packed as in training,
+scored on their mask-1 targets only (held-out assistant loss), bits per byte over the bytes of those
+targets' text.
 """
 
 from __future__ import annotations
@@ -57,6 +61,72 @@ def evaluate(model, sets: list[DomainValidation], micro_batch: int, device: torc
         loss_per_token = float(totals[0] / totals[1])
         results[f"eval/{vs.domain}/loss"] = loss_per_token
         results[f"eval/{vs.domain}/bpb"] = float(totals[0]) / math.log(2) / float(totals[2])
+    domains = [vs.domain for vs in sets if f"eval/{vs.domain}/loss" in results]
+    if domains:
+        results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in domains) / len(domains)
+        results["eval/macro/bpb"] = sum(results[f"eval/{d}/bpb"] for d in domains) / len(domains)
+    if was_training:
+        model.train()
+    return results
+
+
+# ------------------------------------------------------------------ post-training (train.task: sft)
+
+
+class MaskedValidation:
+    """One domain's held-out conversations, packed (glassroom.data.packing.validation_rows, the first
+    eval_sequences rows), and the UTF-8 bytes of the text of each row's mask-1 targets (assistant
+    content; `<|im_end|>` is trained but counts no bytes)."""
+
+    def __init__(self, domain: str, rows, tokenizer):
+        self.domain, self.rows = domain, rows
+        self.row_bytes = np.zeros(0 if rows is None else len(rows.tokens), dtype=np.float64)
+        for r in range(len(self.row_bytes)):
+            targets, mask = rows.tokens[r, 1:], rows.mask[r] > 0
+            # runs of consecutive trained targets, decoded as text
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+            for a, b in zip(edges[::2], edges[1::2]):
+                text = tokenizer.decode(targets[a:b].tolist(), skip_special_tokens=True)
+                self.row_bytes[r] += len(text.encode("utf-8"))
+
+
+def load_masked_validation(dataset, seq_len: int, max_rows: int, overlong: str) -> list[MaskedValidation]:
+    from glassroom.data.packing import open_packed_set, validation_rows
+
+    packed = open_packed_set(dataset, dataset.domains, "validation", seq_len, overlong)
+    tokenizer = dataset.tokenizer()
+    return [MaskedValidation(d, validation_rows(packed, i, max_rows), tokenizer) for i, d in enumerate(dataset.domains)]
+
+
+@torch.no_grad()
+def evaluate_masked(model, sets: list[MaskedValidation], micro_batch: int, device: torch.device,
+                    autocast_dtype, info: DistInfo) -> dict[str, float]:
+    """`eval/<domain>/loss|bpb` over held-out mask-1 targets (assistant tokens), and `eval/macro/...`."""
+    was_training = model.training
+    model.eval()
+    results: dict[str, float] = {}
+    for vs in sets:
+        if vs.rows is None:
+            continue
+        usable = len(vs.row_bytes) - len(vs.row_bytes) % info.world_size
+        pick = np.arange(info.rank, usable, info.world_size)
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, targets, bytes
+        totals[2] += float(vs.row_bytes[pick].sum())
+        for start in range(0, len(pick), micro_batch):
+            sel = pick[start: start + micro_batch]
+            tokens = torch.from_numpy(vs.rows.tokens[sel]).to(device)
+            mask = torch.from_numpy(vs.rows.mask[sel]).to(device) > 0
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                logits = model(tokens[:, :-1], segments=torch.from_numpy(vs.rows.segments[sel]).to(device),
+                               positions=torch.from_numpy(vs.rows.positions[sel]).to(device)).logits
+            per_token = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+            totals[0] += torch.where(mask.flatten(), per_token, 0.0).sum().double()
+            totals[1] += mask.sum()
+        all_reduce_sum(totals, info)
+        if totals[1] == 0:
+            continue
+        results[f"eval/{vs.domain}/loss"] = float(totals[0] / totals[1])
+        results[f"eval/{vs.domain}/bpb"] = float(totals[0]) / math.log(2) / max(float(totals[2]), 1.0)
     domains = [vs.domain for vs in sets if f"eval/{vs.domain}/loss" in results]
     if domains:
         results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in domains) / len(domains)

@@ -1,7 +1,7 @@
 """What `glassroom train` checks before it creates or touches RUN_DIR, so a bad input costs no step.
 
 The config itself is validated by glassroom.train.config (types, ranges, finite numbers). Here:
-the launch (torchrun's variables on one process), the dataset (`data.path` is a built dataset
+the launch (torchrun's variables on one process), `train.task` against the manifest's `task`, the dataset (`data.path` is a built dataset
 whose manifest, shard indexes and token files agree), the config against the dataset (every
 domain in `data.weights` exists, no domain is empty, every shard trained or evaluated on holds at
 least `train.seq_len + 1` tokens, `model.vocab_size` covers the tokenizer) and every token id of
@@ -71,6 +71,10 @@ def check_data(cfg, dataset) -> None:
     """The config against the dataset, and every shard it will read (see the module doc)."""
     tc, path = cfg.train, dataset.path
     domains = dataset.domains
+    task = dataset.manifest.get("task", "pretrain")
+    if task != tc.task:
+        raise ConfigError(f"train.task: {tc.task}, but {path / 'manifest.json'} holds {task} data; set train.task: "
+                          f"{task}, or point data.path at a dataset built with `task: {tc.task}` in its recipe")
     for name in (cfg.data.weights or {}):
         if name not in domains:
             raise ConfigError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
@@ -94,7 +98,7 @@ def check_data(cfg, dataset) -> None:
         if len(shard) == 0 and split == "train":
             raise ConfigError(f"data.weights.{domain}: domain {domain} has no train tokens "
                               f"({shard.paths['tokens']}); give it weight 0")
-        if len(shard) < tc.seq_len + 1:
+        if len(shard) < tc.seq_len + 1 and tc.task == "pretrain":  # conversations are packed whatever their length
             use = "trained on" if split == "train" else "evaluated on"
             raise ConfigError(
                 f"train.seq_len: {tc.seq_len} is too long for {shard.paths['tokens']} ({len(shard)} tokens; one "

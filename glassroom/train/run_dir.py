@@ -28,7 +28,7 @@ CONFIG_FILE = "config.yaml"
 RUN_TOKENIZER = "tokenizer.json"  # the tokenizer the run trained with, copied from its dataset at the start
 STORE_FILE = "store.sqlite"  # glassroom.observe.store.STORE_FILE (not imported: that pulls in the store)
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
-                "train.optimizer", "init")
+                "train.optimizer", "init", "train.task", "train.overlong")
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -43,7 +43,9 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 # Model options added after runs already existed, with the value that reproduces those runs: a saved
 # config without the key is read as having this value (a run written before they existed still resumes).
 ADDED_DEFAULTS = {"model.norm_eps": 1e-6, "model.rope_scaling": None,
-                  "model.moe.norm_topk_prob": None, "model.moe.routed_scale": 1.0}
+                  "model.moe.norm_topk_prob": None, "model.moe.routed_scale": 1.0,
+                  "train.task": "pretrain", "train.overlong": "truncate",
+                  "observe.sample_prompts": [], "observe.sample_tokens": 64}
 
 
 def config_differences(saved: dict, current: dict, keys=RESUME_FIXED) -> list[str]:

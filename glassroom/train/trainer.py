@@ -1,7 +1,9 @@
 """The training loop: the one place that orders forward, backward, step, measure, checkpoint.
 
 One optimizer step: for each micro-batch of this rank's slice of the global batch, forward under
-autocast, cross-entropy + z-loss + MoE auxiliary losses, backward (gradient sync on the last
+autocast, the objective's loss (train.task, glassroom/train/objectives.py: next-token cross-entropy
+for pretraining, masked cross-entropy on packed conversations for sft) + z-loss + MoE auxiliary
+losses, backward (gradient sync on the last
 micro-batch only); then sum the tokens each expert received across micro-batches and ranks and move
 the router biases; clip; skip the step if the loss or gradient is not finite; optimizer step at the
 lr of the schedule. Then measure (loss, lr, norms, throughput, MFU, tokens per domain, router
@@ -26,14 +28,12 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.store import StoreWriter
 from glassroom.train import checkpoint as ckpt
 from glassroom.train import parallel
 from glassroom.train.config import RunConfig
-from glassroom.train.evaluate import evaluate, load_validation
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
 from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, prepare_run_dir, undo_start
@@ -51,7 +51,7 @@ FAULT_KINDS = ("nan", "router_bias", "bad_batch", "lr", "kill", "kill_after_chec
 # Events a resumed run would record again when it redoes steps a killed process already journaled
 # (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
 # are never held back.
-REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end", "downstream")
+REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end", "downstream", "samples")
 
 
 def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
@@ -97,8 +97,8 @@ class Trainer:
         self.accum = per_rank // tc.micro_batch_size
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
 
-        from glassroom.data.mixture import Mixture
         from glassroom.train import preflight
+        from glassroom.train.objectives import objective_for
 
         # Every input is checked before RUN_DIR is created or touched (glassroom.train.preflight).
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
@@ -106,12 +106,14 @@ class Trainer:
         preflight.check_data(cfg, self.dataset)
         preflight.check_memory(cfg, self.device, self.info.world_size,
                                sharded=self.info.enabled and tc.parallel == "fsdp")
-        weights = cfg.data.weights or {
-            d: float(info["train"]["tokens"]) for d, info in self.dataset.manifest["domains"].items()
-        }
-        self.mixture = Mixture(self.dataset, weights, tc.seq_len, tc.batch_size, tc.seed, cfg.data.max_epochs)
+        # The batches, loss and evaluation of train.task (pretrain: the domain mixture of glassroom.data.mixture).
+        self.objective = objective_for(cfg, self.dataset, self.info, self.device)
         self.manifest = self.dataset.manifest
-        self.validation = load_validation(self.dataset, self.dataset.domains, tc.seq_len, tc.eval_sequences)
+        self.samples = None  # observe.sample_prompts, answered at every checkpoint (glassroom/train/samples.py)
+        if cfg.observe.sample_prompts and self.info.is_main:
+            from glassroom.train.samples import CheckpointSamples
+
+            self.samples = CheckpointSamples(cfg, self.dataset.tokenizer(), self.manifest.get("chat_template"))
         self.downstream = None  # train.eval_tasks (glassroom/downstream/hook.py), checked before RUN_DIR is touched
         if tc.eval_tasks:
             from glassroom.downstream.hook import TrainingTasks
@@ -157,8 +159,10 @@ class Trainer:
 
             check_init_weights(cfg.init)  # before a model of that size is allocated
         self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
+        self.lineage = None
         if fresh_init:
-            load_init_weights(self.model, cfg.init, cfg.model)
+            self.lineage = {**load_init_weights(self.model, cfg.init, cfg.model, cfg.data.path),
+                            "task": tc.task, "data": str(cfg.data.path)}
         self.core = self.model
         if tc.compile:
             for block in self.core.blocks:
@@ -170,12 +174,14 @@ class Trainer:
         self.lr_at = lr_multiplier(tc)
         self.flops_per_token = self._flops_per_token()
         self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
-        self.state = TrainState(tokens_by_domain={d: 0 for d in self.mixture.domains})
+        self.state = TrainState(tokens_by_domain={d: 0 for d in self.objective.domains})
         self.step = 0
         self.store: Optional[StoreWriter] = None
         try:
             self.store = StoreWriter(self.run_dir) if self.info.is_main else None
             prediction = self._preregistered()
+            if self.store is not None and self.lineage is not None:  # the base this run starts from
+                self.store.set_artifact("lineage", self.lineage)
         except sqlite3.DatabaseError as exc:
             raise self._damaged_store(exc) from None
         from glassroom.observe.anomalies import AnomalyObserver
@@ -241,7 +247,10 @@ class Trainer:
                 f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
         if choice.path is None and (self.state_at_start != "resumed" or not self._journaled_start()):
             # a new run, or a resumed one killed before its start was journaled: this is its start
-            self.record_event("start", self._start_text(), 0)
+            notes, data = self.objective.start_notes()
+            if self.lineage is not None:
+                data["lineage"] = self.lineage
+            self.record_event("start", self._start_text() + notes, 0, data or None)
             return
         text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
         if choice.path is not None:
@@ -315,8 +324,12 @@ class Trainer:
         from glassroom.units import model_name
 
         counts = count_params(self.cfg.model)
-        return (f"started {model_name(counts.total, counts.active)} on {self.info.world_size} x {self.device.type}, "
+        text = (f"started {model_name(counts.total, counts.active)} on {self.info.world_size} x {self.device.type}, "
                 f"{self.cfg.train.steps} steps of {self.cfg.train.batch_size} x {self.cfg.train.seq_len} tokens")
+        if self.lineage is not None:
+            at = "" if self.lineage["base_step"] is None else f" at step {self.lineage['base_step']}"
+            text += f", {self.cfg.train.task} from {self.lineage['base']}{at}"
+        return text
 
     def record_event(self, kind: str, text: str, step: int, data=None) -> None:
         """Write an event to the run's journal (main rank) and echo it."""
@@ -353,6 +366,7 @@ class Trainer:
         tc = self.cfg.train
         try:
             self.resume_if_possible()
+            self.objective.start(self)  # after the resume, before any step (dpo: its reference log-probabilities)
             final_eval: dict[str, float] = {}
             while self.step < tc.steps:
                 self.train_step()
@@ -397,35 +411,37 @@ class Trainer:
         started = time.perf_counter()
         faults = dict(self.faults.get(step + 1, []))
         lr = set_lr(self.optimizer, self.lr_at(step) * faults.get("lr", 1.0))
-        batch = self.mixture.batch(step, self.info.rank, self.info.world_size)
-        tokens = torch.from_numpy(batch.tokens).to(self.device, torch.long)
+        batch = self.objective.batch(step)
         if "bad_batch" in faults:
-            tokens = torch.randint(0, int(self.manifest["tokenizer"]["vocab_size"]), tokens.shape,
-                                   generator=torch.Generator().manual_seed(step)).to(self.device)
+            shape = batch.tensors["tokens"].shape
+            batch.tensors["tokens"] = torch.randint(0, int(self.manifest["tokenizer"]["vocab_size"]), shape,
+                                                    generator=torch.Generator().manual_seed(step)).to(self.device)
         if "router_bias" in faults:
             with torch.no_grad():
                 for _, moe in self.core.moe_layers():
                     moe.router_bias += faults["router_bias"] * torch.linspace(-1, 1, moe.n_experts, device=self.device)
-        domain_index = torch.from_numpy(batch.domain_index).to(self.device)
-        n_domains = len(self.mixture.domains)
-        domain_loss = torch.zeros(2, n_domains, dtype=torch.float64, device=self.device)  # sums, sequences
+        domain_index = batch.domain_index
+        n_domains = len(self.objective.domains)
+        # per domain: loss numerators, their denominators, real input tokens
+        domain_loss = torch.zeros(3, n_domains, dtype=torch.float64, device=self.device)
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
+        sums: dict[str, torch.Tensor] = {}
         self.model.train()
+        self.objective.begin(batch)
         for i in range(self.accum):
-            micro = tokens[i * tc.micro_batch_size : (i + 1) * tc.micro_batch_size]
+            part = slice(i * tc.micro_batch_size, (i + 1) * tc.micro_batch_size)
             parallel.set_gradient_sync(self.model, i == self.accum - 1)
-            with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                                enabled=self.autocast_dtype is not None):
-                out = self.model(micro[:, :-1], z_loss=tc.z_loss_coef > 0)
-            per_token = F.cross_entropy(out.logits.float().flatten(0, 1), micro[:, 1:].flatten(), reduction="none")
-            loss = per_token.mean()
+            micro = self.objective.micro(self.model, batch, part, self._autocast, tc.z_loss_coef > 0)
+            loss = micro.loss
             with torch.no_grad():
-                rows = domain_index[i * tc.micro_batch_size : (i + 1) * tc.micro_batch_size]
-                domain_loss[0].index_add_(0, rows, per_token.view(len(rows), -1).mean(1).double())
-                domain_loss[1].index_add_(0, rows, torch.ones(len(rows), dtype=torch.float64, device=self.device))
-            objective = loss + out.moe_loss
-            if out.logit_z_loss is not None:
-                objective = objective + tc.z_loss_coef * out.logit_z_loss
+                rows = domain_index[part]
+                for k, values in enumerate((micro.row_loss, micro.row_weight, micro.row_tokens)):
+                    domain_loss[k].index_add_(0, rows, values)
+                for name, value in micro.sums.items():
+                    sums[name] = sums.get(name, 0) + value.detach().double()
+            objective = loss + micro.moe_loss
+            if micro.z_loss is not None:
+                objective = objective + tc.z_loss_coef * micro.z_loss
             if "nan" in faults:
                 objective = objective * float("nan")
                 loss = loss * float("nan")
@@ -441,6 +457,12 @@ class Trainer:
 
         parallel.all_reduce_sum(loss_sum, self.info)
         parallel.all_reduce_sum(domain_loss, self.info)
+        reduced = {}
+        if sums:
+            names = sorted(sums)
+            stacked = torch.stack([sums[n] for n in names])
+            parallel.all_reduce_sum(stacked, self.info)
+            reduced = dict(zip(names, stacked.tolist()))
         mean_loss = float(loss_sum / (self.accum * self.info.world_size))
         group_grads = {}
         if probe:  # gradient norms by group, before clipping
@@ -451,9 +473,10 @@ class Trainer:
         grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
 
         metrics: dict[str, float] = {"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": grad_norm}
-        for d, domain in enumerate(self.mixture.domains):
+        for d, domain in enumerate(self.objective.domains):
             if domain_loss[1, d] > 0:
                 metrics[f"train/loss/{domain}"] = float(domain_loss[0, d] / domain_loss[1, d])
+        metrics.update(self.objective.step_metrics(reduced))
         if not (math.isfinite(mean_loss) and math.isfinite(grad_norm)):
             self._skip(step, mean_loss, grad_norm)
             if counts is not None:
@@ -468,12 +491,11 @@ class Trainer:
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - started
 
-        step_tokens = tc.batch_size * tc.seq_len
+        # Real (non-padding) input tokens of the global batch per domain, already reduced across ranks.
+        step_tokens = int(domain_loss[2].sum())
         self.state.tokens_seen += step_tokens
-        # Sequences per domain of the global batch: the counts already reduced across ranks above.
-        for d, domain in enumerate(self.mixture.domains):
-            sequences = int(domain_loss[1, d])
-            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + sequences * tc.seq_len
+        for d, domain in enumerate(self.objective.domains):
+            self.state.tokens_by_domain[domain] = self.state.tokens_by_domain.get(domain, 0) + int(domain_loss[2, d])
         tokens_per_s = step_tokens / elapsed
         metrics["throughput/tokens_per_s"] = tokens_per_s
         metrics["throughput/mfu"] = tokens_per_s * self.flops_per_token / self.peak
@@ -500,6 +522,10 @@ class Trainer:
                       f"grad {grad_norm:.3f}  {tokens_per_s:,.0f} tok/s  mfu {metrics['throughput/mfu']:.1%}  "
                       f"eta {eta / 60:.1f} min")
 
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                              enabled=self.autocast_dtype is not None)
+
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         parallel.all_reduce_sum(tensor, self.info)
 
@@ -520,16 +546,18 @@ class Trainer:
     # ------------------------------------------------------------------ eval and checkpoints
 
     def run_eval(self) -> dict[str, float]:
-        results = evaluate(self.model, self.validation, self.cfg.train.micro_batch_size, self.device,
-                           self.autocast_dtype, self.info)
+        results = self.objective.evaluate(self.model, self.cfg.train.micro_batch_size, self.autocast_dtype)
         for observer in self.observers:  # mirrors get the evaluation too
             observer.on_step(self, self.step, results)
+        summary = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in results.items() if k.endswith("/bpb"))
+        text = (f"bits per byte at step {self.step}: {summary}" if summary else  # task dpo: eval/dpo/...
+                f"held out at step {self.step}: " + ", ".join(f"{k[5:]} {v:.3f}" for k, v in results.items()))
         if self.store is not None and results:
             self.store.log(self.step, results)
-            summary = ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in results.items() if k.endswith("/bpb"))
-            self._journal("eval", f"bits per byte at step {self.step}: {summary}", self.step, results)
+            self._journal("eval", text, self.step, results)
         if results:
-            self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}")
+            self._say(f"eval step {self.step}: macro bpb {results.get('eval/macro/bpb', float('nan')):.4f}"
+                      if summary else f"eval {text}")
         return results
 
     def _after_step(self) -> dict[str, float]:
@@ -568,6 +596,9 @@ class Trainer:
                                     self.cfg.train.keep_last, self.cfg.train.keep_every,
                                     on_visible=self._checkpoint_visible)
         self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
+        if self.samples is not None:  # main rank: observe.sample_prompts answered by the model now
+            answers = self.samples.run(self.core, self.device, self.step)
+            self.record_event("samples", f"{len(answers)} samples at step {self.step}", self.step, {"samples": answers})
 
     def _checkpoint_visible(self, path: Path) -> None:
         """Runs on rank 0 right after the checkpoint's rename, before its event: the
