@@ -46,6 +46,13 @@ One build at a time per DIR (a lock beside it, .DIR.lock); folders left by kille
 (.DIR.building-<pid>) are removed by the next build. Text in a document that spells a special
 token (<|endoftext|>) is encoded as ordinary text; only the builder ends documents with EOS.
 
+Conversation data: a recipe with task: sft (sources of kind conversations: JSONL or Parquet with a
+messages list) or task: dpo (kind preferences: prompt, chosen, rejected) renders each conversation
+with the chat template (<|im_start|>/<|im_end|>, added to the tokenizer when missing) and writes
+shards/<domain>/<split>.mask.bin beside each shard (1 on assistant tokens); a malformed line is one
+error naming file:line, conversations without an assistant answer and pairs with identical answers
+are skipped and counted. See "Conversation and preference data" in docs/data-build.md.
+
 example:
   glassroom data build experiments/data-tiny.yaml --out data/tiny --set tokenizer.vocab_size=4096
 """
