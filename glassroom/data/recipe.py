@@ -259,7 +259,17 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
 
 
 def recipe_dict(recipe: Recipe) -> dict:
-    return as_dict(recipe)
+    """The resolved recipe; keys added for conversation data are left out at their defaults, so a
+    pretraining recipe resolves (and hashes) as it did before they existed."""
+    out = as_dict(recipe)
+    if out.get("task") == "pretrain":
+        del out["task"]
+    for domain in out["domains"].values():
+        for src in domain["sources"]:
+            for key in ("messages_field", "split"):
+                if src.get(key) is None:
+                    src.pop(key, None)
+    return out
 
 
 def recipe_hash(recipe: Recipe) -> str:
