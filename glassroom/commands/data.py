@@ -12,6 +12,7 @@ import math
 import sys
 
 from glassroom.commands import new_command, positive_count
+from glassroom.data.chatset.command import register_chatset, run_chatset
 from glassroom.errors import GlassroomError
 from glassroom.units import format_count
 
@@ -22,6 +23,7 @@ Turn raw text into a dataset that `glassroom train` reads, and report on it.
   mixture  DIR --weights ...: tokens and epochs per domain that a weighted mixture would draw
   atlas    DIR [--k 40]: embed, cluster and map a sample of documents (docs/data-atlas.md)
   tasks    DIR: lm-eval tasks over the validation split, for glassroom eval (docs/data-build.md)
+  chatset  --out DIR: questions and answers from man pages, Python docstrings, dictionaries (docs/chatset.md)
 
 docs/data-build.md explains every recipe key, what DIR holds and the cleaning thresholds.
 
@@ -283,4 +285,4 @@ def run_tasks(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS = [(register_build, run_build), (register_mixture, run_mixture), (register_atlas, run_atlas),
-               (register_tasks, run_tasks)]
+               (register_tasks, run_tasks), (register_chatset, run_chatset)]

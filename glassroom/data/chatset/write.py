@@ -1,0 +1,94 @@
+"""Writing a chat set folder: the JSONL files, chatset.json, README.md and the sft/dpo recipes.
+
+The folder is written beside DIR under a temporary name and swapped into place at the end, so a
+failed run leaves an existing DIR as it was. An existing DIR that is not empty is replaced only with
+--force, and only when it holds a chatset.json (a folder this command wrote).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from glassroom.data.chatset.readme import readme
+from glassroom.errors import GlassroomError
+from glassroom.folders import swap_into_place
+
+FORMAT = "glassroom-chatset/1"
+SPLITS = {"train": "train", "heldout": "validation"}  # file name -> the recipe's split
+
+
+def check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise GlassroomError(f"--out {out}: is a file; give a folder for the chat set")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise GlassroomError(f"--out {out}: exists and is not empty; choose a new folder, or --force to replace "
+                                 "a chat set written earlier")
+        if not (out / "chatset.json").is_file():
+            raise GlassroomError(f"--out {out}: holds no chatset.json, so it is not a chat set this command wrote; "
+                                 "--force never replaces it: choose another folder")
+
+
+def _jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _recipe(task: str, final: Path, domains: list[str], tokenizer: str | None, seed: int) -> str:
+    kind = "conversations" if task == "sft" else "preferences"
+    lines = [f"# {task.upper()} data from the chat set in this folder (written by glassroom data chatset --seed {seed}).",
+             f"# Build: glassroom data build {final / (task + '.yaml')} --out DATA_DIR",
+             "# heldout.jsonl is the validation split: whole subjects (commands, functions, words) never seen in train.",
+             "# Fuzzy dedup is off: questions share templates, so near-duplicate detection would compare the templates.",
+             f"name: chatset-{task}", f"task: {task}", "domains:"]
+    for domain in domains:
+        lines += [f"  {domain}:", "    sources:"]
+        for part, split in SPLITS.items():
+            path = final / "domains" / domain / f"{task}-{part}.jsonl"
+            lines.append(f"      - {{kind: {kind}, name: {domain}-{part}, path: {json.dumps(str(path))}, "
+                         f"id_field: id, split: {split}}}")
+    lines += ["dedup:", "  fuzzy: false"]
+    if tokenizer:
+        lines += ["tokenizer:", f"  path: {json.dumps(tokenizer)}"]
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, made: dict, *, seed: int, max_per_source: int, sources: list[str], tokenizer: str | None,
+          force: bool) -> dict:
+    """Write the set `made` (glassroom.data.chatset.make) into `out`; returns chatset.json's content."""
+    final = out.resolve()
+    check_out(final, force)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.chatset-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        report = made["report"]
+        domains = sorted({e["domain"] for e in report["sources"].values()})
+        for task in ("sft", "dpo"):
+            for part in SPLITS:
+                records = made[task][part]
+                _jsonl(tmp / task / f"{part}.jsonl", records)
+                for domain in domains:
+                    names = {n for n, e in report["sources"].items() if e["domain"] == domain}
+                    _jsonl(tmp / "domains" / domain / f"{task}-{part}.jsonl", [r for r in records if r["source"] in names])
+            (tmp / f"{task}.yaml").write_text(_recipe(task, final, domains, tokenizer, seed), encoding="utf-8")
+        info = {
+            "format": FORMAT, "seed": seed, "max_per_source": max_per_source, "sources_asked": sources,
+            "heldout": "about 5% of subjects (commands, functions, words), chosen by a hash of (seed, subject)",
+            "tokenizer": tokenizer,
+            "totals": {task: {part: len(made[task][part]) for part in SPLITS} for task in ("sft", "dpo")},
+            **report,
+        }
+        (tmp / "chatset.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(readme(info, made), encoding="utf-8")
+        swap_into_place(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
