@@ -243,3 +243,21 @@ def test_pretraining_recipes_resolve_and_hash_as_before(tmp_path):
     src = write_jsonl(tmp_path / "c.jsonl", conversations(2))
     chat = recipe_dict(load_recipe(write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src), "split": "train"}])))
     assert chat["task"] == "sft" and chat["domains"]["pydoc"]["sources"][0]["split"] == "train"
+
+
+def test_a_source_of_only_unanswered_conversations_is_one_line(tmp_path, capsys):
+    records = [{"turns": [{"role": "user", "content": f"What does {q} do?"}]} for q in ("glob.glob", "json.dumps")]
+    src = write_jsonl(tmp_path / "q.jsonl", records)
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src), "messages_field": "turns"}])
+    code, _, err = build(recipe, tmp_path / "data", capsys)
+    assert code == 2
+    msg = one_error(err)
+    assert "gave no text" in msg and "conversations without an assistant message 2" in msg and f"{src}:1" in msg
+
+
+def test_every_source_forced_to_train_is_one_line(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "c.jsonl", conversations(10))
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src), "split": "train"}])
+    code, _, err = build(recipe, tmp_path / "data", capsys)
+    assert code == 2
+    assert "domain pydoc: no documents in validation" in one_error(err)
