@@ -7,7 +7,8 @@ divided by it (in float64, so that any positive temperature, however small, is a
 distribution), top-p keeps the smallest set of most likely tokens whose probability reaches p (the
 most likely token always stays), and one token is drawn with a generator seeded by `seed`
 (0 to 2**64 - 1), so the same call gives the same text.
-A prompt stops at `eos_id` (the EOS is kept as its last new token) or after `max_new_tokens`.
+A prompt stops at `eos_id` (one id, or several: a chat model stops at `<|im_end|>` or EOS; the stop
+id is kept as its last new token) or after `max_new_tokens`.
 Prompts of equal length run as one batch; a finished prompt of a batch waits for the others.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 
@@ -90,7 +91,7 @@ def generate(
     temperature: float = 0.0,
     top_p: float = 1.0,
     seed: int = 0,
-    eos_id: Optional[int] = None,
+    eos_id: Union[int, Sequence[int], None] = None,
 ) -> list[Generation]:
     """One Generation per prompt, in the order given. The model runs in eval mode (its mode is
     restored after)."""
@@ -99,6 +100,7 @@ def generate(
         raise GlassroomError("generate: every prompt needs at least one token (start from the EOS id)")
     for prompt in prompts:
         check_length(len(prompt), max_new_tokens, model.cfg.max_seq_len)
+    stops = _stop_set(eos_id)
     by_length: dict[int, list[int]] = {}
     for index, prompt in enumerate(prompts):
         by_length.setdefault(len(prompt), []).append(index)
@@ -109,14 +111,23 @@ def generate(
         for indices in by_length.values():
             batch = [list(map(int, prompts[i])) for i in indices]
             for i, generation in zip(indices, _generate_batch(model, batch, max_new_tokens, temperature,
-                                                              top_p, seed, eos_id)):
+                                                              top_p, seed, stops)):
                 results[i] = generation
     finally:
         model.train(was_training)
     return results  # type: ignore[return-value]
 
 
-def _generate_batch(model, prompts, max_new_tokens, temperature, top_p, seed, eos_id) -> list[Generation]:
+def _stop_set(eos_id) -> frozenset[int]:
+    """The stop ids as a set: none, one id, or several."""
+    if eos_id is None:
+        return frozenset()
+    if hasattr(eos_id, "__iter__"):
+        return frozenset(int(i) for i in eos_id)
+    return frozenset((int(eos_id),))
+
+
+def _generate_batch(model, prompts, max_new_tokens, temperature, top_p, seed, stops) -> list[Generation]:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if temperature > 0 else None
     start = time.perf_counter()
@@ -126,11 +137,12 @@ def _generate_batch(model, prompts, max_new_tokens, temperature, top_p, seed, eo
         cache = model.new_cache(len(prompts), ids.shape[1] + max_new_tokens)
         logits = model(ids, cache=cache).logits[:, -1]
         done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+        stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
         for step in range(max_new_tokens):
             token = pick_next(logits, temperature, top_p, generator)
             steps.append(token)
-            if eos_id is not None:
-                done |= token == eos_id
+            if stops:
+                done |= torch.isin(token, stop_ids)
                 if bool(done.all()):
                     break
             if step + 1 < max_new_tokens:
@@ -139,8 +151,9 @@ def _generate_batch(model, prompts, max_new_tokens, temperature, top_p, seed, eo
     seconds = time.perf_counter() - start
     results = []
     for prompt, row in zip(prompts, new):
-        if eos_id is not None and eos_id in row:
-            results.append(Generation(prompt, row[: row.index(eos_id) + 1], "eos", seconds))
+        end = next((i for i, t in enumerate(row) if t in stops), None)
+        if end is not None:
+            results.append(Generation(prompt, row[: end + 1], "eos", seconds))
         else:
             results.append(Generation(prompt, row, "max_new_tokens", seconds))
     return results
