@@ -19,7 +19,7 @@ s takes global pairs [s * B, (s + 1) * B) (B = train.batch_size pairs), rank r o
 so a batch is a pure function of (dataset, seed, step) and a resumed run gets the batches it would
 have had. A pair longer than seq_len + 1 tokens is truncated at the end (train.overlong: truncate,
 the default) or dropped (drop); a pair whose chosen or rejected side has no trained target left is
-dropped. Both are counted (`PairSet.counts`, journaled at the start).
+dropped. Each is counted once (`PairSet.counts`: truncated = truncated and kept; journaled at the start).
 """
 
 from __future__ import annotations
@@ -155,15 +155,15 @@ def open_pairs(dataset, domains: list[str], split: str, seq_len: int, overlong: 
         for p in range(0, len(off) - 1, 2):
             counts["pairs"] += 1
             sides = [(int(off[p + s]), int(off[p + s + 1] - off[p + s])) for s in (0, 1)]
-            if max(n for _, n in sides) > limit:
-                if overlong == "drop":
-                    counts["dropped_overlong"] += 1
-                    continue
-                counts["truncated"] += 1
-                sides = [(a, min(n, limit)) for a, n in sides]
-            if not all(np.asarray(conv.mask[a + 1: a + n]).any() for a, n in sides):
-                counts["dropped_empty"] += 1
+            long = max(n for _, n in sides) > limit
+            if long and overlong == "drop":
+                counts["dropped_overlong"] += 1
                 continue
+            sides = [(a, min(n, limit)) for a, n in sides]
+            if not all(np.asarray(conv.mask[a + 1: a + n]).any() for a, n in sides):
+                counts["dropped_empty"] += 1  # truncated or not, nothing of the answer is trained
+                continue
+            counts["truncated"] += long  # truncated and kept
             dom.append(d)
             start.append([a for a, _ in sides])
             length.append([n for _, n in sides])
