@@ -261,3 +261,22 @@ def test_every_source_forced_to_train_is_one_line(tmp_path, capsys):
     code, _, err = build(recipe, tmp_path / "data", capsys)
     assert code == 2
     assert "domain pydoc: no documents in validation" in one_error(err)
+
+
+def test_short_and_near_duplicate_conversations_are_kept(tmp_path, capsys):
+    """min_bytes does not apply to conversations, and dedup is exact only (a changed word is kept)."""
+    records = conversations(30)
+    near = json.loads(json.dumps(records[7]))
+    near["id"] = "near-7"
+    near["messages"][-1]["content"] = near["messages"][-1]["content"].replace(" ", "  ", 1)
+    records.append(near)
+    src = write_jsonl(tmp_path / "c.jsonl", records)
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src), "id_field": "id"}],
+                               clean={"min_bytes": 5000, "max_bytes": 100000})
+    code, _, err = build(recipe, tmp_path / "data", capsys)
+    assert code == 0, err
+    stats = json.loads((tmp_path / "data" / "stats.json").read_text())
+    assert stats["filter"]["pydoc"]["removed"] == {} and stats["fuzzy_dedup"]["pydoc"]["removed"] == {}
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert manifest["totals"]["train"]["documents"] + manifest["totals"]["validation"]["documents"] == 31
+    assert manifest["recipe"]["clean"]["min_bytes"] == 5000 and manifest["recipe"]["dedup"]["fuzzy"] is True
