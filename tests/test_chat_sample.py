@@ -233,3 +233,35 @@ def test_sample_chat_on_a_pretraining_run_folder_is_refused(tiny_dataset, tmp_pa
     assert "has no chat template (its dataset manifest has no chat_template" in err
     code, out, _ = _cli(capsys, tmp_path / "run", "--prompt", "def ", "--prompt", "The", "--max-new-tokens", "3")
     assert code == 0 and out.startswith("def ") and "\n\nThe" in out   # several prompts without --chat
+
+
+def test_an_sft_run_samples_what_sample_chat_prints_and_links_its_base(tiny_dataset, tmp_path, capsys):
+    """End to end: a tiny base pretrained, tuned on real conversations with observe.sample_prompts;
+    each checkpoint's `samples` event holds what `glassroom sample RUN --step N --chat` prints, the
+    run folder's template comes from its dataset manifest, and its Lineage links the base run."""
+    from glassroom.observe.store import StoreReader
+    from glassroom.web.data import run_meta
+    from sft_helpers import build_chat, pretrain_base, sft_config
+    from train_helpers import run_train
+
+    base = pretrain_base(tiny_dataset, tmp_path / "base")
+    data = build_chat(tmp_path / "chat", base / "tokenizer.json", n=120)
+    config = sft_config(tmp_path / "sft.yaml", base, data, steps=8, checkpoint_every=4, eval_every=4)
+    result = run_train(tmp_path / "sft", data, config=config)
+    assert result.returncode == 0, result.stderr
+    with StoreReader(tmp_path / "sft") as reader:
+        events = [e for e in reader.events() if e["kind"] == "samples"]
+    assert [e["step"] for e in events] == [4, 8]
+    manifest = json.loads((data / "manifest.json").read_text())
+    from glassroom.data.tokenizer import load_tokenizer
+
+    template = ChatTemplate.from_dict(manifest["chat_template"], load_tokenizer(tmp_path / "sft" / "tokenizer.json"))
+    for event in events:
+        [stored] = event["data"]["samples"]
+        code, out, _ = _cli(capsys, tmp_path / "sft", "--step", event["step"], "--chat", "--prompt", QUESTION,
+                            "--max-new-tokens", 8, "--json")
+        printed = json.loads(out)
+        assert code == 0 and printed["completion"] == stored["text"] and stored["prompt"] == QUESTION
+        assert printed["prompt_tokens"] == template.prompt([{"role": "user", "content": QUESTION}]).tolist()
+    lineage = run_meta("sft", tmp_path / "sft", root=tmp_path)["artifacts"]["lineage"]
+    assert lineage["base_run"] == "base" and lineage["task"] == "sft" and lineage["base_step"] == 12
