@@ -142,16 +142,23 @@ def test_overlong_drop_counts_and_reference_batching(setup):
         assert tokens.shape[1] == pairs.length[i].max() and mask[:, 1:].any(1).all()
 
 
-@pytest.mark.parametrize("sets,words", [
-    (("train.dpo_beta=0",), ("train.dpo_beta", "positive")),
-    (("train.dpo_loss=hinge",), ("train.dpo_loss", "hinge")),
-    (("train.task=sft",), ("train.task", "dpo")),
-])
-def test_bad_dpo_settings_are_one_line(setup, sets, words, tmp_path):
+def test_beta_not_positive_is_one_line(setup, tmp_path):
     root, base, data = setup
-    result = dpo(tmp_path / "run", base, data, *sets)
-    one_line_error(result, *words)
+    result = dpo(tmp_path / "run", base, data, "train.dpo_beta=0")
+    one_line_error(result, "train.dpo_beta", "positive")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("sets,words", [(["train.dpo_beta=-0.5"], ("train.dpo_beta", "positive")),
+                                        (["train.dpo_loss=hinge"], ("train.dpo_loss", "hinge"))])
+def test_bad_dpo_keys_name_the_key(setup, sets, words):
+    from glassroom.errors import GlassroomError
+    from glassroom.train.config import load_run_config
+
+    root, base, data = setup
+    with pytest.raises(GlassroomError) as err:
+        load_run_config(CONFIG, [f"data.path={data}", f"init.from={base}", *sets])
+    assert all(w in str(err.value) for w in words) and "\n" not in str(err.value), err.value
 
 
 def test_pretraining_data_is_not_preference_data(setup, tiny_dataset, tmp_path):
