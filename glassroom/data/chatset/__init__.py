@@ -54,9 +54,18 @@ def cap(facts: list[Fact], limit: int, seed: int) -> list[Fact]:
     return kept
 
 
-def split_of(subject: str, seed: int) -> str:
-    """Held out or train, by subject: a command, a function or a word is wholly in one split."""
-    return "heldout" if unit(seed, "heldout", subject) < HELDOUT_FRACTION else "train"
+def heldout_subjects(kept: dict[str, list[Fact]], seed: int) -> set[str]:
+    """The held-out subjects: about HELDOUT_FRACTION of them, by a hash of (seed, subject), so a
+    command, a function or a word is wholly in one split (a word in both dictionaries too). A source
+    that would have none gives its lowest-hashed subject, so every domain has a validation split."""
+    held = set()
+    for facts in kept.values():
+        subjects = {f.subject for f in facts}
+        mine = {s for s in subjects if unit(seed, "heldout", s) < HELDOUT_FRACTION}
+        if not mine and len(subjects) > 1:
+            mine = {min(subjects, key=lambda s: (unit(seed, "heldout", s), s))}
+        held |= mine
+    return held
 
 
 def conversation(fact: Fact, seed: int) -> dict:
@@ -66,14 +75,15 @@ def conversation(fact: Fact, seed: int) -> dict:
         messages.append({"role": "system", "content": sys_text})
     messages.append({"role": "user", "content": question(fact, seed)})
     messages.append({"role": "assistant", "content": answer(fact, seed)})
-    return {"id": fact.id, "source": fact.source, "licence": fact.licence, "messages": messages}
+    return {"id": fact.id, "source": fact.source, "subject": fact.subject, "licence": fact.licence, "messages": messages}
 
 
-def pairs(facts: list[Fact], seed: int, skipped: Counter) -> list[dict]:
+def pairs(facts: list[Fact], pool: list[Fact], seed: int, skipped: Counter) -> list[dict]:
     """For each fact, its conversation's prompt, its answer (chosen) and the same framing around the
-    text of another fact of the same source and kind, about another subject (rejected)."""
+    text of another fact of `pool` of the same source and kind, about another subject (rejected).
+    The rejected text may come from the other split: only the chosen answers are kept apart."""
     groups: dict[tuple[str, str], list[Fact]] = {}
-    for f in sorted(facts, key=lambda f: f.id):
+    for f in sorted(pool, key=lambda f: f.id):
         groups.setdefault((f.source, f.kind.name), []).append(f)
     out = []
     for f in facts:
@@ -93,7 +103,7 @@ def pairs(facts: list[Fact], seed: int, skipped: Counter) -> list[dict]:
             continue
         messages = conversation(f, seed)["messages"][:-1]
         prompt = messages[0]["content"] if len(messages) == 1 else messages
-        out.append({"id": f.id, "source": f.source, "licence": f.licence, "prompt": prompt,
+        out.append({"id": f.id, "source": f.source, "subject": f.subject, "licence": f.licence, "prompt": prompt,
                     "chosen": chosen, "rejected": rejected})
     return out
 
@@ -108,27 +118,27 @@ def make(seed: int, max_per_source: int, sources: list[str], man_dir: Path, dict
     sft = {"train": [], "heldout": []}
     dpo = {"train": [], "heldout": []}
     report: dict = {"sources": {}, "skipped_sources": absent}
+    kept, found, skips = {}, {}, {}
     for name in sources:
-        if name in absent:
-            continue
-        skipped: Counter = Counter()
-        found = read_facts(name, seed, man_dir, dictd_dir, dpkg_info, skipped)
-        kept = cap(found, max_per_source, seed)
-        split = {"train": [], "heldout": []}
-        for f in kept:
-            split[split_of(f.subject, seed)].append(f)
-        entry = {"domain": DOMAINS[name], "available": len(found), "conversations": {}, "pairs": {}, "subjects": {},
-                 "kinds": dict(sorted(Counter(f.kind.name for f in kept).items())), "licences": {}}
+        if name not in absent:
+            skips[name] = Counter()
+            facts = read_facts(name, seed, man_dir, dictd_dir, dpkg_info, skips[name])
+            found[name], kept[name] = len(facts), cap(facts, max_per_source, seed)
+    held = heldout_subjects(kept, seed)
+    for name, facts in kept.items():
+        split = {"train": [f for f in facts if f.subject not in held], "heldout": [f for f in facts if f.subject in held]}
+        entry = {"domain": DOMAINS[name], "available": found[name], "conversations": {}, "pairs": {}, "subjects": {},
+                 "kinds": dict(sorted(Counter(f.kind.name for f in facts).items())), "licences": {}}
         for part, part_facts in split.items():
             part_facts.sort(key=lambda f: (unit(seed, "order", f.id), f.id))
             sft[part].extend(conversation(f, seed) for f in part_facts)
-            made = pairs(part_facts, seed, skipped)
+            made = pairs(part_facts, facts, seed, skips[name])
             dpo[part].extend(made)
             entry["conversations"][part] = len(part_facts)
             entry["pairs"][part] = len(made)
             entry["subjects"][part] = len({f.subject for f in part_facts})
-        entry["licences"] = dict(sorted(Counter(f.licence for f in kept).items()))
-        entry["skipped"] = dict(sorted(skipped.items()))
+        entry["licences"] = dict(sorted(Counter(f.licence for f in facts).items()))
+        entry["skipped"] = dict(sorted(skips[name].items()))
         report["sources"][name] = entry
     for records in (*sft.values(), *dpo.values()):  # sources mixed, in an order the seed draws
         records.sort(key=lambda r: (unit(seed, "order", r["id"]), r["id"]))

@@ -105,7 +105,13 @@ def facts(seed: int, root: Path, skipped: Counter) -> list[Fact]:
     lic = licence(root)
     out: list[Fact] = []
 
+    seen: set[tuple[str, str]] = set()
+
     def add(kind: Kind, name: str, body: str) -> None:
+        if (kind.name, name) in seen:  # a name defined twice (one per platform, say): the first
+            skipped["python: a name defined again in its module"] += 1
+            return
+        seen.add((kind.name, name))
         out.append(Fact("python", kind, f"python:{name}", name, body, lic, {"name": name}))
 
     def function(node, name: str, method: bool) -> None:

@@ -32,9 +32,9 @@ def readme(info: dict, made: dict) -> str:
         "about 30% of conversations start with a system message.",
         "",
         f"- `sft/train.jsonl` ({t['sft']['train']:,}), `sft/heldout.jsonl` ({t['sft']['heldout']:,}): "
-        '`{"id", "source", "licence", "messages": [...]}` per line',
+        '`{"id", "source", "subject", "licence", "messages": [...]}` per line',
         f"- `dpo/train.jsonl` ({t['dpo']['train']:,}), `dpo/heldout.jsonl` ({t['dpo']['heldout']:,}): "
-        '`{"id", "source", "licence", "prompt", "chosen", "rejected"}`; rejected is the same answer framing '
+        '`{"id", "source", "subject", "licence", "prompt", "chosen", "rejected"}`; rejected is the same answer framing '
         "around the text of another question of the same source and kind, about another subject",
         "- `domains/<domain>/{sft,dpo}-{train,heldout}.jsonl`: the same records by domain, for the recipes",
         "- `sft.yaml`, `dpo.yaml`: recipes for `glassroom data build` (one domain per source kind; heldout is "
@@ -42,7 +42,7 @@ def readme(info: dict, made: dict) -> str:
         "- `chatset.json`: counts, kinds, skips and licences per source, the seed",
         "",
         "The held-out split is by subject: every question about one command, function or word is in the same "
-        f"split ({info['heldout']}), so held-out scores measure answers about subjects never trained on.",
+        f"split; {info['heldout']}. Held-out scores measure answers about subjects never trained on.",
         "",
         "| source | domain | what | conversations train | held out | pairs train | held out | subjects held out |",
         "|---|---|---|---|---|---|---|---|",

@@ -39,16 +39,20 @@ def _jsonl(path: Path, records: list[dict]) -> None:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def _recipe(task: str, final: Path, domains: list[str], tokenizer: str | None, seed: int) -> str:
+def _recipe(task: str, final: Path, domains: dict[str, list[str]], tokenizer: str | None, seed: int) -> str:
+    """The recipe over the domain files; `domains` names the parts that hold records (an empty file
+    would be a build error: a domain whose held-out file is empty has no validation split)."""
     kind = "conversations" if task == "sft" else "preferences"
     lines = [f"# {task.upper()} data from the chat set in this folder (written by glassroom data chatset --seed {seed}).",
              f"# Build: glassroom data build {final / (task + '.yaml')} --out DATA_DIR",
              "# heldout.jsonl is the validation split: whole subjects (commands, functions, words) never seen in train.",
              "# Fuzzy dedup is off: questions share templates, so near-duplicate detection would compare the templates.",
              f"name: chatset-{task}", f"task: {task}", "domains:"]
-    for domain in domains:
+    for domain, parts in domains.items():
         lines += [f"  {domain}:", "    sources:"]
         for part, split in SPLITS.items():
+            if part not in parts:
+                continue
             path = final / "domains" / domain / f"{task}-{part}.jsonl"
             lines.append(f"      - {{kind: {kind}, name: {domain}-{part}, path: {json.dumps(str(path))}, "
                          f"id_field: id, split: {split}}}")
@@ -71,13 +75,18 @@ def write(out: Path, made: dict, *, seed: int, max_per_source: int, sources: lis
         report = made["report"]
         domains = sorted({e["domain"] for e in report["sources"].values()})
         for task in ("sft", "dpo"):
+            present: dict[str, list[str]] = {d: [] for d in domains}
             for part in SPLITS:
                 records = made[task][part]
                 _jsonl(tmp / task / f"{part}.jsonl", records)
                 for domain in domains:
                     names = {n for n, e in report["sources"].items() if e["domain"] == domain}
-                    _jsonl(tmp / "domains" / domain / f"{task}-{part}.jsonl", [r for r in records if r["source"] in names])
-            (tmp / f"{task}.yaml").write_text(_recipe(task, final, domains, tokenizer, seed), encoding="utf-8")
+                    mine = [r for r in records if r["source"] in names]
+                    _jsonl(tmp / "domains" / domain / f"{task}-{part}.jsonl", mine)
+                    if mine:
+                        present[domain].append(part)
+            present = {d: parts for d, parts in present.items() if parts}
+            (tmp / f"{task}.yaml").write_text(_recipe(task, final, present, tokenizer, seed), encoding="utf-8")
         info = {
             "format": FORMAT, "seed": seed, "max_per_source": max_per_source, "sources_asked": sources,
             "heldout": "about 5% of subjects (commands, functions, words), chosen by a hash of (seed, subject)",
