@@ -115,3 +115,30 @@ def test_pair_schedule_is_a_pure_seeded_permutation_per_epoch():
     assert (pair_indices(n, 4, 0, batch) != steps[0]).any()  # another seed, another order
     ranks = [pair_indices(n, 3, 1, batch, r, 2) for r in range(2)]
     assert (np.concatenate(ranks) == steps[1]).all()  # ranks split the global batch
+
+
+def test_reference_cache_is_computed_once_and_checked(tmp_path):
+    from glassroom.train.dpo_reference import REFERENCE_FILE, REFERENCE_META, load_or_compute
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.array([[-1.0, -2.0]] * 3, np.float32), np.array([[-3.0, -4.0]], np.float32), 2
+
+    train, held, meta, computed = load_or_compute(tmp_path, "d1", 0, compute)
+    assert computed and len(calls) == 1 and meta["pairs"] == 4 and meta["forwards"] == 2
+    again = load_or_compute(tmp_path, "d1", 7, compute)  # a resume: read back, not computed
+    assert len(calls) == 1 and not again[3]
+    np.testing.assert_array_equal(again[0], train)
+    np.testing.assert_array_equal(again[1], held)
+    for digest, step, words in (("d2", 7, "digest differs"), ("d1", 7, "cannot be read")):
+        if words == "cannot be read":
+            np.save(tmp_path / REFERENCE_FILE, np.zeros((2, 2), np.float32))  # fewer rows than the json says
+        with pytest.raises(GlassroomError) as err:
+            load_or_compute(tmp_path, digest, step, compute)
+        assert words in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / REFERENCE_META).unlink()
+    with pytest.raises(GlassroomError, match="missing, and the run is at step 7"):
+        load_or_compute(tmp_path, "d1", 7, compute)
+    assert len(calls) == 1

@@ -66,7 +66,7 @@ def load_or_compute(run_dir: Path, digest: str, step: int, compute, is_main: boo
             n_train, n_held = int(meta["train_pairs"]), int(meta["heldout_pairs"])
             if values.shape != (n_train + n_held, 2) or values.dtype != np.float32:
                 raise ValueError(f"holds {values.shape} {values.dtype}, expected ({n_train + n_held}, 2) float32")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
             raise GlassroomError(f"{npy}: the cached reference log-probabilities cannot be read ({exc}); "
                                  "start the run again in a new folder") from None
         if meta.get("digest") != digest:
