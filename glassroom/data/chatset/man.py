@@ -4,7 +4,8 @@ option does and which option does a thing (its item in the page's option lists).
 Pages are read from their roff source (glassroom.data.chatset.roff), not rendered. A family of
 pages (the words before the first -, _ or .: `gcloud_compute_...`, `git-commit`) gives at most
 FAMILY_PAGES pages, chosen by the seed, so 16,000 pages of one tool do not drown the others; a page
-gives at most OPTIONS_PER_PAGE options. Each page's licence is its Debian package's, found in dpkg's
+gives at most OPTIONS_PER_PAGE options. perl-doc's chapters (perlfunc, perlgpl) are not commands
+and are left out. Each page's licence is its Debian package's, found in dpkg's
 file lists; a page no package owns is skipped and counted.
 """
 
@@ -21,6 +22,7 @@ from glassroom.data.chatset.roff import paragraphs
 SECTIONS = ("man1", "man8")
 FAMILY_PAGES = 12
 OPTIONS_PER_PAGE = 6
+DOC_PACKAGES = {"perl-doc"}  # section-1 pages that are chapters of a manual (perlgpl, perlfunc), not commands
 MAX_BODY = 320  # characters of an answer: longer option texts are cut at a sentence end, or skipped
 
 _SYSTEMS = (
@@ -110,6 +112,9 @@ def facts(seed: int, man_dir: Path, dpkg_info: Path, skipped: Counter) -> list[F
         package = owners.get(str(path))
         if package is None:
             skipped["man: page owned by no Debian package (licence unknown)"] += 1
+            continue
+        if package in DOC_PACKAGES:
+            skipped[f"man: documentation, not a command ({package})"] += 1
             continue
         try:
             data = path.read_bytes()
