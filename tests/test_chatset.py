@@ -120,7 +120,13 @@ def test_pairs_reject_another_subjects_answer(chatset):
         assert p["prompt"] == (prompt[0]["content"] if len(prompt) == 1 else prompt)
     # the rejected text is another fact's: it differs from the chosen one in its body, not only its framing
     wn = [p for p in pairs if p["source"] == "wn"]
-    assert sum(p["rejected"].split(":")[0] == p["chosen"].split(":")[0] for p in wn) > 0.3 * len(wn)
+    assert all(p["rejected"].split(": ")[0] == p["chosen"].split(": ")[0] for p in wn)  # the same framing
+    subjects_of: dict[str, set] = {}  # a definition -> the words it answers
+    for r in sft.values():
+        if r["source"] == "wn":
+            subjects_of.setdefault(r["messages"][-1]["content"].split(": ", 1)[1], set()).add(r["subject"])
+    for p in wn:  # around the definition of another word of the set
+        assert subjects_of[p["rejected"].split(": ", 1)[1]] - {p["subject"]}, p
 
 
 def test_same_seed_same_bytes_and_force_replaces_only_a_chatset(chatset, tmp_path, capsys):
@@ -217,6 +223,9 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     code, _, err = run_cli(["data", "chatset", "--out", str(full), "--force"], capsys)
     assert code == 2 and "no chatset.json" in error_line(err)
     assert (full / "notes.txt").read_text() == "mine" and sorted(os.listdir(full)) == ["notes.txt"]
+    (tmp_path / "file").write_text("mine")
+    code, _, err = run_cli(["data", "chatset", "--out", str(tmp_path / "file"), "--force"], capsys)
+    assert code == 2 and "is a file" in error_line(err) and (tmp_path / "file").read_text() == "mine"
     empty = tmp_path / "empty"
     empty.mkdir()
     code, _, err = run_cli(["data", "chatset", "--out", str(tmp_path / "a"), "--sources", "man", "--man-dir", str(empty)], capsys)
