@@ -114,6 +114,15 @@ def test_micro_batches_sum_to_the_batch(setup):
     np.testing.assert_allclose(got[4], got[8], rtol=1e-4, atol=1e-7)
 
 
+def test_ipo_loss_is_the_one_trained(setup):
+    """train.dpo_loss: ipo with beta 0.5: at step 1 (policy = reference, h = 0) the loss is (0 - 1/(2 beta))^2 = 1."""
+    root, base, data = setup
+    out = root / "ipo"
+    result = dpo(out, base, data, "train.steps=1", "train.dpo_loss=ipo", "train.dpo_beta=0.5")
+    assert result.returncode == 0, result.stderr
+    assert losses(out)[0] == pytest.approx(1.0, abs=1e-4)
+
+
 def test_overlong_drop_counts_and_reference_batching(setup):
     """train.overlong: drop leaves out both long pairs (counted); the reference of a pair does not
     depend on the pairs batched with it (padding at the end changes nothing before it)."""
