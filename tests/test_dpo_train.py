@@ -118,7 +118,7 @@ def test_ipo_loss_is_the_one_trained(setup):
     """train.dpo_loss: ipo with beta 0.5: at step 1 (policy = reference, h = 0) the loss is (0 - 1/(2 beta))^2 = 1."""
     root, base, data = setup
     out = root / "ipo"
-    result = dpo(out, base, data, "train.steps=1", "train.dpo_loss=ipo", "train.dpo_beta=0.5")
+    result = dpo(out, base, data, "train.steps=1", "train.warmup_steps=0", "train.dpo_loss=ipo", "train.dpo_beta=0.5")
     assert result.returncode == 0, result.stderr
     assert losses(out)[0] == pytest.approx(1.0, abs=1e-4)
 
