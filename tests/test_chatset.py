@@ -252,3 +252,25 @@ def test_a_missing_source_is_a_counted_skip(tmp_path, capsys):
     assert list(info["sources"]) == ["python"] and "man" in info["skipped_sources"]
     assert "skipped: no man pages" in (out / "README.md").read_text()
     assert "man:" not in (out / "sft.yaml").read_text() and "python:" in (out / "sft.yaml").read_text()
+
+
+def _page(name: str) -> list:
+    from glassroom.data.chatset.roff import paragraphs
+
+    return paragraphs(gzip.decompress(Path(f"/usr/share/man/man1/{name}.1.gz").read_bytes()).decode("utf-8", "replace"))
+
+
+def test_roff_reads_real_pages():
+    def name_line(page):
+        return next(p.body for p in page if p.section == "NAME" and p.body)
+
+    tags = lambda page: [p.tag for p in page if p.tag]  # noqa: E731
+    assert "-f, --fast" in tags(_page("skill"))  # `.BR \-f , \ \-\-fast`: an escaped space inside an argument
+    assert "-o file, --output=file" in tags(_page("memusagestat"))
+    assert name_line(_page("readtags")) == "readtags - Find tag file entries matching specified names"  # .de skipped
+    assert name_line(_page("choom")) == "choom - display and adjust OOM-killer score."  # `.  am` ... `.  .` skipped
+    assert name_line(_page("ssh")) == "ssh - OpenSSH remote login client"  # mdoc .Nm/.Nd
+    ssh = {p.tag: p.body for p in _page("ssh")}
+    assert ssh["-4"] == "Forces ssh to use IPv4 addresses only."  # a bare .Nm is the page's name
+    git = {p.tag: p.body for p in _page("git-commit")}  # docbook: option line, then .RS text
+    assert git["-a, --all"].startswith("Tell the command to automatically stage files")

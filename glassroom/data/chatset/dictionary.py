@@ -61,6 +61,8 @@ def _clean(text: str) -> str | None:
     text = re.sub(r"\[[^\]]*\]", "", text)
     text = re.sub(r"\s--\s?[A-Z][\w. ]*$", "", squash(text))
     text = squash(text.replace("{", "").replace("}", "")).rstrip(" .;:,")
+    if re.match(r"^[,;.:&]", text):  # what came before the definition (", sing. & pl.") was not all cut
+        return None
     if len(text.split()) < 3 or len(text) > 300 or "[" in text or "]" in text:
         return None
     return text

@@ -34,7 +34,7 @@ PURPOSE = Kind(
     "purpose",
     ("What does the `{cmd}` command do?", "What is `{cmd}` for?", "What is `{cmd}` used for?",
      "In a Linux shell, what does `{cmd}` do?", "Can you tell me what `{cmd}` does?"),
-    ("The manual page of `{cmd}` describes it as: {body}.", "According to its manual, `{cmd}` is this: {body}.",
+    ("The manual page of `{cmd}` describes it as: {body}.", "In one line, from its manual page: `{cmd}` - {body}.",
      "`{cmd}` ({section}): {body}. That is how its manual page sums it up."),
     _SYSTEMS,
 )

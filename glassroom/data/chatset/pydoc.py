@@ -77,6 +77,8 @@ def first_paragraph(doc: str) -> str | None:
         text = squash(para)
         if not text or re.match(r"^[\w.]+\(.*\)( -> .*)?$", text):
             continue
+        if text.startswith(">>>"):  # a doctest, not a description
+            return None
         if len(text) > MAX_BODY or len(text.split()) < 3:
             return None
         return text

@@ -86,7 +86,8 @@ def args(text: str) -> list[str]:
         else:
             j = i
             while j < n and text[j] not in " \t":
-                j += 1
+                j += 2 if text[j] == "\\" else 1  # an escape (`\ ` is a space inside the argument)
+            j = min(j, n)
             out.append(text[i:j])
             i = j
     return out
@@ -138,12 +139,19 @@ def paragraphs(source: str) -> list[Paragraph]:
             out.append(Paragraph(section, " ".join(tag.split()), text))
         tag, body = "", []
 
+    skipping = False  # inside a macro definition or an .ig block, up to its `..`
     for raw in source.splitlines():
+        if skipping:
+            skipping = not re.match(r"^[.']\s*\.", raw)  # `..`, or `.  .` inside an indented block
+            continue
         if raw.startswith((".", "'")):
-            parts = args(raw[1:].strip())
+            parts = args(raw[1:].strip().replace("\\\\", "\\"))  # \\ in a macro argument is one \
             if not parts:
                 continue
             name, rest = parts[0], parts[1:]
+            if name in ("de", "de1", "am", "ig"):
+                skipping = True
+                continue
             if name in _FONT_SPACED or name in _FONT_JOINED:
                 text = inline((" " if name in _FONT_SPACED else "").join(rest))
                 if want_tag:
