@@ -8,6 +8,7 @@ import gzip
 import inspect
 import json
 import os
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -68,8 +69,6 @@ def test_counts_files_and_licences(chatset):
     assert 0.02 < held < 0.09
     want = {"man": r"^[a-z0-9.+-]+: see /usr/share/doc/[a-z0-9.+-]+/copyright$", "python": "^PSF-2.0",
             "gcide": "^GPL-2.0-or-later", "wn": "^WordNet"}
-    import re
-
     for r in sft["train"] + dpo["heldout"]:
         assert re.match(want[r["source"]], r["licence"]), r
     for r in sft["train"]:
@@ -78,7 +77,7 @@ def test_counts_files_and_licences(chatset):
     systems = sum(r["messages"][0]["role"] == "system" for r in sft["train"])
     assert 0.15 < systems / len(sft["train"]) < 0.45
     readme = (chatset / "README.md").read_text()
-    assert "PSF-2.0" in readme and "GPL-2.0-or-later" in readme and f"| man | man |" in readme
+    assert "PSF-2.0" in readme and "GPL-2.0-or-later" in readme and "| man | man |" in readme
     # the domain files hold the same records, split by domain, for the recipes
     by_domain = sum(len(records(p)) for p in (chatset / "domains").glob("*/sft-train.jsonl"))
     assert by_domain == len(sft["train"])

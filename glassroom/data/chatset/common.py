@@ -68,8 +68,3 @@ def squash(text: str) -> str:
     """Whitespace runs to one space, ends stripped."""
     return " ".join(text.split())
 
-
-def sentence(text: str) -> str:
-    """Text ending with a full stop (or the punctuation it has)."""
-    text = text.rstrip()
-    return text if text.endswith((".", "!", "?", ":")) else text + "."
