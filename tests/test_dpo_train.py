@@ -6,8 +6,6 @@ resume, exact resume after a kill, pairs counted, bad input in one line."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
