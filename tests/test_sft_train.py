@@ -277,3 +277,22 @@ def test_overlong_drop_counts_the_dropped_conversations(setup, tmp_path):
     counts = start["data"]["conversations"]
     assert counts["dropped"] > 0 and counts["truncated"] == 0
     assert f"{counts['dropped']} of {counts['conversations']} conversations dropped" in start["text"]
+
+
+def test_sft_from_a_hugging_face_folder_grows_the_vocabulary_and_records_lineage(setup, tmp_path):
+    from glassroom.hf.export import export_run
+    from glassroom.hf.load import read_run_state
+
+    folder = export_run(setup["base"], tmp_path / "hf")
+    out = tmp_path / "from-hf"
+    result = train(setup["config"], out, f"init.from={folder}", "train.steps=0")
+    assert result.returncode == 0, result.stderr
+    with StoreReader(out) as reader:
+        assert reader.artifact("lineage") == {"base": str(folder), "base_step": None, "base_kind": "hf",
+                                              "task": "sft", "data": str(setup["chat"])}
+        assert f"sft from {folder};" in reader.events()[0]["text"]  # no step: one set of weights
+    _, base, _ = read_run_state(setup["base"], 12)
+    _, tuned, _ = read_run_state(out, 0)
+    n = base["embed.weight"].shape[0]
+    torch.testing.assert_close(tuned["embed.weight"][:n], base["embed.weight"], rtol=0, atol=0)
+    torch.testing.assert_close(tuned["embed.weight"][n].float(), base["embed.weight"].float().mean(0))
