@@ -296,3 +296,30 @@ def test_sft_from_a_hugging_face_folder_grows_the_vocabulary_and_records_lineage
     n = base["embed.weight"].shape[0]
     torch.testing.assert_close(tuned["embed.weight"][:n], base["embed.weight"], rtol=0, atol=0)
     torch.testing.assert_close(tuned["embed.weight"][n].float(), base["embed.weight"].float().mean(0))
+
+
+@pytest.mark.parametrize("override, words", [
+    ("train.task=finetune", ("train.task",)),
+    ("train.overlong=cut", ("train.overlong",)),
+    ("observe.sample_tokens=0", ("observe.sample_tokens",)),
+    ("observe.sample_prompts=['  ']", ("observe.sample_prompts[0]", "empty")),
+])
+def test_new_keys_are_checked_in_one_line(setup, override, words):
+    from glassroom.errors import GlassroomError
+    from glassroom.train.config import load_run_config
+
+    with pytest.raises(GlassroomError) as info:
+        load_run_config(setup["config"], [override])
+    assert "\n" not in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_old_runs_resume_with_the_new_keys_at_their_defaults():
+    from glassroom.train.run_dir import config_differences
+
+    old = {"train": {"batch_size": 8, "seq_len": 32, "seed": 0}, "observe": {"norms_every": 3}}
+    new = {"train": {"batch_size": 8, "seq_len": 32, "seed": 0, "task": "pretrain", "overlong": "truncate"},
+           "observe": {"norms_every": 3, "sample_prompts": [], "sample_tokens": 64}}
+    assert config_differences(old, new) == []
+    assert config_differences(old, {**new, "train": {**new["train"], "task": "sft"}}) == ["train.task ('pretrain' -> 'sft')"]
