@@ -142,6 +142,15 @@ def test_first_fit_keeps_order_and_capacity():
     rows = first_fit(lengths, 30)
     assert sorted(i for row in rows for i in row) == list(range(300))
     assert all(lengths[row].sum() <= 30 for row in rows)
+    naive, room = [], []  # first fit the slow way: each item to the first row with room
+    for i, n in enumerate(lengths):
+        r = next((r for r, free in enumerate(room) if free >= n), len(room))
+        if r == len(room):
+            naive.append([])
+            room.append(30)
+        naive[r].append(i)
+        room[r] -= n
+    assert rows == naive
 
 
 def test_rows_hold_whole_conversations_with_their_masks(chat):

@@ -57,18 +57,29 @@ class PackedRows:
 
 def first_fit(lengths: np.ndarray, capacity: int) -> list[list[int]]:
     """Indices into `lengths` grouped into rows of at most `capacity` tokens: each item goes to the
-    first row with room, else opens a new row (items in the given order)."""
+    first row with room, else opens a new row (items in the given order). A max-tree over the rows'
+    free room finds that row in O(log n), so an epoch of a million conversations packs in seconds."""
+    sizes = [int(n) for n in np.asarray(lengths, dtype=np.int64)]
+    if any(n > capacity or n < 1 for n in sizes):
+        raise ValueError(f"first_fit: items must hold 1 to {capacity} tokens")
+    leaves = 1
+    while leaves < max(len(sizes), 1):
+        leaves *= 2
+    free = [capacity] * (2 * leaves)  # rows not opened yet have all their room
     rows: list[list[int]] = []
-    free = np.zeros(0, dtype=np.int64)
-    for i, n in enumerate(np.asarray(lengths, dtype=np.int64)):
-        fits = np.flatnonzero(free >= n)
-        if len(fits):
-            r = int(fits[0])
-            free[r] -= n
-            rows[r].append(i)
-        else:
-            free = np.append(free, capacity - n)
-            rows.append([i])
+    for i, n in enumerate(sizes):
+        node = 1
+        while node < leaves:  # the leftmost row with room for n
+            node = 2 * node if free[2 * node] >= n else 2 * node + 1
+        row = node - leaves
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(i)
+        free[node] -= n
+        node //= 2
+        while node:
+            free[node] = max(free[2 * node], free[2 * node + 1])
+            node //= 2
     return rows
 
 
