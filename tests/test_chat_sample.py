@@ -265,3 +265,17 @@ def test_an_sft_run_samples_what_sample_chat_prints_and_links_its_base(tiny_data
         assert printed["prompt_tokens"] == template.prompt([{"role": "user", "content": QUESTION}]).tolist()
     lineage = run_meta("sft", tmp_path / "sft", root=tmp_path)["artifacts"]["lineage"]
     assert lineage["base_run"] == "base" and lineage["task"] == "sft" and lineage["base_step"] == 12
+
+
+def test_sample_chat_names_a_dataset_template_that_no_longer_fits_the_run(tmp_path, capsys, monkeypatch):
+    from glassroom.commands import sample_chat
+
+    plain = train_tokenizer([a for _, a in docstring_answers()], 400)
+    other = train_tokenizer([a for _, a in docstring_answers()], 300)
+    template = ChatTemplate.for_tokenizer(other).to_dict()   # ids of another tokenizer
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("data: {path: data}\n")
+    monkeypatch.setattr(sample_chat, "_manifest_template", lambda run_dir: template)
+    with pytest.raises(GlassroomError, match=r"^--chat: .*run: its dataset's chat_template does not fit the run's tokenizer"):
+        sample_chat.chat_encoder(run, plain, plain.token_to_id(EOS_TOKEN))

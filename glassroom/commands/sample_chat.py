@@ -32,7 +32,11 @@ def chat_encoder(path: Path, tok, eos: int | None) -> tuple[Callable[[list[dict]
     if (path / "config.yaml").is_file():   # a run folder
         template = _manifest_template(path)
         if template is not None:
-            chat = ChatTemplate.from_dict(template, tok)
+            try:
+                chat = ChatTemplate.from_dict(template, tok)
+            except GlassroomError as exc:   # the dataset rebuilt since, with another tokenizer
+                raise GlassroomError(f"--chat: {path}: its dataset's chat_template does not fit the run's "
+                                     f"tokenizer ({exc})") from None
         elif has_tokens:
             chat = ChatTemplate.for_tokenizer(tok)
         else:
