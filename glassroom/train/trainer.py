@@ -110,7 +110,7 @@ class Trainer:
         self.objective = objective_for(cfg, self.dataset, self.info, self.device)
         self.manifest = self.dataset.manifest
         self.samples = None  # observe.sample_prompts, answered at every checkpoint (glassroom/train/samples.py)
-        if cfg.observe.sample_prompts and self.info.is_main:
+        if cfg.observe.sample_prompts:  # every rank generates (FSDP gathers weights collectively); main records
             from glassroom.train.samples import CheckpointSamples
 
             self.samples = CheckpointSamples(cfg, self.dataset.tokenizer(), self.manifest.get("chat_template"))
@@ -596,7 +596,7 @@ class Trainer:
                                     self.cfg.train.keep_last, self.cfg.train.keep_every,
                                     on_visible=self._checkpoint_visible)
         self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
-        if self.samples is not None:  # main rank: observe.sample_prompts answered by the model now
+        if self.samples is not None:  # observe.sample_prompts answered by the model now (journaled by the main rank)
             answers = self.samples.run(self.core, self.device, self.step)
             self.record_event("samples", f"{len(answers)} samples at step {self.step}", self.step, {"samples": answers})
 
