@@ -38,7 +38,22 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
     rungs, later = ladder_steps(load_spec(spec_path), spec_raw, data / "dataset", with_hero=True)
     hero = later[-1]
-    return [data, *rungs, *later, export_step("hero-model", hero)]
+    return [data, *rungs, *later, export_step("hero-model", hero), *posttrain_steps(experiments, hero)]
+
+
+def posttrain_steps(experiments: Path, hero) -> list:
+    """The hero made an assistant: the chat set, its SFT and DPO data (the hero's tokenizer plus the
+    template tokens), SFT from the hero, DPO from the SFT run (experiments/posttrain-demo.yaml)."""
+    from glassroom.config import load_yaml
+    from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
+
+    spec = load_yaml(experiments / "posttrain-demo.yaml")
+    chat = chatset_step("chatset", **spec["chatset"])
+    sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=hero / "tokenizer.json")
+    dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=hero / "tokenizer.json")
+    sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero)
+    dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft)
+    return [chat, sft_data, sft, dpo_data, dpo]
 
 
 def _free_port(preferred: int) -> int:
@@ -88,6 +103,26 @@ def _downstream(run_dir: Path) -> dict:
             latest = reader.latest(name)
             if latest is not None:
                 out[name] = latest
+    return out
+
+
+def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
+    """The SFT run's held-out assistant loss at step 0 (the hero) and at its end, its first sample
+    then and now; the DPO run's held-out accuracy and margin at its end."""
+    from glassroom.observe.store import StoreReader
+
+    out: dict = {"sft": str(sft_dir), "dpo": str(dpo_dir)}
+    with StoreReader(sft_dir) as reader:
+        steps, values = reader.series("eval/macro/loss")
+        if len(steps):
+            out["sft_loss"] = {"base": [int(steps[0]), float(values[0])], "tuned": [int(steps[-1]), float(values[-1])]}
+        samples = [e for e in reader.events(kinds=["samples"]) if (e.get("data") or {}).get("samples")]
+        if samples:
+            first, last = samples[0]["data"]["samples"][0], samples[-1]["data"]["samples"][0]
+            out["sample"] = {"prompt": first["prompt"], "base": [samples[0]["step"], first["text"]],
+                             "tuned": [samples[-1]["step"], last["text"]]}
+    with StoreReader(dpo_dir) as reader:
+        out["dpo_eval"] = {k: reader.latest(f"eval/dpo/{k}") for k in ("accuracy", "margin")}
     return out
 
 
@@ -141,6 +176,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     model = graph.nodes["hero-model"].output / "model"
     summary["model"] = str(model) if model.is_dir() else None
     summary["downstream"] = _downstream(hero_dir)
+    summary["posttrain"] = _posttrain(graph.nodes["hero-sft"].output, graph.nodes["hero-dpo"].output)
     backtest = fit_dir / "backtest.json"
     if backtest.is_file():
         check = json.loads(backtest.read_text())
@@ -170,6 +206,19 @@ def format_summary(s: dict) -> str:
     if s.get("model"):
         lines.append(f"model:    {s['model']} (Hugging Face folder with its card; `glassroom sample "
                      f"{s['model']} --prompt ...` writes with it)")
+    post = s.get("posttrain") or {}
+    if post.get("sft_loss"):
+        (b_step, base), (t_step, tuned) = post["sft_loss"]["base"], post["sft_loss"]["tuned"]
+        lines.append(f"sft:      {post['sft']}: held-out assistant loss {base:.4f} at step {b_step} (the hero) -> "
+                     f"{tuned:.4f} at step {t_step}")
+    if post.get("sample"):
+        sample = post["sample"]
+        lines.append(f"          {sample['prompt']!r}: step {sample['base'][0]} {sample['base'][1]!r}; "
+                     f"step {sample['tuned'][0]} {sample['tuned'][1]!r}")
+    accuracy, margin = ((post.get("dpo_eval") or {}).get(k) for k in ("accuracy", "margin"))
+    if accuracy is not None:
+        lines.append(f"dpo:      {post['dpo']}: held-out accuracy {accuracy[1]:.3f}, margin {margin[1]:+.4f} "
+                     f"at step {accuracy[0]}")
     if s.get("seal"):
         lines.append(f"sealed:   sha256 {s['seal']} (keep a copy; `glassroom ladder verify {s['hero']}` checks "
                      "that the prediction is unchanged and was made before the hero's first step)")

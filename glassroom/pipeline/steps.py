@@ -84,7 +84,8 @@ class _LogLines:
         sys.stderr.flush()
 
 
-def build_data(ctx: StepContext) -> dict:
+def build_into(ctx: StepContext, recipe) -> dict:
+    """Build `recipe` into `<output>/dataset` (replacing what an interrupted attempt left); the manifest."""
     import shutil
 
     from glassroom.data.build import build_dataset
@@ -92,8 +93,12 @@ def build_data(ctx: StepContext) -> dict:
     for stale in ctx.output.glob(".dataset.building-*"):  # left by an interrupted attempt
         shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(ctx.output / "dataset" / "tasks", ignore_errors=True)  # derived from the dataset rebuilt below
-    manifest = build_dataset(ctx.config["recipe"], ctx.output / "dataset", force=True,
-                             workers=max(1, int(ctx.cpus)), log=_LogLines(ctx), progress_interval=5.0)
+    return build_dataset(recipe, ctx.output / "dataset", force=True, workers=max(1, int(ctx.cpus)),
+                         log=_LogLines(ctx), progress_interval=5.0)
+
+
+def build_data(ctx: StepContext) -> dict:
+    manifest = build_into(ctx, ctx.config["recipe"])
     if ctx.config.get("tasks"):
         from glassroom.downstream.tasks import write_tasks
 
