@@ -16,7 +16,10 @@ many GPUs under torchrun (FSDP2 or DDP). Metrics, events and evaluations go to t
 RUN_DIR, which `glassroom serve` shows live; checkpoints go to RUN_DIR/checkpoints. A run killed at
 any point continues exactly with --resume. docs/train.md lists every config key. A config's
 `init: {from: DIR}` starts from a Hugging Face folder's or a run's weights (its model section
-comes from there); `glassroom export` writes a run as a Hugging Face folder.
+comes from there); `glassroom export` writes a run as a Hugging Face folder. With `train.task: sft`
+(or `dpo`) such a run post-trains that base on conversation (or preference) data built with
+`task: sft` (`dpo`): conversations packed with attention kept inside each, loss on assistant tokens
+only (docs/post-training.md).
 
 Every input is checked before RUN_DIR is created (config values, the dataset, its shard indexes,
 token ids against the vocabulary, seq_len against every shard): a mistake is one line, `error: ...`,
