@@ -251,7 +251,8 @@ def test_an_sft_run_samples_what_sample_chat_prints_and_links_its_base(tiny_data
     assert result.returncode == 0, result.stderr
     with StoreReader(tmp_path / "sft") as reader:
         events = [e for e in reader.events() if e["kind"] == "samples"]
-    assert [e["step"] for e in events] == [4, 8]
+    assert [e["step"] for e in events] == [0, 4, 8]  # the base, then each checkpoint
+    events = events[1:]  # step 0 has no checkpoint of its own to sample from (the base's is another folder)
     manifest = json.loads((data / "manifest.json").read_text())
     from glassroom.data.tokenizer import load_tokenizer
 

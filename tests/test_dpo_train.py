@@ -63,8 +63,10 @@ def test_dpo_learns_a_held_out_preference_and_computes_the_reference_once(full_r
         artifact = reader.artifact("dpo_reference")
         train_steps = reader.series("dpo/accuracy")[0]
         margin = reader.series("eval/dpo/margin")[1]
-    assert list(steps) == [10, 20] and accuracy[-1] > 0.9, accuracy  # 48 held-out pairs
-    assert margin[-1] > margin[0] > 0
+    assert list(steps) == [0, 10, 20] and accuracy[-1] > 0.9, accuracy  # 48 held-out pairs
+    # step 0 is the base measured before the first step: the policy is the reference, every reward 0
+    assert margin[0] == pytest.approx(0, abs=1e-6) and accuracy[0] == 0
+    assert margin[-1] > margin[1] > 0
     assert list(train_steps) == list(range(1, 21))  # dpo/* at every logged step
     for name in ("dpo/reward_chosen", "dpo/reward_rejected", "dpo/margin", "eval/dpo/loss"):
         assert len(losses(full_run, name)) > 0, name

@@ -73,6 +73,10 @@ def test_sft_lowers_heldout_assistant_loss_against_the_base(setup, sft_run):
     assert set(after) >= {"eval/pydoc/loss", "eval/pydoc/bpb", "eval/macro/loss", "eval/macro/bpb"}
     assert after["eval/pydoc/loss"] < before["eval/pydoc/loss"] - 0.3, (before, after)
     assert after["eval/macro/bpb"] < before["eval/macro/bpb"]
+    # the sft run measured its base as step 0, before its first step: the steps=0 run's numbers
+    with StoreReader(sft_run) as reader:
+        steps, losses = reader.series("eval/pydoc/loss")
+    assert steps[0] == 0 and losses[0] == pytest.approx(before["eval/pydoc/loss"], rel=1e-6)
 
 
 def test_sft_run_records_lineage_packing_counts_mask_share_and_samples(setup, sft_run):
@@ -93,7 +97,7 @@ def test_sft_run_records_lineage_packing_counts_mask_share_and_samples(setup, sf
     steps = np.diff(np.concatenate([[0], tokens_seen]))
     assert (steps < 8 * 128).all() and (steps > 0.5 * 8 * 128).all()
     samples = [e for e in events if e["kind"] == "samples"]
-    assert [e["step"] for e in samples] == [4, 8, 12]
+    assert [e["step"] for e in samples] == [0, 4, 8, 12]  # the base, then each checkpoint
     assert samples[0]["data"]["samples"][0]["prompt"] == "What does json.dumps do?"
 
 

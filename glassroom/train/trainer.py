@@ -367,6 +367,9 @@ class Trainer:
         try:
             self.resume_if_possible()
             self.objective.start(self)  # after the resume, before any step (dpo: its reference log-probabilities)
+            if self.step == 0 and tc.steps > 0 and tc.task != "pretrain":
+                self.run_eval()  # the base (init.from) measured as step 0: the curve starts where it started
+                self._sample()
             final_eval: dict[str, float] = {}
             while self.step < tc.steps:
                 self.train_step()
@@ -571,8 +574,16 @@ class Trainer:
         if self.downstream is not None and self.downstream.due(done, saving, last):
             self.run_downstream()
         if saving:
+            self._sample()  # before the save too: a kill in between redoes it on resume
             self.save()
         return results
+
+    def _sample(self) -> None:
+        """observe.sample_prompts answered by the model now: every rank generates (FSDP gathers
+        weights collectively), the main rank journals them."""
+        if self.samples is not None:
+            answers = self.samples.run(self.core, self.device, self.step)
+            self.record_event("samples", f"{len(answers)} samples at step {self.step}", self.step, {"samples": answers})
 
     def run_downstream(self) -> None:
         """train.eval_tasks on the model now: downstream/<task>/<metric> at this step, one event."""
@@ -596,9 +607,6 @@ class Trainer:
                                     self.cfg.train.keep_last, self.cfg.train.keep_every,
                                     on_visible=self._checkpoint_visible)
         self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
-        if self.samples is not None:  # observe.sample_prompts answered by the model now (journaled by the main rank)
-            answers = self.samples.run(self.core, self.device, self.step)
-            self.record_event("samples", f"{len(answers)} samples at step {self.step}", self.step, {"samples": answers})
 
     def _checkpoint_visible(self, path: Path) -> None:
         """Runs on rank 0 right after the checkpoint's rename, before its event: the
