@@ -3,16 +3,19 @@
 A conversation is a list of {"role": system|user|assistant, "content": str}. Rendering splices the
 ids of two special tokens, `<|im_start|>` and `<|im_end|>`, between the ids of each message's text;
 the text is never tokenized together with the template's markers, so a message that spells
-`<|im_end|>` stays text (encode_special_tokens=True). One message renders as
+`<|im_end|>` stays text (encode_special_tokens=True), nor with its role header, so the mask is
+exactly the content's ids and `prompt` is always a prefix of the rendered conversation. One
+message renders as
 
-    <|im_start|> ids("{role}\\n{content}") <|im_end|> ids("\\n")
+    <|im_start|> ids("{role}\\n") ids(content) <|im_end|> ids("\\n")
 
 and the conversation ends with EOS (`<|endoftext|>`). The loss mask is 1 on each assistant
 message's content ids and its `<|im_end|>` (what the model must learn to produce), 0 elsewhere;
 mask[i] = 1 means "predicting token i from tokens < i is trained". `last_only=True` (DPO pairs)
 keeps only the final assistant message in the mask. `ChatTemplate.jinja` is the same template for
-tokenizer_config.json, so transformers' apply_chat_template gives the same ids (a message that
-spells a special token is the one difference: transformers matches it as the special token).
+tokenizer_config.json, so transformers' apply_chat_template gives the same ids (two differences:
+transformers matches a special token a message spells, and tokenizes "{role}\\n{content}" as one
+text, so a content starting with whitespace may merge with the header's newline there).
 
 `Conversations(dataset, domain, split)` reads one shard of a built conversation dataset together
 with its `<split>.mask.bin` (uint8, one byte per token).
@@ -129,30 +132,31 @@ class ChatTemplate:
 
     # ------------------------------------------------------------------ rendering
 
-    def _encode(self, texts: list[str], offsets: bool = False):
+    def _encode(self, texts: list[str]) -> list[list[int]]:
         self.tok.encode_special_tokens = True  # template-token text inside a message stays text
-        encs = self.tok.encode_batch(texts, add_special_tokens=False)
-        if offsets:
-            return [(e.ids, e.offsets) for e in encs]
-        return [e.ids for e in encs]
+        return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
     def render_many(self, conversations: list[list[dict]], last_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
         """`render` of each conversation, encoding all their messages in one batch."""
-        texts = [f"{m['role']}\n{m['content']}" for conv in conversations for m in conv]
-        encoded = iter(self._encode(texts, offsets=True)) if texts else iter(())
+        # "{role}\n" and the content are encoded apart: a content starting with whitespace would
+        # otherwise merge with the header's "\n" (the mask would train the header, and the ids would
+        # not continue `prompt`'s "assistant\n" as generation sees it)
+        headers = {role: self._encode([f"{role}\n"])[0] for role in ROLES}
+        texts = [m["content"] for conv in conversations for m in conv]
+        encoded = iter(self._encode(texts)) if texts else iter(())
         out = []
         for conv in conversations:
             last_assistant = max((i for i, m in enumerate(conv) if m["role"] == "assistant"), default=-1)
             ids: list[int] = []
             mask: list[int] = []
             for i, msg in enumerate(conv):
-                msg_ids, offs = next(encoded)
+                content_ids = next(encoded)
                 trained = msg["role"] == "assistant" and (not last_only or i == last_assistant)
-                header = len(msg["role"]) + 1  # characters of "{role}\n"
                 ids.append(self.im_start_id)
-                mask.append(0)
-                ids.extend(msg_ids)
-                mask.extend(int(trained and end > header) for _, end in offs)
+                ids.extend(headers[msg["role"]])
+                mask.extend([0] * (1 + len(headers[msg["role"]])))
+                ids.extend(content_ids)
+                mask.extend([int(trained)] * len(content_ids))
                 ids.extend((self.im_end_id, self.newline))
                 mask.extend((int(trained), 0))
             ids.append(self.eos_id)

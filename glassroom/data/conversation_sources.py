@@ -55,7 +55,7 @@ def _records(path: Path, fields: list[str]) -> Iterator[tuple[str, object]]:
         return
     opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as fh:  # -sig: a leading BOM is not data
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
