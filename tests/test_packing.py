@@ -194,7 +194,7 @@ def test_overlong_conversations_are_truncated_or_dropped_and_counted(chat):
     long = sum(n > 65 for n in lengths)
     assert 0 < long < len(lengths)
     cut = open_packed_set(chat, chat.domains, "train", 64)
-    assert cut.counts == {"conversations": len(lengths), "truncated": long, "dropped": 0}
+    assert cut.counts == {"conversations": len(lengths), "truncated": long, "dropped": 0, "dropped_empty": 0}
     assert cut.parts[0].length.max() == 65
     dropped = open_packed_set(chat, chat.domains, "train", 64, "drop")
     assert dropped.counts["dropped"] == long and len(dropped.parts[0].length) == len(lengths) - long

@@ -10,6 +10,8 @@ block-diagonal mask keeps attention inside each conversation.
 
 A conversation longer than seq_len + 1 tokens is truncated to its first seq_len + 1 tokens
 (`train.overlong: truncate`, the default) or left out (`drop`); both are counted (`PackedSet.counts`).
+A conversation left with no trained target (its answer starts past seq_len + 1 tokens) is left out
+and counted as `dropped_empty`: it would only add rows that train nothing.
 
 Which rows a step trains on: as in pretraining (glassroom.data.mixture), global row g is assigned
 a domain by the data.weights block schedule (so weights sample rows, i.e. conversations, per
@@ -135,7 +137,7 @@ def open_packed_set(dataset, domains: list[str], split: str, seq_len: int,
     if overlong not in OVERLONG:
         raise GlassroomError(f"train.overlong: {overlong!r} is not one of {', '.join(OVERLONG)}")
     limit = seq_len + 1
-    parts, counts = [], {"conversations": 0, "truncated": 0, "dropped": 0}
+    parts, counts = [], {"conversations": 0, "truncated": 0, "dropped": 0, "dropped_empty": 0}
     for name in domains:
         conv = open_conversations(dataset.path, name, split)
         off = np.asarray(conv.offsets, dtype=np.int64)
@@ -148,14 +150,29 @@ def open_packed_set(dataset, domains: list[str], split: str, seq_len: int,
         else:
             counts["truncated"] += int(long.sum())
             length = np.minimum(length, limit)
+        trained = _trained_targets(conv.mask, start, length)
+        counts["dropped_empty"] += int((trained <= 0).sum())
+        start, length = start[trained > 0], length[trained > 0]
         parts.append(DomainConversations(conv, start, length))
     return PackedSet(seq_len, list(domains), parts, int(dataset.eos_id), counts)
 
 
+def _trained_targets(mask, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Mask-1 targets of each conversation (start, length): its mask past its first token."""
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    total = np.concatenate([[0], np.cumsum(np.asarray(mask, dtype=np.uint8), dtype=np.int64)])
+    return total[start + length] - total[start + 1]
+
+
 def describe_counts(counts: dict, overlong: str) -> str:
-    """'N of M conversations truncated' (or dropped), for the start event."""
+    """'N of M conversations truncated' (or dropped), for the start event; conversations left with
+    no trained token are added when there are any."""
     done = "dropped" if overlong == "drop" else "truncated"
-    return f"{counts[done]} of {counts['conversations']} conversations {done} (longer than seq_len + 1 tokens)"
+    text = f"{counts[done]} of {counts['conversations']} conversations {done} (longer than seq_len + 1 tokens)"
+    if counts.get("dropped_empty"):
+        text += f", {counts['dropped_empty']} dropped (no trained token left within seq_len + 1 tokens)"
+    return text
 
 
 class Packer:

@@ -136,6 +136,11 @@ class SFT(Objective):
 
         tc = cfg.train
         self.train_set = open_packed_set(dataset, dataset.domains, "train", tc.seq_len, tc.overlong)
+        if not any(len(p.length) for p in self.train_set.parts):
+            c = self.train_set.counts
+            raise GlassroomError(f"train.seq_len: {tc.seq_len} leaves no conversation of {cfg.data.path} to train "
+                                 f"({c['dropped']} dropped as longer, {c['dropped_empty']} with no assistant token "
+                                 "within seq_len + 1 tokens); raise train.seq_len or use train.overlong: truncate")
         weights = cfg.data.weights or {
             d: float(len(p.length)) for d, p in zip(dataset.domains, self.train_set.parts) if len(p.length)
         }

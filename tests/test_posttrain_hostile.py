@@ -1,0 +1,84 @@
+"""Post-training runs attacked as a careless user would (issue 14, red team): each test is a hole that
+was found and fixed, and fails without its fix. Tiny base pretrained through the real CLI, chat and
+preference data from real text (tests/sft_helpers.py, tests/dpo_helpers.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glassroom.observe.store import StoreReader
+from sft_helpers import build_chat, pretrain_base, sft_config
+from train_helpers import ROOT
+
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+SHORT = ("train.steps=2", "train.warmup_steps=0", "train.checkpoint_every=2", "train.eval_every=2")
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_dataset, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("hostile")
+    base = pretrain_base(tiny_dataset, root / "base")
+    chat = build_chat(root / "chat", base / "tokenizer.json", n=80)
+    return {"root": root, "base": base, "chat": chat, "config": sft_config(root / "sft.yaml", base, chat)}
+
+
+def glassroom(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **OFFLINE, **(env or {})})
+
+
+def train(config: Path, out: Path, *sets: str, resume: bool = False) -> subprocess.CompletedProcess:
+    args = ["train", str(config), "--out", str(out), "--quiet"]
+    for item in sets:
+        args += ["--set", item]
+    return glassroom(*args, *(["--resume"] if resume else []))
+
+
+def one_line(result, *words):
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def start_event(run: Path) -> dict:
+    with StoreReader(run) as reader:
+        return [e for e in reader.events() if e["kind"] == "start"][0]
+
+
+# ------------------------------------------------------------------ answers cut away by seq_len
+
+
+def test_seq_len_shorter_than_every_answer_is_one_line_not_a_run_of_zero_losses(setup):
+    # seq_len 4: the template header alone fills the row; every answer is cut away. It used to train
+    # 2 steps at loss 0 and mask share 0, and call it a run.
+    out = setup["root"] / "cut"
+    one_line(train(setup["config"], out, *SHORT, "train.seq_len=4"), "train.seq_len", "raise train.seq_len")
+    assert not out.exists()
+
+
+def test_conversations_whose_answer_is_cut_away_are_dropped_and_counted(setup):
+    # A limit between the shortest and the longest header: some conversations keep no assistant
+    # token. They used to be packed as rows of pure zero-mask targets, uncounted.
+    from glassroom.data.chat import Conversations
+    from glassroom.data.mixture import Dataset
+    from glassroom.data.packing import describe_counts, open_packed_set
+
+    ds = Dataset(setup["chat"])
+    conv = Conversations(ds.path, ds.domains[0], "train")
+    firsts = sorted(int(conv.conversation(i)[1].nonzero()[0][0]) for i in range(len(conv)))  # first trained target
+    seq_len = firsts[len(firsts) // 2]  # half of them have their first trained target at or past seq_len + 1
+    cut = sum(f >= seq_len + 1 for f in firsts)
+    assert 0 < cut < len(firsts)
+    packed = open_packed_set(ds, ds.domains, "train", seq_len)
+    assert packed.counts["dropped_empty"] == cut
+    assert len(packed.parts[0].length) == len(firsts) - cut
+    rows = packed.stack([(0, [(i, int(packed.parts[0].length[i]))]) for i in range(len(packed.parts[0].length))])
+    assert (rows.mask.sum(1) > 0).all()  # every row kept trains something
+    assert f"{cut} dropped (no trained token left" in describe_counts(packed.counts, "truncate")
