@@ -24,7 +24,11 @@ PRIVATE_BASE = "a private run"
 
 
 def _candidates(base: str, run_dir: Path, root: Path) -> list[Path]:
-    path = Path(base).expanduser()
+    try:   # `~nosuchuser/x` (no such home) or a NUL byte, from an old or foreign store: not a path here
+        path = Path(base).expanduser()
+        path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return []
     if path.is_absolute():
         return [path]
     return [Path.cwd() / path, root / path, root.parent / path, run_dir.parent / path, run_dir.parent.parent / path]
@@ -38,13 +42,19 @@ def base_run(base: str, run_dir: Path, root: Path) -> Optional[tuple[str, Path]]
             runs[folder.resolve()] = run_id
         except (OSError, RuntimeError):
             continue
+    try:
+        own = run_dir.resolve()
+    except (OSError, RuntimeError):
+        own = None
     for candidate in _candidates(base, run_dir, root):
         try:
             real = candidate.resolve()
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ValueError):
             continue
         for folder in (real, *real.parents):
             if folder in runs:
+                if folder == own:   # a run naming itself (or its own checkpoint) as its base: no link
+                    return None
                 return runs[folder], folder
     return None
 
