@@ -293,7 +293,12 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
         raise GlassroomError(f"{out}: cannot be checked as --out ({exc.strerror}); choose another --out") from None
     _check_sources(recipe, out)
     if recipe.tokenizer.path:
-        load_tokenizer(recipe.tokenizer.path)  # a bad tokenizer.json is refused before any text is read
+        base_tok = load_tokenizer(recipe.tokenizer.path)  # a bad tokenizer.json is refused before any text is read
+        if recipe.task != "pretrain":  # and one the chat template cannot use (never changed on disk)
+            try:
+                ChatTemplate.for_tokenizer(base_tok)
+            except GlassroomError as exc:
+                raise GlassroomError(f"tokenizer {recipe.tokenizer.path}: {exc}") from None
     workers = max(1, workers or os.cpu_count() or 1)
     with build_lock(out):
         _clear_stale(out, log)
@@ -387,9 +392,12 @@ def _build(recipe: Recipe, tmp: Path, workers: int, recipe_file: str | None, log
     tok = load_tokenizer(tmp / "tokenizer.json")
     template = None
     if chat:  # the template tokens are appended when missing (ids after every existing id)
-        before = tok.get_vocab_size()
-        template = ChatTemplate.for_tokenizer(tok)
-        if tok.get_vocab_size() > before:
+        before, before_json = tok.get_vocab_size(), tok.to_str()
+        try:
+            template = ChatTemplate.for_tokenizer(tok)
+        except GlassroomError as exc:
+            raise GlassroomError(f"tokenizer {recipe.tokenizer.path or '(trained)'}: {exc}") from None
+        if tok.to_str() != before_json:  # tokens appended, or template tokens made special
             save_tokenizer(tok, tmp / "tokenizer.json")
             tok_info["added_tokens"] = {t: tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>")
                                         if tok.token_to_id(t) >= before}

@@ -76,13 +76,34 @@ def check_messages(messages, where: str) -> None:
             raise GlassroomError(f"{where}: messages[{i}] content is {got}, expected a string")
 
 
+def _make_special(backend) -> None:
+    """Marks the template tokens and EOS special when a tokenizer has them as ordinary (added or
+    vocabulary) tokens: a special token is never matched inside text (encode_special_tokens), so a
+    message that spells one stays text. Ids do not change."""
+    from tokenizers import AddedToken
+
+    added = backend.get_added_tokens_decoder()
+    plain = [t for t in (IM_START, IM_END, EOS_TOKEN) if (i := backend.token_to_id(t)) is not None
+             and not (i in added and added[i].special)]
+    if plain:
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in plain])
+
+
 class ChatTemplate:
     """Renders conversations to (ids, mask) with the template tokens' ids spliced in."""
 
     def __init__(self, tok, im_start_id: int, im_end_id: int, eos_id: int) -> None:
         self.tok = _backend(tok)
         self.im_start_id, self.im_end_id, self.eos_id = int(im_start_id), int(im_end_id), int(eos_id)
-        self.newline = self._encode(["\n"])[0][0]
+        _make_special(self.tok)
+        spelled = self._encode([IM_START + IM_END + EOS_TOKEN, "\n"])
+        if set(spelled[0]) & {self.im_start_id, self.im_end_id, self.eos_id}:
+            raise GlassroomError(f"the tokenizer turns the text {IM_START}{IM_END}{EOS_TOKEN} into the template's own "
+                                 "ids (ordinary vocabulary entries); use a tokenizer where they are special tokens")
+        if self.decode(spelled[1]) != "\n":
+            raise GlassroomError(f"the tokenizer cannot encode a newline (it gives ids {spelled[1]}); the chat template "
+                                 "needs one that keeps text byte for byte, like the byte-level BPE glassroom trains")
+        self.newline = spelled[1]
 
     # ------------------------------------------------------------------ construction
 
@@ -157,8 +178,9 @@ class ChatTemplate:
                 mask.extend([0] * (1 + len(headers[msg["role"]])))
                 ids.extend(content_ids)
                 mask.extend([int(trained)] * len(content_ids))
-                ids.extend((self.im_end_id, self.newline))
-                mask.extend((int(trained), 0))
+                ids.append(self.im_end_id)
+                ids.extend(self.newline)
+                mask.extend([int(trained)] + [0] * len(self.newline))
             ids.append(self.eos_id)
             mask.append(0)
             out.append((np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=np.uint8)))

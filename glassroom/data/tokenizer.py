@@ -47,6 +47,9 @@ def load_tokenizer(path: str | Path):
     from tokenizers import Tokenizer
 
     path = Path(os.path.expanduser(str(path)))
+    if path.is_dir():
+        raise GlassroomError(f"tokenizer {path}: is a folder; give the tokenizer.json file"
+                             + (f" inside it ({path / 'tokenizer.json'})" if (path / "tokenizer.json").is_file() else ""))
     if not path.is_file():
         raise GlassroomError(f"tokenizer {path}: no such file")
     try:
