@@ -135,3 +135,62 @@ def test_tokenizer_path_that_is_a_folder_names_its_tokenizer_json(tmp_path, caps
     code, _, err = build(recipe, tmp_path / "out", capsys)
     assert code == 2
     assert "is a folder" in one_error(err) and str(folder / "tokenizer.json") in err
+
+
+def pairs_recipe(tmp_path, records):
+    path = write_jsonl(tmp_path / "p.jsonl", records)
+    return write_chat_recipe(tmp_path, [{"kind": "preferences", "path": str(path), "id_field": "id"}], task="dpo")
+
+
+def test_pair_that_differs_only_in_whitespace_is_an_identical_pair(tmp_path, capsys):
+    """chosen "x" against rejected "x  " trained DPO to prefer a trailing space; now skipped, counted."""
+    records = preferences(40)
+    records[3]["rejected"] = records[3]["chosen"].replace(" ", "\n  ", 2) + "  "
+    code, _, err = build(pairs_recipe(tmp_path, records), tmp_path / "out", capsys)
+    assert code == 0, err
+    source = json.loads((tmp_path / "out" / "manifest.json").read_text())["domains"]["pydoc"]["sources"][0]
+    assert source["skipped"] == {"identical_pair": 1}
+    assert source["documents"] == 39
+
+
+def test_pair_whose_answers_follow_different_conversations_is_one_line(tmp_path, capsys):
+    """chosen and rejected as message lists with different user turns: DPO compared the log-probs of
+    answers to two different questions, silently."""
+    records = preferences(40)
+    records[5]["chosen"] = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}]
+    records[5]["rejected"] = [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "A2"}]
+    code, _, err = build(pairs_recipe(tmp_path, records), tmp_path / "out", capsys)
+    assert code == 2
+    line = one_error(err)
+    assert "p.jsonl:6" in line and "prompt" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_content_as_openai_text_parts_is_joined(tmp_path, capsys):
+    from glassroom.data.chat import Conversations, ChatTemplate
+    from glassroom.data.tokenizer import load_tokenizer
+
+    records = conversations(30)
+    records[0]["messages"][2]["content"] = [{"type": "text", "text": "Parts "}, {"type": "text", "text": "joined."}]
+    code, _, err = build(sft_recipe(tmp_path, records), tmp_path / "out", capsys)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    t = ChatTemplate.from_dict(manifest["chat_template"], load_tokenizer(tmp_path / "out" / "tokenizer.json"))
+    answers = []
+    for split in ("train", "validation"):
+        conv = Conversations(tmp_path / "out", "pydoc", split)
+        answers += [t.decode(ids[mask == 1][:-1]) for ids, mask in (conv.conversation(i) for i in range(len(conv)))]
+    assert "Parts joined." in answers
+
+
+@pytest.mark.parametrize("content, expect", [
+    ([{"type": "image_url", "image_url": {"url": "x"}}], "content[0] is 'image_url', not a text part"),
+    (None, "messages[1] content is null"),
+])
+def test_content_that_is_not_text_is_one_line(tmp_path, capsys, content, expect):
+    records = conversations(30)
+    records[4]["messages"][1]["content"] = content
+    code, _, err = build(sft_recipe(tmp_path, records), tmp_path / "out", capsys)
+    assert code == 2
+    line = one_error(err)
+    assert "c.jsonl:5" in line and expect in line

@@ -72,7 +72,7 @@ def check_messages(messages, where: str) -> None:
         if role not in ROLES:
             raise GlassroomError(f"{where}: messages[{i}] has role {role!r}; roles are {', '.join(ROLES)}")
         if not isinstance(msg.get("content"), str):
-            got = "missing" if "content" not in msg else type(msg["content"]).__name__
+            got = "missing" if "content" not in msg else "null" if msg["content"] is None else type(msg["content"]).__name__
             raise GlassroomError(f"{where}: messages[{i}] content is {got}, expected a string")
 
 

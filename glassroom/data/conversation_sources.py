@@ -1,7 +1,8 @@
 """Conversation and preference sources (`kind: conversations` / `kind: preferences`) as documents.
 
 Both read JSONL (optionally .gz) or Parquet files. A conversation record holds a `messages` list
-(field name: `messages_field`) of {"role": system|user|assistant, "content": str}; a preference
+(field name: `messages_field`) of {"role": system|user|assistant, "content": str} (or a list of
+OpenAI-style text parts {"type": "text", "text": str}, joined); a preference
 record holds `prompt` (a string = one user message, or a messages list), `chosen` and `rejected`
 (a string = one assistant message, or a messages list ending with the assistant's answer).
 
@@ -12,7 +13,10 @@ counted in the source report (the build's funnel) under a named reason:
   no_assistant_turn    a conversation without any assistant message
   last_not_assistant   a conversation whose last message is not the assistant's (nothing to answer)
   no_assistant_answer  a preference whose chosen or rejected is a list not ending with an assistant message
-  identical_pair       a preference whose chosen and rejected answers are the same text
+  identical_pair       a preference whose chosen and rejected answers are the same text (whitespace aside)
+
+A pair whose chosen and rejected lists differ before their final answer compares answers to two
+different conversations: one line naming file:line.
 
 Each document is {id, text, domain, source, chat, [split]}: `text` is the conversation rendered as
 template text (chat.render_text; a pair renders both documents), used by exact dedup and the
@@ -77,8 +81,24 @@ def _messages(value, where: str, name: str, default_role: str) -> list[dict]:
     """A messages list from a string (one message of `default_role`) or a list, checked and normalised."""
     if isinstance(value, str):
         value = [{"role": default_role, "content": value}]
-    check_messages(value, f"{where}: {name}" if name != "messages" else where)
+    where = f"{where}: {name}" if name != "messages" else where
+    if isinstance(value, list):
+        value = [_text_parts(m, i, where) for i, m in enumerate(value)]
+    check_messages(value, where)
     return [{"role": m["role"], "content": _norm(m["content"])} for m in value]
+
+
+def _text_parts(msg, i: int, where: str):
+    """A message whose content is a list of text parts (OpenAI style) with its parts joined."""
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(content, list):
+        return msg
+    for j, part in enumerate(content):
+        if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+            what = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise GlassroomError(f"{where}: messages[{i}] content is list and content[{j}] is {what!r}, not a text "
+                                 "part ({\"type\": \"text\", \"text\": ...}); give a string or text parts")
+    return {**msg, "content": "".join(part["text"] for part in content)}
 
 
 def _field(record, name: str, where: str):
@@ -111,10 +131,19 @@ def conversation_records(cfg, path: Path, report) -> Iterator[tuple[str, str, di
         rejected = _messages(_field(record, "rejected", where), where, "rejected", "assistant")
         if chosen[-1]["role"] != "assistant" or rejected[-1]["role"] != "assistant":
             report.skip("no_assistant_answer", where)
-        elif chosen == rejected:
+            continue
+        if chosen[:-1] != rejected[:-1]:
+            raise GlassroomError(f"{where}: chosen and rejected differ before their final answer; a pair compares "
+                                 "two answers to the same conversation: put the shared turns in prompt")
+        if _squeezed(chosen) == _squeezed(rejected):
             report.skip("identical_pair", where)
         else:
             yield _key(record, cfg, where), where, {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+
+
+def _squeezed(messages: list[dict]) -> list[tuple[str, str]]:
+    """(role, content with whitespace runs collapsed): answers that differ only in spacing are the same."""
+    return [(m["role"], " ".join(m["content"].split())) for m in messages]
 
 
 def _key(record: dict, cfg, where: str) -> str:
