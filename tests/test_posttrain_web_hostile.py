@@ -119,3 +119,39 @@ def test_only_malformed_samples_show_the_note_not_a_blank_panel(lab):
         assert browser.eval("document.getElementById('samples-note').textContent").startswith("1 samples event not shown (at step 10)")
         assert browser.eval("document.querySelectorAll('#samples-table tr').length") == 0
         assert not [c for c in browser.console if "exceptionDetails" in c], browser.console
+
+
+def test_a_private_base_is_named_nowhere_on_the_public_pages(tiny_dataset, tmp_path):
+    """A real SFT run from a base marked private: the Lineage panel said "a private run", but the
+    start event ("sft from <path>"), its data and the config's init.from published the path."""
+    import subprocess
+    import sys
+
+    from glassroom.cli import main
+    from glassroom.web.data import Cursor
+    from sft_helpers import build_chat, pretrain_base, sft_config
+
+    lab = tmp_path / "lab"
+    base = pretrain_base(tiny_dataset, lab / "alice-private-base")
+    chat = build_chat(tmp_path / "chat", base / "tokenizer.json", n=40)
+    config = sft_config(tmp_path / "sft.yaml", base, chat, steps=1, warmup_steps=0, checkpoint_every=1, eval_every=1, eval_sequences=2)
+    result = subprocess.run([sys.executable, "-m", "glassroom", "train", str(config), "--out", str(lab / "sft"), "--quiet"],
+                            capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert main(["note", str(base), "--private-run"]) == 0
+    private = str(base.resolve())
+    local = run_meta("sft", lab / "sft", root=lab)   # the loopback dashboard: the owner sees the path
+    assert private in local["config_text"] and local["artifacts"]["lineage"]["base_run"] == "alice-private-base"
+    public = run_meta("sft", lab / "sft", root=lab, public=True)
+    assert "alice-private-base" not in str(public) and "from: a private run" in public["config_text"]
+    assert any("sft from a private run at step 12" in e["text"] for e in public["events"])
+    publish(lab, tmp_path / "site")
+    assert "alice-private-base" not in "".join(p.read_text(errors="ignore") for p in (tmp_path / "site").rglob("*") if p.is_file())
+    # A public server's live stream: new journal text naming the base is scrubbed too.
+    cursor = Cursor("sft", lab / "sft", public=True, root=lab)
+    try:
+        with StoreWriter(lab / "sft") as w:
+            w.event("note", f"compare with {private}/checkpoints at step 12", 1)
+        assert cursor.poll()["events"][0]["text"] == "compare with a private run/checkpoints at step 12"
+    finally:
+        cursor.close()

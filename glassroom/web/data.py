@@ -24,7 +24,7 @@ import numpy as np
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
-from glassroom.web.lineage import lineage_view
+from glassroom.web.lineage import hidden_base, lineage_view, scrub
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
 DEFAULT_POINTS = 1_500
@@ -96,9 +96,12 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)
         artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
-        artifacts["lineage"] = lineage_view(reader.artifact("lineage"), run_dir, root, public)
+        lineage = reader.artifact("lineage")
+        artifacts["lineage"] = lineage_view(lineage, run_dir, root, public)
         status = reader.status()
     config, config_text = read_config(run_dir, root)
+    hidden = hidden_base(lineage, run_dir, root, public)   # a private base: named nowhere on the page
+    events, config, config_text = scrub([events, config, config_text], hidden)
     return {
         "id": run_id,
         "status": {k: status.get(k) for k in ("state", "step", "updated")},
@@ -122,8 +125,8 @@ class Cursor:
 
     MAX_NEW = 5_000   # more new points than this for one series: tell the page to reload instead
 
-    def __init__(self, run_id: str, run_dir: Path, public: bool = False):
-        self.run_id, self.run_dir, self.public = run_id, run_dir, public
+    def __init__(self, run_id: str, run_dir: Path, public: bool = False, root: Optional[Path] = None):
+        self.run_id, self.run_dir, self.public, self.root = run_id, run_dir, public, root
         self.reader = StoreReader(run_dir)
         try:
             self._start()
@@ -194,6 +197,8 @@ class Cursor:
         if events:
             self.last_event = events[-1]["id"]
             events = shown_events(events, self.public)
+            if self.public:   # a private base (glassroom.web.lineage) is named nowhere on a public page
+                events = scrub(events, hidden_base(self.reader.artifact("lineage"), self.run_dir, self.root, True))
         status = self.reader.status()
         status_changed = status != self.status
         self.status = status

@@ -7,12 +7,14 @@ run the dashboard or the site shows, so the page can link to it.
 served folder, its parent and the run's own folders; the first candidate that is a run below the
 served folder (or inside one: a checkpoint folder) is the link. A base that is a run hidden from
 the outside (marked private, or a folder name that looks like a secret) is shown as "a private run",
-never by its path, on a public page. Every value goes through the same redaction as the rest of
-the page. Never imports torch.
+never by its path, on a public page: nor anywhere else on that page (`hidden_base`, `scrub`: the
+start event's text "sft from <path>", its data, and the config's init.from say "a private run" too).
+Every value goes through the same redaction as the rest of the page. Never imports torch.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -59,6 +61,44 @@ def base_run(base: str, run_dir: Path, root: Path) -> Optional[tuple[str, Path]]
     return None
 
 
+def _hidden(run_id: str, folder: Path, public: bool) -> bool:
+    try:
+        return looks_secret(run_id) or (public and is_private(folder))
+    except Exception:   # a store that cannot be read might be private: treat it so
+        return public
+
+
+def hidden_base(lineage: Any, run_dir: Path, root: Optional[Path], public: bool) -> list[str]:
+    """The texts that name a base run hidden from this page (the path as given, the run's folder),
+    longest first; [] when the base is shown or is no run below `root`."""
+    base = lineage.get("base") if isinstance(lineage, dict) else None
+    if not isinstance(base, str) or not base or root is None:
+        return []
+    found = base_run(base, Path(run_dir), Path(root))
+    if found is None or not _hidden(found[0], found[1], public):
+        return []
+    return sorted({base, str(found[1])}, key=len, reverse=True)
+
+
+def scrub(value: Any, texts: list[str]) -> Any:
+    """`value` (JSON-like) with each of `texts` inside its strings (a whole path, or a path's start:
+    `<base>/checkpoints`) replaced by "a private run"."""
+    if not texts:
+        return value
+    pattern = re.compile(r"(?<![\w.~/-])(?:" + "|".join(re.escape(t) for t in texts) + r")(?![\w.~-])")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return pattern.sub(PRIVATE_BASE, v)
+        if isinstance(v, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
 def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool) -> Optional[dict]:
     """The panel's data: the artifact's fields, plus `base_run` (a run id to link to, or None)."""
     if not isinstance(lineage, dict):
@@ -70,11 +110,7 @@ def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool
         found = base_run(base, Path(run_dir), Path(root))
         if found is not None:
             run_id, folder = found
-            try:
-                hidden = looks_secret(run_id) or (public and is_private(folder))
-            except Exception:   # a store that cannot be read might be private: treat it so
-                hidden = public
-            if hidden:
+            if _hidden(run_id, folder, public):
                 out["base"] = PRIVATE_BASE
             else:
                 out["base_run"] = run_id

@@ -332,7 +332,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         cursors: list = []
         for run_id, run_dir in dirs:
             try:
-                cursors.append(data.Cursor(run_id, run_dir, public=public))
+                cursors.append(data.Cursor(run_id, run_dir, public=public, root=root))
             except (sqlite3.DatabaseError, OSError) as exc:
                 for c in cursors:
                     c.close()
