@@ -194,3 +194,47 @@ def test_content_that_is_not_text_is_one_line(tmp_path, capsys, content, expect)
     assert code == 2
     line = one_error(err)
     assert "c.jsonl:5" in line and expect in line
+
+
+def _parquet(path, column):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"messages": column}), path)
+    return path
+
+
+def test_parquet_messages_stored_as_json_text_are_read(tmp_path, capsys):
+    """A Parquet export with the messages column as JSON strings: each string became one user
+    message, every row was skipped as "no assistant turn" and the build said to check the path."""
+    path = _parquet(tmp_path / "c.parquet", [json.dumps(r["messages"]) for r in conversations(30)])
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(path)}])
+    code, _, err = build(recipe, tmp_path / "out", capsys)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["domains"]["pydoc"]["sources"][0]["documents"] == 30
+
+
+@pytest.mark.parametrize("row, expect", [
+    (None, "row 4: 'messages' is null"),
+    ("not json [", "row 4: 'messages' is a string, not a list of messages"),
+])
+def test_parquet_row_with_null_or_text_messages_is_one_line(tmp_path, capsys, row, expect):
+    column = [json.dumps(r["messages"]) for r in conversations(10)]
+    column[3] = row
+    path = _parquet(tmp_path / "c.parquet", column)
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(path)}])
+    code, _, err = build(recipe, tmp_path / "out", capsys)
+    assert code == 2
+    assert expect in one_error(err)
+
+
+def test_sharegpt_style_messages_name_their_keys(tmp_path, capsys):
+    """{"from", "value"} messages said `has role None`; now the keys found and what to rename."""
+    rows = [[{"from": m["role"], "value": m["content"]} for m in r["messages"]] for r in conversations(10)]
+    path = _parquet(tmp_path / "c.parquet", rows)
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(path)}])
+    code, _, err = build(recipe, tmp_path / "out", capsys)
+    assert code == 2
+    line = one_error(err)
+    assert "row 1: messages[0] has no 'role' (its keys: from, value)" in line

@@ -69,6 +69,9 @@ def check_messages(messages, where: str) -> None:
         if not isinstance(msg, dict):
             raise GlassroomError(f"{where}: messages[{i}] is {type(msg).__name__}, expected an object with role and content")
         role = msg.get("role")
+        if "role" not in msg:
+            raise GlassroomError(f"{where}: messages[{i}] has no 'role' (its keys: {', '.join(map(str, msg))[:80]}); "
+                                 "each message needs 'role' and 'content' keys (rename ShareGPT's from/value)")
         if role not in ROLES:
             raise GlassroomError(f"{where}: messages[{i}] has role {role!r}; roles are {', '.join(ROLES)}")
         if not isinstance(msg.get("content"), str):

@@ -88,6 +88,19 @@ def _messages(value, where: str, name: str, default_role: str) -> list[dict]:
     return [{"role": m["role"], "content": _norm(m["content"])} for m in value]
 
 
+def _json_list(value, where: str, field: str):
+    """A messages field stored as a JSON string (common in Parquet exports) as the list it spells."""
+    if not isinstance(value, str):
+        return value
+    try:
+        decoded = json.loads(value)
+    except (json.JSONDecodeError, RecursionError):
+        decoded = None
+    if not isinstance(decoded, list):
+        raise GlassroomError(f"{where}: {field!r} is a string, not a list of messages (nor a JSON text of one)")
+    return decoded
+
+
 def _text_parts(msg, i: int, where: str):
     """A message whose content is a list of text parts (OpenAI style) with its parts joined."""
     content = msg.get("content") if isinstance(msg, dict) else None
@@ -104,8 +117,10 @@ def _text_parts(msg, i: int, where: str):
 def _field(record, name: str, where: str):
     if not isinstance(record, dict):
         raise GlassroomError(f"{where}: is a JSON {type(record).__name__}, expected an object with {name!r}")
-    if name not in record or record[name] is None:
+    if name not in record:
         raise GlassroomError(f"{where}: has no {name!r} field; set the field name in the recipe source")
+    if record[name] is None:
+        raise GlassroomError(f"{where}: {name!r} is null; give it a value or remove the record")
     return record[name]
 
 
@@ -115,7 +130,7 @@ def conversation_records(cfg, path: Path, report) -> Iterator[tuple[str, str, di
         field = cfg.messages_field or "messages"
         fields = [field] + ([cfg.id_field] if cfg.id_field else [])
         for where, record in _records(path, fields):
-            messages = _messages(_field(record, field, where), where, "messages", "user")
+            messages = _messages(_json_list(_field(record, field, where), where, field), where, "messages", "user")
             roles = [m["role"] for m in messages]
             if "assistant" not in roles:
                 report.skip("no_assistant_turn", where)
