@@ -82,3 +82,30 @@ def test_conversations_whose_answer_is_cut_away_are_dropped_and_counted(setup):
     rows = packed.stack([(0, [(i, int(packed.parts[0].length[i]))]) for i in range(len(packed.parts[0].length))])
     assert (rows.mask.sum(1) > 0).all()  # every row kept trains something
     assert f"{cut} dropped (no trained token left" in describe_counts(packed.counts, "truncate")
+
+
+# ------------------------------------------------------------------ resume without the base
+
+
+def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tmp_path):
+    # The docs: a resumed run continues from its own checkpoint without its init folder. With the
+    # user's config (no model: section, as every post-training config) --resume used to fail with
+    # "init.from: ...: no such folder", so a deleted base stranded the run.
+    import shutil
+
+    from train_helpers import assert_same_store
+
+    sets = ("train.steps=4", "train.warmup_steps=0", "train.checkpoint_every=2", "train.eval_every=2")
+    reference = tmp_path / "reference"
+    assert train(setup["config"], reference, *sets).returncode == 0
+    base = tmp_path / "base"
+    shutil.copytree(setup["base"], base)
+    config = sft_config(tmp_path / "sft.yaml", base, setup["chat"])
+    out = tmp_path / "run"
+    killed = glassroom("train", str(config), "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)],
+                       env={"GLASSROOM_FAULTS": "kill@3"})
+    assert killed.returncode == -9, killed.stderr
+    shutil.rmtree(base)
+    resumed = train(config, out, *sets, resume=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_store(out, reference)

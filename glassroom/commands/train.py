@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.resume:
             raise GlassroomError("train: give a RUN.yaml config (or --resume to continue RUN_DIR with its own config)")
         config = out / "config.yaml"
-    cfg = load_run_config(config, args.set)
+    cfg = load_run_config(config, args.set, out if args.resume else None)
     check_launch()
     if not args.resume:
         check_new_run_dir(out)

@@ -158,6 +158,24 @@ def grow_vocab(model: dict[str, Any], data: Any) -> dict[str, Any]:
     return model
 
 
+def resume_model(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """A config resumed in run_dir whose init folder is gone and that has no model: section (the
+    usual post-training config): the model: section run_dir saved at its start, which needs nothing
+    from the folder (the weights are in run_dir's checkpoints)."""
+    from glassroom.train.run_dir import saved_config
+
+    init = raw.get("init") if isinstance(raw, dict) else None
+    if not isinstance(init, dict) or raw.get("model") is not None:
+        return raw
+    if Path(str(init.get("from", ""))).expanduser().exists():
+        return raw
+    try:
+        model = saved_config(run_dir).get("model")
+    except GlassroomError:
+        return raw
+    return {**raw, "model": model} if isinstance(model, dict) else raw
+
+
 def _gone(init) -> bool:
     """The init folder no longer exists: a new run is refused at start-up (check_init_weights), a
     resumed one continues from its own checkpoint without it."""

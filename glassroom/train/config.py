@@ -215,8 +215,12 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
     return cfg
 
 
-def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+def load_run_config(path: str | Path, overrides: list[str] | None = None, resume_dir: Path | None = None) -> RunConfig:
     raw = apply_overrides(load_yaml(path), overrides or [])
+    if resume_dir is not None:  # an init folder deleted since the start: the run's own model: section
+        from glassroom.hf.init import resume_model
+
+        raw = resume_model(raw, resume_dir)
     try:
         return run_config_from_mapping(raw, str(path))
     except GlassroomError as exc:
