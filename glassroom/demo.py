@@ -106,6 +106,18 @@ def _downstream(run_dir: Path) -> dict:
     return out
 
 
+def _first_sample(event: dict) -> Optional[dict]:
+    """A samples event's first {prompt, text} when it has the trainer's shape (an old or foreign
+    store may hold another: the summary leaves such an event out rather than failing at the end)."""
+    data = event.get("data")
+    samples = data.get("samples") if isinstance(data, dict) else None
+    first = samples[0] if isinstance(samples, list) and samples else None
+    if (isinstance(event.get("step"), int) and isinstance(first, dict)
+            and isinstance(first.get("prompt"), str) and isinstance(first.get("text"), str)):
+        return first
+    return None
+
+
 def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
     """The SFT run's held-out assistant loss at step 0 (the hero) and at its end, its first sample
     then and now; the DPO run's held-out accuracy and margin at its end."""
@@ -116,7 +128,7 @@ def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
         steps, values = reader.series("eval/macro/loss")
         if len(steps):
             out["sft_loss"] = {"base": [int(steps[0]), float(values[0])], "tuned": [int(steps[-1]), float(values[-1])]}
-        samples = [e for e in reader.events(kinds=["samples"]) if (e.get("data") or {}).get("samples")]
+        samples = [e for e in reader.events(kinds=["samples"]) if _first_sample(e) is not None]
         if samples:
             first, last = samples[0]["data"]["samples"][0], samples[-1]["data"]["samples"][0]
             out["sample"] = {"prompt": first["prompt"], "base": [samples[0]["step"], first["text"]],
@@ -217,8 +229,8 @@ def format_summary(s: dict) -> str:
                      f"step {sample['tuned'][0]} {sample['tuned'][1]!r}")
     accuracy, margin = ((post.get("dpo_eval") or {}).get(k) for k in ("accuracy", "margin"))
     if accuracy is not None:
-        lines.append(f"dpo:      {post['dpo']}: held-out accuracy {accuracy[1]:.3f}, margin {margin[1]:+.4f} "
-                     f"at step {accuracy[0]}")
+        shown = "" if margin is None else f", margin {margin[1]:+.4f}"
+        lines.append(f"dpo:      {post['dpo']}: held-out accuracy {accuracy[1]:.3f}{shown} at step {accuracy[0]}")
     if s.get("seal"):
         lines.append(f"sealed:   sha256 {s['seal']} (keep a copy; `glassroom ladder verify {s['hero']}` checks "
                      "that the prediction is unchanged and was made before the hero's first step)")

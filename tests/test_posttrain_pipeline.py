@@ -109,3 +109,31 @@ def dry_run(experiment: Path, workspace: Path, capsys) -> dict:
     assert code == 0, out + err
     rows = [line.split() for line in out.splitlines()[1:] if line.strip()]
     return {row[-3]: " ".join(row[:-3]) for row in rows}
+
+
+def test_demo_summary_skips_samples_events_of_another_shape(tmp_path):
+    """The demo's summary is read after the whole demo has trained: a samples event an old or foreign
+    version wrote (data a list, samples a dict, no prompt, a bare string, no step) used to raise
+    (AttributeError, KeyError, TypeError) there; it is left out, and a DPO run without a margin
+    series still prints its accuracy."""
+    from glassroom.observe.store import StoreWriter
+
+    sft, dpo = tmp_path / "sft", tmp_path / "dpo"
+    with StoreWriter(sft) as w:
+        for data in (["x"], {"samples": {"a": 1}}, {"samples": [{"text": "t"}]}, {"samples": ["hello"]}, None):
+            w.event("samples", "old shape", 0, data)
+        w.event("samples", "no step", None, {"samples": [{"prompt": "p", "text": "t"}]})
+        w.event("samples", "samples at step 0", 0, {"samples": [{"prompt": "What is ls?", "text": "the the"}]})
+        w.event("samples", "samples at step 4", 4, {"samples": [{"prompt": "What is ls?", "text": "lists files"}]})
+        w.event("samples", "newer, old shape", 6, {"samples": [{"prompt": 1, "text": 2}]})
+        w.log(0, {"eval/macro/loss": 3.0})
+        w.log(4, {"eval/macro/loss": 2.5})
+    with StoreWriter(dpo) as w:
+        w.log(4, {"eval/dpo/accuracy": 0.75})
+    post = _posttrain(sft, dpo)
+    assert post["sample"] == {"prompt": "What is ls?", "base": [0, "the the"], "tuned": [4, "lists files"]}
+    assert post["sft_loss"] == {"base": [0, 3.0], "tuned": [4, 2.5]}
+    text = format_summary({"dataset": "d", "rungs": [], "ladder": "l", "hero": "h", "achieved": None, "site": "s",
+                           "seconds": {"train": 60, "publish": 1}, "posttrain": post})
+    assert "held-out assistant loss 3.0000 at step 0 (the hero) -> 2.5000 at step 4" in text
+    assert f"dpo:      {dpo}: held-out accuracy 0.750 at step 4" in text
