@@ -47,12 +47,19 @@ def posttrain_steps(experiments: Path, hero) -> list:
     from glassroom.config import load_yaml
     from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
 
-    spec = load_yaml(experiments / "posttrain-demo.yaml")
-    chat = chatset_step("chatset", **spec["chatset"])
-    sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=hero / "tokenizer.json")
-    dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=hero / "tokenizer.json")
-    sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero)
-    dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft)
+    where = experiments / "posttrain-demo.yaml"
+    spec = load_yaml(where)
+    for key in ("chatset", "sft", "dpo"):   # an edited file: one line naming it, not a KeyError
+        if not isinstance(spec, dict) or not isinstance(spec.get(key), dict):
+            raise GlassroomError(f"{where}: `{key}:` is missing or not a mapping; restore it from the checkout")
+    try:
+        chat = chatset_step("chatset", **spec["chatset"])
+        sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=hero / "tokenizer.json")
+        dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=hero / "tokenizer.json")
+        sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero)
+        dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft)
+    except (TypeError, ValueError) as exc:   # chatset: {max_per_source: lots}, a stray key, a wrong task
+        raise GlassroomError(f"{where}: {str(exc).splitlines()[0]}") from exc
     return [chat, sft_data, sft, dpo_data, dpo]
 
 

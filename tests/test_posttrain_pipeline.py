@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 from glassroom.demo import _posttrain, format_summary
@@ -137,3 +138,39 @@ def test_demo_summary_skips_samples_events_of_another_shape(tmp_path):
                            "seconds": {"train": 60, "publish": 1}, "posttrain": post})
     assert "held-out assistant loss 3.0000 at step 0 (the hero) -> 2.5000 at step 4" in text
     assert f"dpo:      {dpo}: held-out accuracy 0.750 at step 4" in text
+
+
+BAD_SPECS = {
+    "no sft section": ("chatset: {max_per_source: 10}\ndpo: {train: {task: dpo}}\n", "`sft:` is missing or not a mapping"),
+    "a word for a number": ("chatset: {max_per_source: lots}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
+                            "invalid literal for int()"),
+    "a stray key": ("chatset: {max_per_sorce: 10}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
+                    "unexpected keyword argument 'max_per_sorce'"),
+    "swapped task": ("chatset: {}\nsft: {train: {task: pretrain}}\ndpo: {train: {task: dpo}}\n",
+                     "hero-sft: train.task must be one of ('sft', 'dpo'), got 'pretrain'"),
+    "its own init.from": ("chatset: {}\nsft: {init: {from: /elsewhere}, train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
+                          "hero-sft: init is set by the step (from `base` and `data`); remove it from the config"),
+    "its own data.path": ("chatset: {}\nsft: {train: {task: sft}}\ndpo: {data: {path: /x}, train: {task: dpo}}\n",
+                          "hero-dpo: data.path is set by the step"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_an_edited_posttrain_demo_spec_is_one_line(tmp_path, capsys, case):
+    """Before: a KeyError or an int() error from the experiment file, never naming the file the user
+    edited; an init.from or data.path of the user's own was silently replaced by the step's."""
+    text, expected = BAD_SPECS[case]
+    (tmp_path / "posttrain-demo.yaml").write_text(text)
+    experiment = tmp_path / "exp.py"
+    experiment.write_text(textwrap.dedent(f'''
+        from pathlib import Path
+        from glassroom.demo import posttrain_steps
+        from glassroom.pipeline import Step
+
+        hero = Step("hero", print, {{}}, kind="runs")
+        steps = [hero, *posttrain_steps(Path({str(tmp_path)!r}), hero)]
+    '''))
+    code, out, err = glassroom("run", experiment, "--workspace", tmp_path / "ws", "--dry-run", capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and expected in err and "Traceback" not in err, err
+    assert str(tmp_path / "posttrain-demo.yaml") in err, err   # the file the user edited

@@ -7,7 +7,7 @@ built with a base run's tokenizer, and a fine-tuning run that starts from the ba
 
 The fine-tuning run's config is an ordinary run config (docs/post-training.md) without data.path
 and init.from, which the step fills in: `init: {from: <base run>}` (its newest checkpoint) and the
-dataset of `data`. Each step is cached like any other (glassroom run): editing the config reruns the
+dataset of `data` (a config that sets either is refused at load). Each step is cached like any other (glassroom run): editing the config reruns the
 run and what follows it. `glassroom demo` ends with these steps (glassroom/demo.py).
 """
 
@@ -46,6 +46,10 @@ def finetune_step(name: str, config: dict[str, Any], data: Step, base: Step, cpu
     task = (config.get("train") or {}).get("task")
     if task not in TASKS:
         raise ValueError(f"{name}: train.task must be one of {TASKS}, got {task!r}")
+    given = [key for key, section, inner in (("init", config, "init"), ("data.path", config.get("data"), "path"))
+             if isinstance(section, dict) and inner in section]
+    if given:   # filled in below: a value of the user's own would be silently replaced
+        raise ValueError(f"{name}: {given[0]} is set by the step (from `base` and `data`); remove it from the config")
     config = copy.deepcopy(config)
     config.setdefault("data", {})["path"] = data / "dataset"
     config["init"] = {"from": base.output()}
