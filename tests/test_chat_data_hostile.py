@@ -238,3 +238,111 @@ def test_sharegpt_style_messages_name_their_keys(tmp_path, capsys):
     assert code == 2
     line = one_error(err)
     assert "row 1: messages[0] has no 'role' (its keys: from, value)" in line
+
+
+# ---------------------------------------------------------------------- a corrupt mask, at read time
+
+def test_mask_bytes_other_than_0_and_1_are_refused(tmp_path, capsys):
+    """A mask.bin of the right length holding 5s: the trainers weight targets by the mask, so a
+    corrupt byte trained its token five times over, silently (an SFT run exited 0)."""
+    from glassroom.data.chat import Conversations
+    from glassroom.errors import GlassroomError
+
+    code, _, err = build(sft_recipe(tmp_path, conversations(30)), tmp_path / "out", capsys)
+    assert code == 0, err
+    path = tmp_path / "out" / "shards" / "pydoc" / "train.mask.bin"
+    data = bytearray(path.read_bytes())
+    data[3] = 5
+    path.write_bytes(bytes(data))
+    with pytest.raises(GlassroomError, match=r"train\.mask\.bin: holds bytes other than 0 and 1"):
+        Conversations(tmp_path / "out", "pydoc", "train")
+
+
+# ---------------------------------------------------------------------- data chatset
+
+WN = "/usr/share/dictd/wn"
+
+
+def _dictd(folder, index_lines, dz=True):
+    import shutil
+
+    folder.mkdir()
+    (folder / "wn.index").write_text("\n".join(index_lines) + "\n")
+    if dz is True:
+        shutil.copy(f"{WN}.dict.dz", folder / "wn.dict.dz")
+    elif dz:
+        (folder / "wn.dict.dz").write_bytes(dz)
+    return folder
+
+
+def _wn_lines(n=120):
+    lines = []
+    with open(f"{WN}.index", encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i >= 20000:
+                lines.append(line.rstrip("\n"))
+            if len(lines) == n:
+                return lines
+
+
+def chatset(out, dictd, *extra):
+    return main(["data", "chatset", "--out", str(out), "--sources", "wn", "--dictd-dir", str(dictd), *extra])
+
+
+def test_chatset_dictd_index_with_bad_lines_skips_and_counts_them(tmp_path, capsys):
+    """An index line whose offset is not base-64 crashed with KeyError (a traceback, exit 1)."""
+    lines = _wn_lines()
+    lines.insert(10, "zebrawood\t!!\tC8")
+    lines.insert(20, "zebrafish\tD2CX")
+    dictd = _dictd(tmp_path / "dictd", lines)
+    assert chatset(tmp_path / "set", dictd) == 0, capsys.readouterr().err
+    info = json.loads((tmp_path / "set" / "chatset.json").read_text())
+    assert info["sources"]["wn"]["skipped"]["wn: index line with a bad offset or size"] == 1
+    assert info["sources"]["wn"]["conversations"]["train"] > 10
+
+
+@pytest.mark.parametrize("dz, expect", [(False, "No such file"), (b"\x1f\x8b\x08\x00broken", "cannot be read")])
+def test_chatset_missing_or_broken_dict_dz_is_one_line(tmp_path, capsys, dz, expect):
+    dictd = _dictd(tmp_path / "dictd", _wn_lines(), dz=dz)
+    assert chatset(tmp_path / "set", dictd) == 2
+    line = one_error(capsys.readouterr().err)
+    assert "wn.dict.dz" in line and expect in line
+    assert not (tmp_path / "set").exists()
+
+
+def test_chatset_that_would_have_no_held_out_subject_is_one_line(tmp_path, capsys):
+    """A source that gave no usable question (or a cap of one): the set was written with recipes
+    whose `domains:` was empty, and `data build` then said `recipe.domains: a value is required`."""
+    dictd = _dictd(tmp_path / "dictd", _wn_lines())
+    assert chatset(tmp_path / "set", dictd, "--max-per-source", "1") == 2
+    line = one_error(capsys.readouterr().err)
+    assert "--max-per-source 1 keeps 1 question(s) about fewer than 2 subjects" in line
+    assert not (tmp_path / "set").exists()
+
+
+def test_chatset_runs_to_one_folder_take_turns(tmp_path, capsys, monkeypatch):
+    """Two runs to the same new --out: the later one replaced the earlier one's set without --force
+    (both had checked --out before reading their sources). Now the later one is refused in one line,
+    and one holding the lock is refused at once."""
+    import glassroom.data.chatset as chatset_pkg
+    from glassroom.data.build import build_lock
+
+    dictd = _dictd(tmp_path / "dictd", _wn_lines())
+    out = tmp_path / "set"
+    real_make = chatset_pkg.make
+
+    def make_while_another_run_writes(*args, **kwargs):
+        made = real_make(*args, **kwargs)
+        monkeypatch.setattr(chatset_pkg, "make", real_make)
+        assert chatset(out, dictd, "--seed", "7") == 0  # the other run finishes first
+        return made
+
+    monkeypatch.setattr(chatset_pkg, "make", make_while_another_run_writes)
+    assert chatset(out, dictd) == 2
+    assert "exists and is not empty" in one_error(capsys.readouterr().err)
+    assert json.loads((out / "chatset.json").read_text())["seed"] == 7
+    with build_lock(out.resolve()):
+        assert chatset(out, dictd, "--force") == 2
+    assert "is writing" in one_error(capsys.readouterr().err)
+    assert json.loads((out / "chatset.json").read_text())["seed"] == 7
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

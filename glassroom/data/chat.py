@@ -239,6 +239,9 @@ class Conversations:
             raise GlassroomError(f"{path}: holds {size} mask bytes, the shard has {len(self.tokens)} tokens "
                                  "(corrupt); rebuild the dataset with glassroom data build")
         self.mask = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+        if size and int(self.mask.max()) > 1:  # the trainers weight targets by it: 5 would count five times
+            raise GlassroomError(f"{path}: holds bytes other than 0 and 1 (corrupt); rebuild the dataset with "
+                                 "glassroom data build")
         if self.task == "dpo" and len(self) % 2:
             raise GlassroomError(f"{shard.paths['tokens']}: a DPO shard holds an odd number of documents "
                                  f"({len(self)}); pairs are (chosen, rejected): rebuild the dataset")

@@ -124,6 +124,16 @@ def make(seed: int, max_per_source: int, sources: list[str], man_dir: Path, dict
             skips[name] = Counter()
             facts = read_facts(name, seed, man_dir, dictd_dir, dpkg_info, skips[name])
             found[name], kept[name] = len(facts), cap(facts, max_per_source, seed)
+            if len({f.subject for f in kept[name]}) < 2:  # no subject to hold out: no validation split
+                few = len({f.subject for f in facts}) < 2
+                absent[name] = (f"{len(facts)} usable questions" if few else
+                                f"--max-per-source {max_per_source} keeps {len(kept[name])} question(s)") + \
+                    " about fewer than 2 subjects, nothing to hold out"
+                del kept[name]
+    if not kept:
+        name = next(iter(absent))
+        raise GlassroomError(f"data chatset: no source gave a set: {name}: {absent[name]}; "
+                             "check the source or raise --max-per-source")
     held = heldout_subjects(kept, seed)
     for name, facts in kept.items():
         split = {"train": [f for f in facts if f.subject not in held], "heldout": [f for f in facts if f.subject in held]}

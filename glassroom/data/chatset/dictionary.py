@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from glassroom.data.chatset.common import Fact, Kind, squash
+from glassroom.errors import GlassroomError
 
 DICTIONARIES = {
     "gcide": ("GCIDE", "GPL-2.0-or-later: see /usr/share/doc/dict-gcide/copyright"),
@@ -33,24 +34,37 @@ MEANING = Kind(
 )
 
 
-def _number(text: str) -> int:
+def _number(text: str) -> int | None:
+    """A dictd index number (base 64), or None for text that is not one."""
     value = 0
     for c in text:
+        if c not in _B64:
+            return None
         value = value * 64 + _B64[c]
-    return value
+    return value if text else None
 
 
-def entries(folder: Path, name: str) -> list[tuple[str, str]]:
-    """(index word, entry text) for the single lower-case words of one dictd database, first entry per word."""
-    data = gzip.decompress((folder / f"{name}.dict.dz").read_bytes())
+def entries(folder: Path, name: str, skipped: Counter | None = None) -> list[tuple[str, str]]:
+    """(index word, entry text) for the single lower-case words of one dictd database, first entry per
+    word; an index line whose offset or size is not a dictd number is skipped (counted in `skipped`)."""
+    path = folder / f"{name}.dict.dz"
+    try:
+        data = gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise GlassroomError(f"{path}: cannot be read ({' '.join(str(exc).split())[:100]}); reinstall dict-{name} "
+                             "or leave the source out (--sources)") from None
     out, seen = [], set()
     for line in (folder / f"{name}.index").read_text(encoding="utf-8", errors="replace").splitlines():
         parts = line.split("\t")
         word = parts[0].lower() if len(parts) >= 3 else ""
         if not _WORD.fullmatch(word) or word in seen:
             continue
-        seen.add(word)
         start, size = _number(parts[1]), _number(parts[2])
+        if start is None or size is None:
+            if skipped is not None:
+                skipped[f"{name}: index line with a bad offset or size"] += 1
+            continue
+        seen.add(word)
         out.append((word, data[start: start + size].decode("utf-8", "replace")))
     return out
 
@@ -123,7 +137,7 @@ def facts(seed: int, folder: Path, names: list[str], skipped: Counter) -> list[F
     for name in names:
         title, lic = DICTIONARIES[name]
         sense = gcide_sense if name == "gcide" else wordnet_sense
-        for word, entry in entries(folder, name):
+        for word, entry in entries(folder, name, skipped):
             found = sense(word, entry)
             if found is None:
                 skipped[f"{name}: entry without a clean first definition"] += 1

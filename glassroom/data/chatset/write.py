@@ -1,12 +1,14 @@
 """Writing a chat set folder: the JSONL files, chatset.json, README.md and the sft/dpo recipes.
 
 The folder is written beside DIR under a temporary name and swapped into place at the end, so a
-failed run leaves an existing DIR as it was. An existing DIR that is not empty is replaced only with
+failed run leaves an existing DIR as it was; runs writing the same DIR take turns (the data build's
+lock beside DIR), and the second finds DIR written and needs --force like any other run. An existing DIR that is not empty is replaced only with
 --force, and only when it holds a chatset.json (a folder this command wrote).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -65,9 +67,21 @@ def _recipe(task: str, final: Path, domains: dict[str, list[str]], tokenizer: st
 def write(out: Path, made: dict, *, seed: int, max_per_source: int, sources: list[str], tokenizer: str | None,
           force: bool) -> dict:
     """Write the set `made` (glassroom.data.chatset.make) into `out`; returns chatset.json's content."""
+    from glassroom.data.build import build_lock
+
     final = out.resolve()
     check_out(final, force)
     final.parent.mkdir(parents=True, exist_ok=True)
+    with build_lock(final):  # one writer of DIR at a time (a data build to DIR takes the same lock)
+        check_out(final, force)  # again: another run may have written DIR while this one read its sources
+        for stale in final.parent.glob(f".{glob.escape(final.name)}.chatset-*"):
+            if stale.is_dir() and not stale.is_symlink():  # left by a killed run: no live one holds the lock
+                shutil.rmtree(stale, ignore_errors=True)
+        return _write(final, made, seed=seed, max_per_source=max_per_source, sources=sources, tokenizer=tokenizer)
+
+
+def _write(final: Path, made: dict, *, seed: int, max_per_source: int, sources: list[str],
+           tokenizer: str | None) -> dict:
     tmp = final.parent / f".{final.name}.chatset-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
