@@ -24,7 +24,7 @@ import numpy as np
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
-from glassroom.web.lineage import hidden_base, lineage_view, scrub
+from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
 DEFAULT_POINTS = 1_500
@@ -100,7 +100,8 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         artifacts["lineage"] = lineage_view(lineage, run_dir, root, public)
         status = reader.status()
     config, config_text = read_config(run_dir, root)
-    hidden = hidden_base(lineage, run_dir, root, public)   # a private base: named nowhere on the page
+    private_base = (artifacts["lineage"] or {}).get("base") == PRIVATE_BASE
+    hidden = hidden_base(lineage, run_dir, root, public) if private_base else []   # named nowhere on the page
     events, config, config_text = scrub([events, config, config_text], hidden)
     return {
         "id": run_id,
