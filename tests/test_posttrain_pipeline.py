@@ -143,7 +143,11 @@ def test_demo_summary_skips_samples_events_of_another_shape(tmp_path):
 BAD_SPECS = {
     "no sft section": ("chatset: {max_per_source: 10}\ndpo: {train: {task: dpo}}\n", "`sft:` is missing or not a mapping"),
     "a word for a number": ("chatset: {max_per_source: lots}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
-                            "invalid literal for int()"),
+                            "chatset: max_per_source must be a whole number of at least 1, got 'lots'"),
+    "no conversations": ("chatset: {max_per_source: 0}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
+                         "chatset: max_per_source must be a whole number of at least 1, got 0"),
+    "a source misspelt": ("chatset: {sources: [manpages]}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
+                          "chatset: sources: give each of man, python, gcide, wn at most once (unknown: 'manpages')"),
     "a stray key": ("chatset: {max_per_sorce: 10}\nsft: {train: {task: sft}}\ndpo: {train: {task: dpo}}\n",
                     "unexpected keyword argument 'max_per_sorce'"),
     "swapped task": ("chatset: {}\nsft: {train: {task: pretrain}}\ndpo: {train: {task: dpo}}\n",
@@ -158,7 +162,8 @@ BAD_SPECS = {
 @pytest.mark.parametrize("case", sorted(BAD_SPECS))
 def test_an_edited_posttrain_demo_spec_is_one_line(tmp_path, capsys, case):
     """Before: a KeyError or an int() error from the experiment file, never naming the file the user
-    edited; an init.from or data.path of the user's own was silently replaced by the step's."""
+    edited; a misspelt source or max_per_source 0 failed only when the chat set step ran (after the
+    hero); an init.from or data.path of the user's own was silently replaced by the step's."""
     text, expected = BAD_SPECS[case]
     (tmp_path / "posttrain-demo.yaml").write_text(text)
     experiment = tmp_path / "exp.py"

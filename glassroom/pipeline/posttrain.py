@@ -27,7 +27,13 @@ def chatset_step(name: str, *, max_per_source: int = 4000, seed: int = 0, source
     """`glassroom data chatset` as a step: the set lands in `<output>/set` (its sft.yaml, dpo.yaml)."""
     from glassroom.data.chatset import SOURCES
 
-    chosen = list(sources or SOURCES)
+    chosen = [sources] if isinstance(sources, str) else list(sources or SOURCES)   # "man": one source
+    unknown = [n for n in chosen if n not in SOURCES]
+    if unknown or len(set(chosen)) != len(chosen):
+        raise ValueError(f"{name}: sources: give each of {', '.join(SOURCES)} at most once"
+                         + (f" (unknown: {unknown[0]!r})" if unknown else ""))
+    if isinstance(max_per_source, bool) or not isinstance(max_per_source, int) or max_per_source < 1:
+        raise ValueError(f"{name}: max_per_source must be a whole number of at least 1, got {max_per_source!r}")
     return Step(name, make_chatset, {"max_per_source": int(max_per_source), "seed": int(seed), "sources": chosen},
                 kind="data", description=f"glassroom data chatset ({', '.join(chosen)})")
 
