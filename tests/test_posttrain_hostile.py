@@ -109,3 +109,34 @@ def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tm
     resumed = train(config, out, *sets, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)
+
+
+def test_resume_on_data_rebuilt_with_another_tokenizer_is_one_line(setup, tmp_path):
+    # Killed, then the data rebuilt in place with a tokenizer of its own (400 ids: they fit the
+    # model's 2050 rows) and the base deleted (so init.from's tokenizer check cannot run): --resume
+    # used to continue silently, training on other tokens under the same ids.
+    import io
+    import shutil
+
+    from chat_helpers import write_chat_recipe, write_jsonl
+    from glassroom.data.build import build_dataset
+    from glassroom.data.recipe import load_recipe
+    from sft_helpers import short_conversations
+
+    base, data = tmp_path / "base", tmp_path / "chat"
+    shutil.copytree(setup["base"], base)
+    shutil.copytree(setup["chat"], data)
+    config = sft_config(tmp_path / "sft.yaml", base, data)
+    out = tmp_path / "run"
+    sets = [a for s in ("train.steps=4", "train.warmup_steps=0", "train.checkpoint_every=2") for a in ("--set", s)]
+    killed = glassroom("train", str(config), "--out", str(out), "--quiet", *sets, env={"GLASSROOM_FAULTS": "kill@3"})
+    assert killed.returncode == -9, killed.stderr
+    shutil.rmtree(base)
+    shutil.rmtree(data)
+    src = write_jsonl(tmp_path / "conv.jsonl", short_conversations(80))
+    build_dataset(load_recipe(write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src)}])), data,
+                  workers=1, log=io.StringIO())
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    one_line(glassroom("train", str(config), "--out", str(out), "--quiet", *sets, "--resume"),
+             "data.path", "another tokenizer")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before

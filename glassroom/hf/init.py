@@ -140,6 +140,11 @@ def _vocab_and_merges(path: Path, key: str = "init.from") -> tuple[dict[int, str
         raise ConfigError(f"{key}: {path}: not a readable tokenizer.json") from None
 
 
+def same_tokenizer(a: Path, b: Path) -> bool:
+    """Two tokenizer.json files have the same ids, tokens and merges."""
+    return _vocab_and_merges(a, "tokenizer") == _vocab_and_merges(b, "data.path")
+
+
 def base_vocab_size(init) -> int:
     """Ids the base's tokenizer has (max id + 1)."""
     ids, _ = _vocab_and_merges(_tokenizer_file(init))

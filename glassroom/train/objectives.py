@@ -19,6 +19,7 @@ parallelism and over micro-batches by the trainer, is that loss's gradient.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -150,6 +151,18 @@ class SFT(Objective):
         self.accum = tc.batch_size // info.world_size // tc.micro_batch_size
         self._scale = 1.0
         self._global = {"mask": 0.0, "targets": 0.0, "real": 0.0}
+
+    def start(self, trainer) -> None:
+        """A resumed run's data still has the tokenizer the run started with (RUN_DIR/tokenizer.json):
+        data rebuilt with another one would feed the model other ids under the same numbers."""
+        from glassroom.hf.init import same_tokenizer
+
+        kept = Path(trainer.run_dir) / "tokenizer.json"
+        data = Path(self.cfg.data.path).expanduser() / "tokenizer.json"
+        if trainer.step > 0 and kept.is_file() and not same_tokenizer(kept, data):
+            raise GlassroomError(f"data.path: {data} is not the tokenizer {trainer.run_dir} started with ({kept}); "
+                                 "the data was rebuilt with another tokenizer: point data.path at data built with "
+                                 "that one, or start a new run")
 
     def start_notes(self) -> tuple[str, dict]:
         from glassroom.data.packing import describe_counts
