@@ -179,3 +179,16 @@ def test_an_edited_posttrain_demo_spec_is_one_line(tmp_path, capsys, case):
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: ") and expected in err and "Traceback" not in err, err
     assert str(tmp_path / "posttrain-demo.yaml") in err, err   # the file the user edited
+
+
+def test_step_arguments_a_user_gets_wrong_are_caught_at_load():
+    from glassroom.pipeline import Step
+    from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
+
+    assert chatset_step("chat", sources="man").config["sources"] == ["man"]   # was ['m', 'a', 'n']
+    chat = chatset_step("chat", sources=("python",), max_per_source=10)
+    data = chat_data_step("data", chat, "sft", tokenizer="/x/tokenizer.json")
+    with pytest.raises(ValueError, match=r"^sft: base and data must be steps .* got PosixPath; for a model folder"):
+        finetune_step("sft", {"train": {"task": "sft"}}, data, base=Path("/models/smol"))
+    base = Step("base", print, {}, kind="runs")
+    assert finetune_step("sft", {"train": {"task": "sft"}}, data, base=base).config["run"]["init"] == {"from": base.output()}

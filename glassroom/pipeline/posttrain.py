@@ -49,6 +49,10 @@ def chat_data_step(name: str, chatset: Step, task: str, tokenizer: Input, cpus: 
 
 def finetune_step(name: str, config: dict[str, Any], data: Step, base: Step, cpus: float = 2) -> Step:
     """A run of `config` (task sft or dpo) on `data`'s dataset, starting from `base`'s run."""
+    if not isinstance(base, Step) or not isinstance(data, Step):
+        raise ValueError(f"{name}: base and data must be steps (a run step, a chat_data_step), got "
+                         f"{type(base if not isinstance(base, Step) else data).__name__}; for a model folder, "
+                         "train with `init: {from: DIR}` (glassroom train) instead")
     task = (config.get("train") or {}).get("task")
     if task not in TASKS:
         raise ValueError(f"{name}: train.task must be one of {TASKS}, got {task!r}")
