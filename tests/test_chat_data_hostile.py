@@ -346,3 +346,14 @@ def test_chatset_runs_to_one_folder_take_turns(tmp_path, capsys, monkeypatch):
     assert "is writing" in one_error(capsys.readouterr().err)
     assert json.loads((out / "chatset.json").read_text())["seed"] == 7
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_pair_whose_prompt_ends_with_the_assistant_is_one_line(tmp_path, capsys):
+    """A prompt list ending with an assistant message: the pair trained an assistant turn answering
+    an assistant turn, silently."""
+    records = preferences(40)
+    records[2]["prompt"] = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]
+    code, _, err = build(pairs_recipe(tmp_path, records), tmp_path / "out", capsys)
+    assert code == 2
+    line = one_error(err)
+    assert "p.jsonl:3" in line and "prompt ends with" in line

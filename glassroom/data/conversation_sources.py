@@ -16,7 +16,8 @@ counted in the source report (the build's funnel) under a named reason:
   identical_pair       a preference whose chosen and rejected answers are the same text (whitespace aside)
 
 A pair whose chosen and rejected lists differ before their final answer compares answers to two
-different conversations: one line naming file:line.
+different conversations, and one whose answers follow an assistant message has no question to
+answer: each is one line naming file:line.
 
 Each document is {id, text, domain, source, chat, [split]}: `text` is the conversation rendered as
 template text (chat.render_text; a pair renders both documents), used by exact dedup and the
@@ -150,6 +151,9 @@ def conversation_records(cfg, path: Path, report) -> Iterator[tuple[str, str, di
         if chosen[:-1] != rejected[:-1]:
             raise GlassroomError(f"{where}: chosen and rejected differ before their final answer; a pair compares "
                                  "two answers to the same conversation: put the shared turns in prompt")
+        if (prompt + chosen[:-1])[-1]["role"] == "assistant":
+            raise GlassroomError(f"{where}: the answers follow an assistant message (the prompt ends with one); "
+                                 "a prompt ends with the user's turn the answers reply to")
         if _squeezed(chosen) == _squeezed(rejected):
             report.skip("identical_pair", where)
         else:
