@@ -357,3 +357,19 @@ def test_pair_whose_prompt_ends_with_the_assistant_is_one_line(tmp_path, capsys)
     assert code == 2
     line = one_error(err)
     assert "p.jsonl:3" in line and "prompt ends with" in line
+
+
+def test_lone_surrogate_escapes_are_replacement_characters(tmp_path, capsys):
+    """JSON may spell a lone "\\ud800"; json.loads keeps it and writing the staged text as UTF-8
+    crashed the build with UnicodeEncodeError (a traceback, exit 1). Now it is U+FFFD, like an
+    invalid byte in the file, and the quality filters judge it."""
+    lines = [json.dumps(r) for r in conversations(30)]
+    lines[4] = ('{"id": "x\\udc80", "messages": [{"role": "user", "content": "hi \\ud800"}, '
+                '{"role": "assistant", "content": "a lone \\udfff surrogate in an answer long enough to keep"}]}')
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    recipe = write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(path), "id_field": "id"}])
+    code, _, err = build(recipe, tmp_path / "out", capsys)
+    assert code == 0, err
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["extract"]["pydoc"]["docs_out"] == 30

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import unicodedata
 from pathlib import Path
 from typing import Iterator
@@ -74,7 +75,12 @@ def _records(path: Path, fields: list[str]) -> Iterator[tuple[str, object]]:
         raise GlassroomError(f"{path}: cannot be read ({' '.join(str(exc).split())[:120]})") from None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone "\\ud800" escape in JSON: text that UTF-8 cannot write
+
+
 def _norm(text: str) -> str:
+    """NFC, LF line ends, and a lone surrogate as U+FFFD (like an invalid UTF-8 byte in the file)."""
+    text = _SURROGATE.sub("\ufffd", text)
     return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
@@ -167,7 +173,7 @@ def _squeezed(messages: list[dict]) -> list[tuple[str, str]]:
 
 def _key(record: dict, cfg, where: str) -> str:
     if cfg.id_field and record.get(cfg.id_field) is not None:
-        return f"{where.rsplit(':', 1)[0]}:{record[cfg.id_field]}"
+        return _SURROGATE.sub("\ufffd", f"{where.rsplit(':', 1)[0]}:{record[cfg.id_field]}")
     return where
 
 
