@@ -373,3 +373,18 @@ def test_lone_surrogate_escapes_are_replacement_characters(tmp_path, capsys):
     assert code == 0, err
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["extract"]["pydoc"]["docs_out"] == 30
+
+
+def test_pretraining_jsonl_with_a_lone_surrogate_builds(tmp_path, capsys):
+    """The same crash in a plain `kind: jsonl` source (outside chat data, found on the way)."""
+    import yaml
+
+    lines = [json.dumps({"text": f"Document {i} is about rivers, stones and the light over the hills. " * 4})
+             for i in range(30)]
+    lines[3] = '{"text": "a lone \\ud800 surrogate in a pretraining document, long enough to be kept by the filters."}'
+    (tmp_path / "p.jsonl").write_text("\n".join(lines) + "\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "p", "domains": {"d": {"sources": [
+        {"kind": "jsonl", "path": str(tmp_path / "p.jsonl")}]}}, "tokenizer": {"vocab_size": 300}}))
+    code, _, err = build(recipe, tmp_path / "out", capsys)
+    assert code == 0, err

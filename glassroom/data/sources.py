@@ -434,6 +434,8 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
     forced = {"split": cfg.split} if cfg.split else {}
     try:
         for key, text in _raw_documents(cfg, report):
+            # a lone surrogate ("\\ud800" in JSON) cannot be written as UTF-8: U+FFFD, like a bad byte
+            key, text = re.sub("[\ud800-\udfff]", "\ufffd", key), re.sub("[\ud800-\udfff]", "\ufffd", text)
             pieces = split_long(text, cfg.chunk_bytes) if cfg.chunk_bytes else [text]
             for i, piece in enumerate(pieces):
                 size = len(piece.encode())
