@@ -164,13 +164,14 @@ def grow_vocab(model: dict[str, Any], data: Any) -> dict[str, Any]:
 
 
 def resume_model(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """A config resumed in run_dir whose init folder is gone and that has no model: section (the
-    usual post-training config): the model: section run_dir saved at its start, which needs nothing
-    from the folder (the weights are in run_dir's checkpoints)."""
+    """A config resumed in run_dir whose init folder is gone: the model: section run_dir saved at its
+    start (with the keys the config's own model: section sets), which needs nothing from the folder
+    (the weights are in run_dir's checkpoints)."""
     from glassroom.train.run_dir import saved_config
 
     init = raw.get("init") if isinstance(raw, dict) else None
-    if not isinstance(init, dict) or raw.get("model") is not None:
+    given = raw.get("model") if isinstance(raw, dict) else None
+    if not isinstance(init, dict) or not isinstance(given, (dict, type(None))):
         return raw
     if Path(str(init.get("from", ""))).expanduser().exists():
         return raw
@@ -178,7 +179,7 @@ def resume_model(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         model = saved_config(run_dir).get("model")
     except GlassroomError:
         return raw
-    return {**raw, "model": model} if isinstance(model, dict) else raw
+    return {**raw, "model": _overlay(model, given or {})} if isinstance(model, dict) else raw
 
 
 def _gone(init) -> bool:
