@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from glassroom.observe.store import StoreReader
 from sft_helpers import build_chat, pretrain_base, sft_config
@@ -87,7 +88,8 @@ def test_conversations_whose_answer_is_cut_away_are_dropped_and_counted(setup):
 # ------------------------------------------------------------------ resume without the base
 
 
-def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tmp_path):
+@pytest.mark.parametrize("model", [None, {"max_seq_len": 128}], ids=["no-model-section", "partial-model-section"])
+def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tmp_path, model):
     # The docs: a resumed run continues from its own checkpoint without its init folder. With the
     # user's config (no model: section, as every post-training config) --resume used to fail with
     # "init.from: ...: no such folder", so a deleted base stranded the run.
@@ -101,6 +103,8 @@ def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tm
     base = tmp_path / "base"
     shutil.copytree(setup["base"], base)
     config = sft_config(tmp_path / "sft.yaml", base, setup["chat"])
+    if model is not None:  # keys that agree with the base (or training knobs) may be set
+        config.write_text(config.read_text() + yaml.safe_dump({"model": model}))
     out = tmp_path / "run"
     killed = glassroom("train", str(config), "--out", str(out), "--quiet", *[a for s in sets for a in ("--set", s)],
                        env={"GLASSROOM_FAULTS": "kill@3"})
