@@ -144,3 +144,63 @@ def test_resume_on_data_rebuilt_with_another_tokenizer_is_one_line(setup, tmp_pa
     one_line(glassroom("train", str(config), "--out", str(out), "--quiet", *sets, "--resume"),
              "data.path", "another tokenizer")
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+
+
+# ------------------------------------------------------------------ a tuned model outside glassroom
+
+
+def _mistral_with_window(folder: Path, tokenizer: Path) -> Path:
+    """A transformers-made Mistral (sliding window 16, random weights scaled up so greedy text is
+    not one repeated token) saved with save_pretrained, with the base's tokenizer saved by transformers."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=2048, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, intermediate_size=128, max_position_embeddings=128,
+                        sliding_window=16, tie_word_embeddings=False, eos_token_id=0, pad_token_id=0, bos_token_id=None)
+    model = MistralForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8)
+    model.save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>").save_pretrained(folder)
+    return folder
+
+
+def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_and_transformers(setup, tmp_path):
+    # The docs' promise at its edge: SFT from a transformers-made sliding-window folder (vocabulary
+    # grown by the template tokens), exported; greedy --chat answers past the window, with a
+    # two-line system message, token for token the same from the run, from the export, and from
+    # transformers' apply_chat_template + generate on the export.
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf_base = _mistral_with_window(tmp_path / "mistral", setup["base"] / "tokenizer.json")
+    config = sft_config(tmp_path / "sft.yaml", hf_base, setup["chat"], seq_len=64)
+    run, export = tmp_path / "run", tmp_path / "export"
+    assert train(config, run, *SHORT).returncode == 0
+    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    system, prompt, n = "Answer briefly.\nUse one sentence.", "What does json.dumps do?", 40
+    answers = []
+    for path in (run, export):
+        result = glassroom("sample", str(path), "--chat", "--system", system, "--prompt", prompt,
+                           "--max-new-tokens", str(n), "--ignore-eos", "--json")
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout.splitlines()[0])
+        answers.append((out["prompt_tokens"], out["new_tokens"]))
+    assert answers[0] == answers[1]
+    tok = AutoTokenizer.from_pretrained(export, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(export, local_files_only=True)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    assert len(ids) + n > 16 + 16  # well past the window
+    with torch.no_grad():
+        new = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             pad_token_id=0)[0, len(ids):].tolist()
+    assert answers[0] == (ids, new)
+    assert len(set(new)) > 5  # a real answer, not one token repeated
