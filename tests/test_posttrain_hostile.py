@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -204,3 +205,54 @@ def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_a
                              pad_token_id=0)[0, len(ids):].tolist()
     assert answers[0] == (ids, new)
     assert len(set(new)) > 5  # a real answer, not one token repeated
+
+
+# ------------------------------------------------------------------ preference pairs cut to the same tokens
+
+
+def test_pairs_identical_once_truncated_are_dropped_and_counted(setup, tmp_path):
+    # chosen and rejected share a long prefix and differ only past seq_len + 1 tokens: truncated,
+    # they are the same tokens, h = 0 whatever the model (no gradient), and dpo/accuracy counted them
+    # wrong forever. They used to be used (and counted as merely truncated).
+    import io
+    import json
+
+    from dpo_helpers import PROMPT, doc_sentences, reversed_words
+    from glassroom.data.build import build_dataset
+    from glassroom.data.mixture import Dataset
+    from glassroom.data.recipe import load_recipe
+    from glassroom.train.dpo import open_pairs
+
+    sentences = doc_sentences(40)
+    prefix = " ".join(sentences[:6])  # far longer than 32 tokens
+    records = {"train": [], "validation": []}
+    for i, s in enumerate(sentences[6:]):
+        split = "validation" if i % 4 == 0 else "train"
+        if i % 2:  # differ only at the end
+            records[split].append({"prompt": PROMPT, "chosen": f"{prefix} {s}", "rejected": f"{prefix} {reversed_words(s)}"})
+        else:
+            records[split].append({"prompt": PROMPT, "chosen": s, "rejected": reversed_words(s)})
+    sources = []
+    for split, items in records.items():
+        path = tmp_path / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in items))
+        sources.append({"kind": "preferences", "path": str(path), "split": split})
+    recipe = tmp_path / "pairs.yaml"
+    recipe.write_text(yaml.safe_dump({"name": "pairs", "task": "dpo", "domains": {"docs": {"sources": sources}},
+                                      "tokenizer": {"path": str(setup["base"] / "tokenizer.json")}}))
+    build_dataset(load_recipe(recipe), tmp_path / "data", workers=1, log=io.StringIO())
+    ds = Dataset(tmp_path / "data")
+    pairs = open_pairs(ds, ds.domains, "train", 32)
+    same = sum(1 for i, r in enumerate(records["train"]) if r["chosen"].startswith(prefix))
+    assert same > 0 and pairs.counts["dropped_identical"] == same
+    assert len(pairs) == len(records["train"]) - same
+    tokens, _ = pairs.rows(np.arange(len(pairs)), 0)
+    half = len(pairs)
+    assert all(not np.array_equal(tokens[j], tokens[half + j]) for j in range(half))
+    config = tmp_path / "dpo.yaml"
+    config.write_text(yaml.safe_dump({
+        "init": {"from": str(setup["base"])}, "data": {"path": str(tmp_path / "data")},
+        "train": {"task": "dpo", "steps": 1, "batch_size": 4, "micro_batch_size": 4, "seq_len": 32, "lr": 1e-3,
+                  "warmup_steps": 0, "checkpoint_every": 1, "eval_every": 1, "eval_sequences": 8, "device": "cpu"}}))
+    assert train(config, tmp_path / "run").returncode == 0
+    assert f"{same} dropped (chosen and rejected the same once truncated)" in start_event(tmp_path / "run")["text"]

@@ -19,7 +19,10 @@ s takes global pairs [s * B, (s + 1) * B) (B = train.batch_size pairs), rank r o
 so a batch is a pure function of (dataset, seed, step) and a resumed run gets the batches it would
 have had. A pair longer than seq_len + 1 tokens is truncated at the end (train.overlong: truncate,
 the default) or dropped (drop); a pair whose chosen or rejected side has no trained target left is
-dropped. Each is counted once (`PairSet.counts`: truncated = truncated and kept; journaled at the start).
+dropped, and so is a pair whose two sides are the same tokens once truncated (answers that differ
+only past seq_len + 1 tokens: h is 0 whatever the model, so it trains nothing and counts as a wrong
+answer in dpo/accuracy). Each is counted once (`PairSet.counts`: truncated = truncated and kept,
+dropped_overlong, dropped_empty, dropped_identical; journaled at the start).
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ class PairSet:
     domain: np.ndarray  # (n,) index into domains
     start: np.ndarray  # (n, 2): first token of chosen, rejected
     length: np.ndarray  # (n, 2): tokens used (after truncation)
-    counts: dict = field(default_factory=dict)  # pairs, truncated, dropped_overlong, dropped_empty
+    counts: dict = field(default_factory=dict)  # pairs, truncated, dropped_overlong, dropped_empty, dropped_identical
 
     def __len__(self) -> int:
         return len(self.domain)
@@ -147,7 +150,7 @@ def open_pairs(dataset, domains: list[str], split: str, seq_len: int, overlong: 
                              "preference data (a recipe with task: dpo and a preferences source)")
     limit = seq_len + 1
     convs, dom, start, length = [], [], [], []
-    counts = {"pairs": 0, "truncated": 0, "dropped_overlong": 0, "dropped_empty": 0}
+    counts = {"pairs": 0, "truncated": 0, "dropped_overlong": 0, "dropped_empty": 0, "dropped_identical": 0}
     for d, name in enumerate(domains):
         conv = Conversations(dataset.path, name, split)  # refuses an odd number of documents
         off = np.asarray(conv.offsets, dtype=np.int64)
@@ -162,6 +165,10 @@ def open_pairs(dataset, domains: list[str], split: str, seq_len: int, overlong: 
             sides = [(a, min(n, limit)) for a, n in sides]
             if not all(np.asarray(conv.mask[a + 1: a + n]).any() for a, n in sides):
                 counts["dropped_empty"] += 1  # truncated or not, nothing of the answer is trained
+                continue
+            (a, n), (b, m) = sides
+            if n == m and np.array_equal(conv.tokens[a: a + n], conv.tokens[b: b + m]):
+                counts["dropped_identical"] += 1  # the answers differ only past the cut
                 continue
             counts["truncated"] += long  # truncated and kept
             dom.append(d)

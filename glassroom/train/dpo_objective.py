@@ -50,7 +50,9 @@ class DPO(Objective):
         done = "dropped" if getattr(self.cfg.train, "overlong", "truncate") == "drop" else "truncated"
         overlong = counts["dropped_overlong"] if done == "dropped" else counts["truncated"]
         return (f"{counts['used']} of {counts['pairs']} pairs used: {overlong} {done} (longer than seq_len + 1 "
-                f"tokens), {counts['dropped_empty']} dropped (no trained token left)")
+                f"tokens), {counts['dropped_empty']} dropped (no trained token left)"
+                + (f", {counts['dropped_identical']} dropped (chosen and rejected the same once truncated)"
+                   if counts.get("dropped_identical") else ""))
 
     def start_notes(self) -> tuple[str, dict]:
         return ("; " + self._describe(self.train_pairs.counts),
