@@ -256,3 +256,11 @@ def test_pairs_identical_once_truncated_are_dropped_and_counted(setup, tmp_path)
                   "warmup_steps": 0, "checkpoint_every": 1, "eval_every": 1, "eval_sequences": 8, "device": "cpu"}}))
     assert train(config, tmp_path / "run").returncode == 0
     assert f"{same} dropped (chosen and rejected the same once truncated)" in start_event(tmp_path / "run")["text"]
+
+
+def test_init_from_a_file_says_it_is_a_file(setup, tmp_path):
+    # init.from: BASE/tokenizer.json (a file inside the base) used to say "no such folder".
+    config = sft_config(tmp_path / "sft.yaml", setup["base"] / "tokenizer.json", setup["chat"])
+    out = tmp_path / "run"
+    one_line(train(config, out, *SHORT), "init.from", "is a file", "give the folder")
+    assert not out.exists()

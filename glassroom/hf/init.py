@@ -33,6 +33,8 @@ def _kind(folder: Path) -> str:
         return "run"
     if (folder / "config.json").is_file():
         return "hf"
+    if folder.is_file():
+        raise ConfigError(f"init.from: {folder} is a file; give the folder (a run folder or a Hugging Face folder)")
     if not folder.is_dir():
         raise ConfigError(f"init.from: {folder}: no such folder")
     raise ConfigError(f"init.from: {folder}: neither a Hugging Face folder (config.json) nor a run folder (config.yaml)")
