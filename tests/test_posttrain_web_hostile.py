@@ -6,6 +6,7 @@ renders, the Samples panel says what it could not show, nothing throws, the site
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -136,7 +137,7 @@ def test_a_private_base_is_named_nowhere_on_the_public_pages(tiny_dataset, tmp_p
     chat = build_chat(tmp_path / "chat", base / "tokenizer.json", n=40)
     config = sft_config(tmp_path / "sft.yaml", base, chat, steps=1, warmup_steps=0, checkpoint_every=1, eval_every=1, eval_sequences=2)
     result = subprocess.run([sys.executable, "-m", "glassroom", "train", str(config), "--out", str(lab / "sft"), "--quiet"],
-                            capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr
     assert main(["note", str(base), "--private-run"]) == 0
     private = str(base.resolve())
