@@ -264,3 +264,33 @@ def test_init_from_a_file_says_it_is_a_file(setup, tmp_path):
     out = tmp_path / "run"
     one_line(train(config, out, *SHORT), "init.from", "is a file", "give the folder")
     assert not out.exists()
+
+
+def test_a_tied_transformers_qwen3_base_grows_its_vocabulary_at_the_mean_and_exports_tied(setup, tmp_path):
+    # A Qwen3 made by transformers (tied embeddings, its tokenizer saved by transformers) as the
+    # base: the data's two template tokens are new rows, set to the mean of the base's rows in the
+    # one tied matrix; exported, the model stays tied with 2050 rows.
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=2048, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, intermediate_size=128, max_position_embeddings=128,
+                      tie_word_embeddings=True, eos_token_id=0, pad_token_id=0, bos_token_id=None)
+    base = tmp_path / "qwen"
+    Qwen3ForCausalLM(cfg).save_pretrained(base)
+    PreTrainedTokenizerFast(tokenizer_file=str(setup["base"] / "tokenizer.json"),
+                            eos_token="<|endoftext|>").save_pretrained(base)
+    config = sft_config(tmp_path / "sft.yaml", base, setup["chat"], seq_len=64)
+    run, export = tmp_path / "run", tmp_path / "export"
+    assert train(config, run, "train.steps=0", "train.warmup_steps=0").returncode == 0
+    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    ours, theirs = load_file(export / "model.safetensors"), load_file(base / "model.safetensors")
+    assert "lm_head.weight" not in ours and json.loads((export / "config.json").read_text())["tie_word_embeddings"]
+    grown, rows = ours["model.embed_tokens.weight"], theirs["model.embed_tokens.weight"]
+    assert grown.shape == (2050, 64)
+    torch.testing.assert_close(grown[:2048], rows, rtol=0, atol=0)
+    torch.testing.assert_close(grown[2048:], rows.mean(0).expand(2, -1), rtol=0, atol=1e-6)
