@@ -89,8 +89,18 @@ def test_conversations_whose_answer_is_cut_away_are_dropped_and_counted(setup):
 # ------------------------------------------------------------------ resume without the base
 
 
+RESUME_SETS = ("train.steps=4", "train.warmup_steps=0", "train.checkpoint_every=2", "train.eval_every=2")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(setup) -> Path:
+    out = setup["root"] / "uninterrupted"
+    assert train(setup["config"], out, *RESUME_SETS).returncode == 0
+    return out
+
+
 @pytest.mark.parametrize("model", [None, {"max_seq_len": 128}], ids=["no-model-section", "partial-model-section"])
-def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tmp_path, model):
+def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, uninterrupted, tmp_path, model):
     # The docs: a resumed run continues from its own checkpoint without its init folder. With the
     # user's config (no model: section, as every post-training config) --resume used to fail with
     # "init.from: ...: no such folder", so a deleted base stranded the run.
@@ -98,9 +108,7 @@ def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tm
 
     from train_helpers import assert_same_store
 
-    sets = ("train.steps=4", "train.warmup_steps=0", "train.checkpoint_every=2", "train.eval_every=2")
-    reference = tmp_path / "reference"
-    assert train(setup["config"], reference, *sets).returncode == 0
+    sets = RESUME_SETS
     base = tmp_path / "base"
     shutil.copytree(setup["base"], base)
     config = sft_config(tmp_path / "sft.yaml", base, setup["chat"])
@@ -113,7 +121,7 @@ def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, tm
     shutil.rmtree(base)
     resumed = train(config, out, *sets, resume=True)
     assert resumed.returncode == 0, resumed.stderr
-    assert_same_store(out, reference)
+    assert_same_store(out, uninterrupted)
 
 
 def test_resume_on_data_rebuilt_with_another_tokenizer_is_one_line(setup, tmp_path):
