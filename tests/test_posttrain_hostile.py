@@ -178,7 +178,20 @@ def _mistral_with_window(folder: Path, tokenizer: Path) -> Path:
     return folder
 
 
-def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_and_transformers(setup, tmp_path):
+@pytest.fixture(scope="module")
+def tuned(setup) -> tuple[Path, Path]:
+    """(run, export): SFT 2 steps from a transformers-made sliding-window Mistral, exported."""
+    root = setup["root"] / "tuned"
+    root.mkdir()
+    hf_base = _mistral_with_window(root / "mistral", setup["base"] / "tokenizer.json")
+    config = sft_config(root / "sft.yaml", hf_base, setup["chat"], seq_len=64)
+    run, export = root / "run", root / "export"
+    assert train(config, run, *SHORT).returncode == 0
+    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    return run, export
+
+
+def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_and_transformers(tuned):
     # The docs' promise at its edge: SFT from a transformers-made sliding-window folder (vocabulary
     # grown by the template tokens), exported; greedy --chat answers past the window, with a
     # two-line system message, token for token the same from the run, from the export, and from
@@ -188,11 +201,7 @@ def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_a
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf_base = _mistral_with_window(tmp_path / "mistral", setup["base"] / "tokenizer.json")
-    config = sft_config(tmp_path / "sft.yaml", hf_base, setup["chat"], seq_len=64)
-    run, export = tmp_path / "run", tmp_path / "export"
-    assert train(config, run, *SHORT).returncode == 0
-    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    run, export = tuned
     system, prompt, n = "Answer briefly.\nUse one sentence.", "What does json.dumps do?", 40
     answers = []
     for path in (run, export):
@@ -302,3 +311,31 @@ def test_a_tied_transformers_qwen3_base_grows_its_vocabulary_at_the_mean_and_exp
     assert grown.shape == (2050, 64)
     torch.testing.assert_close(grown[:2048], rows, rtol=0, atol=0)
     torch.testing.assert_close(grown[2048:], rows.mean(0).expand(2, -1), rtol=0, atol=1e-6)
+
+
+def test_dpo_starts_from_an_exported_sft_folder(setup, tuned, tmp_path):
+    # The chain SFT -> export -> DPO with init.from the exported folder (its tokenizer already has
+    # the template tokens; the pairs are built with it): lineage says hf, the reference is
+    # computed once, and step 1's loss is ln 2 (the policy is the reference).
+    import math
+
+    from dpo_helpers import build_pairs
+
+    _, export = tuned
+    data = build_pairs(tmp_path / "pairs", export, n_train=24, n_heldout=8)
+    config = tmp_path / "dpo.yaml"
+    config.write_text(yaml.safe_dump({
+        "init": {"from": str(export)}, "data": {"path": str(data)},
+        "train": {"task": "dpo", "steps": 2, "batch_size": 4, "micro_batch_size": 2, "seq_len": 64, "lr": 1e-3,
+                  "warmup_steps": 0, "checkpoint_every": 2, "eval_every": 2, "eval_sequences": 8,
+                  "precision": "fp32", "device": "cpu"}}))
+    out = tmp_path / "run"
+    result = train(config, out)
+    assert result.returncode == 0, result.stderr
+    with StoreReader(out) as reader:
+        lineage = reader.artifact("lineage")
+        loss = reader.series("train/loss")[1]
+        kinds = [e["kind"] for e in reader.events()]
+    assert lineage["base_kind"] == "hf" and lineage["task"] == "dpo" and lineage["base_step"] is None
+    assert kinds.count("dpo_reference") == 1
+    assert loss[0] == pytest.approx(math.log(2), abs=1e-4)
