@@ -313,29 +313,38 @@ def test_a_tied_transformers_qwen3_base_grows_its_vocabulary_at_the_mean_and_exp
     torch.testing.assert_close(grown[2048:], rows.mean(0).expand(2, -1), rtol=0, atol=1e-6)
 
 
-def test_dpo_starts_from_an_exported_sft_folder(setup, tuned, tmp_path):
+def test_dpo_from_an_exported_sft_folder_measures_its_base_exactly_at_step_0(setup, tuned, tmp_path):
     # The chain SFT -> export -> DPO with init.from the exported folder (its tokenizer already has
-    # the template tokens; the pairs are built with it): lineage says hf, the reference is
-    # computed once, and step 1's loss is ln 2 (the policy is the reference).
+    # the template tokens; the pairs are built with it), on 2 FSDP ranks: lineage says hf, the
+    # reference is computed once, step 1's loss is ln 2. The hole: at step 0 the policy IS the
+    # reference (every reward 0, accuracy 0, loss ln 2), but evaluated in other batches than the
+    # reference's (each rank takes every other held-out pair) float noise gave rewards of ~1e-7
+    # and counted pairs as "correct" (1 of 48).
     import math
 
     from dpo_helpers import build_pairs
 
     _, export = tuned
-    data = build_pairs(tmp_path / "pairs", export, n_train=24, n_heldout=8)
+    data = build_pairs(tmp_path / "pairs", export, n_train=16, n_heldout=48)
     config = tmp_path / "dpo.yaml"
     config.write_text(yaml.safe_dump({
         "init": {"from": str(export)}, "data": {"path": str(data)},
-        "train": {"task": "dpo", "steps": 2, "batch_size": 4, "micro_batch_size": 2, "seq_len": 64, "lr": 1e-3,
-                  "warmup_steps": 0, "checkpoint_every": 2, "eval_every": 2, "eval_sequences": 8,
-                  "precision": "fp32", "device": "cpu"}}))
+        "train": {"task": "dpo", "steps": 1, "batch_size": 4, "micro_batch_size": 2, "seq_len": 64, "lr": 1e-3,
+                  "warmup_steps": 0, "checkpoint_every": 1, "eval_every": 1, "eval_sequences": 48,
+                  "precision": "fp32", "device": "cpu", "parallel": "fsdp"}}))
     out = tmp_path / "run"
-    result = train(config, out)
-    assert result.returncode == 0, result.stderr
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "-m", "glassroom", "train", str(config), "--out", str(out), "--quiet"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **OFFLINE})
+    assert result.returncode == 0, result.stderr[-3000:]
     with StoreReader(out) as reader:
-        lineage = reader.artifact("lineage")
-        loss = reader.series("train/loss")[1]
+        at = {name: reader.series(f"eval/dpo/{name}") for name in ("reward_chosen", "reward_rejected", "accuracy", "loss")}
+        lineage, loss = reader.artifact("lineage"), reader.series("train/loss")[1]
         kinds = [e["kind"] for e in reader.events()]
     assert lineage["base_kind"] == "hf" and lineage["task"] == "dpo" and lineage["base_step"] is None
     assert kinds.count("dpo_reference") == 1
     assert loss[0] == pytest.approx(math.log(2), abs=1e-4)
+    for name in ("reward_chosen", "reward_rejected", "accuracy"):
+        steps, values = at[name]
+        assert steps[0] == 0 and values[0] == 0.0, (name, values)
+    assert at["loss"][1][0] == pytest.approx(math.log(2), abs=1e-7)

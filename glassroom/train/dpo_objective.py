@@ -10,7 +10,10 @@ stores the artifact `dpo_reference` and journals one `dpo_reference` event when 
 train/loss is the DPO loss (mean over the step's pairs); dpo/reward_chosen, dpo/reward_rejected,
 dpo/margin and dpo/accuracy at every logged step; at each evaluation eval/dpo/loss,
 eval/dpo/reward_chosen, eval/dpo/reward_rejected, eval/dpo/margin and eval/dpo/accuracy over the
-held-out pairs (the first eval_sequences pairs of each domain's validation split).
+held-out pairs (the first eval_sequences pairs of each domain's validation split). At step 0 the
+policy is the reference, so h = 0 by definition: the held-out metrics are those of h = 0 (no
+forward), the same on every device and parallelism, rather than the float noise of running the
+same model in other batches than the reference's (which counted some pairs as "correct").
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class DPO(Objective):
             held, f2 = pair_logps(args[0], self.heldout, *args[2:])
             return train, held, f1 + f2
 
+        self._trainer = trainer  # its step: at 0 the policy is the reference (evaluate)
         self.ref_train, self.ref_heldout, meta, computed = load_or_compute(
             trainer.run_dir, reference_digest(self.dataset, self.cfg), trainer.step, compute, self.info.is_main)
         store = trainer.store
@@ -129,6 +133,11 @@ class DPO(Objective):
 
     @torch.no_grad()
     def evaluate(self, model, micro_batch: int, autocast_dtype) -> dict[str, float]:
+        if getattr(self, "_trainer", None) is not None and self._trainer.step == 0:
+            ref = torch.from_numpy(self.ref_heldout[self.eval_index]).to(self.device)
+            terms = pair_terms(ref[:, 0], ref[:, 1], ref[:, 0], ref[:, 1], self.cfg.train.dpo_beta,
+                               self.cfg.train.dpo_loss)
+            return metrics_from_sums(term_sums(terms), "eval/dpo")
         was_training = model.training
         model.eval()
         totals = torch.zeros(len(SUM_NAMES), dtype=torch.float64, device=self.device)
