@@ -158,7 +158,7 @@ def test_torchrun_ranks_agree_on_the_fallback(run, source, tiny_dataset):
     import subprocess
 
     flip(data_file(run / "checkpoints" / "step_0000012"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "glassroom",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
            *train_cmd(run, tiny_dataset, resume=True)[3:], "--set", "train.parallel=ddp"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -67,7 +67,7 @@ def test_sigkill_then_resume_continues_bit_for_bit(tiny_dataset, reference_run, 
 
 def test_torchrun_two_processes_fsdp2_match_one_process(tiny_dataset, reference_run, tmp_path):
     out = tmp_path / "fsdp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "glassroom",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
            *train_cmd(out, tiny_dataset)[3:], "--set", "train.parallel=fsdp"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -13,6 +13,7 @@ targets' text.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numpy as np
 import torch
@@ -35,39 +36,55 @@ def load_validation(dataset, domains: list[str], seq_len: int, max_sequences: in
     return [DomainValidation(dataset, d, seq_len, max_sequences) for d in domains]
 
 
+@contextlib.contextmanager
+def _eval_mode(model):
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def _add_domain(results: dict[str, float], domain: str, totals: torch.Tensor) -> None:
+    """eval/<domain>/loss and bpb from the reduced (loss sum, targets, bytes), when it had targets."""
+    if totals[1] > 0:
+        results[f"eval/{domain}/loss"] = float(totals[0] / totals[1])
+        results[f"eval/{domain}/bpb"] = float(totals[0]) / math.log(2) / max(float(totals[2]), 1.0)
+
+
+def _add_macro(results: dict[str, float], domains: list[str]) -> dict[str, float]:
+    """eval/macro/loss and bpb: the mean over the domains that were measured."""
+    measured = [d for d in domains if f"eval/{d}/loss" in results]
+    if measured:
+        results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in measured) / len(measured)
+        results["eval/macro/bpb"] = sum(results[f"eval/{d}/bpb"] for d in measured) / len(measured)
+    return results
+
+
 @torch.no_grad()
 def evaluate(model, sets: list[DomainValidation], micro_batch: int, device: torch.device,
              autocast_dtype, info: DistInfo) -> dict[str, float]:
     """`eval/<domain>/loss`, `eval/<domain>/bpb`, and `eval/macro/loss|bpb` (mean over domains)."""
-    was_training = model.training
-    model.eval()
     results: dict[str, float] = {}
-    for vs in sets:
-        # Every rank runs the same number of forwards (FSDP gathers weights collectively).
-        usable = len(vs.tokens) - len(vs.tokens) % info.world_size
-        rows = vs.tokens[info.rank : usable : info.world_size]
-        totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, tokens, bytes
-        totals[2] += float(vs.window_bytes[info.rank : usable : info.world_size].sum())
-        for start in range(0, len(rows), micro_batch):
-            batch = torch.from_numpy(rows[start : start + micro_batch]).to(device)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits = model(batch[:, :-1]).logits
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
-            totals[0] += loss.double()
-            totals[1] += batch[:, 1:].numel()
-        all_reduce_sum(totals, info)
-        if totals[1] == 0:
-            continue
-        loss_per_token = float(totals[0] / totals[1])
-        results[f"eval/{vs.domain}/loss"] = loss_per_token
-        results[f"eval/{vs.domain}/bpb"] = float(totals[0]) / math.log(2) / float(totals[2])
-    domains = [vs.domain for vs in sets if f"eval/{vs.domain}/loss" in results]
-    if domains:
-        results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in domains) / len(domains)
-        results["eval/macro/bpb"] = sum(results[f"eval/{d}/bpb"] for d in domains) / len(domains)
-    if was_training:
-        model.train()
-    return results
+    with _eval_mode(model):
+        for vs in sets:
+            # Every rank runs the same number of forwards (FSDP gathers weights collectively).
+            usable = len(vs.tokens) - len(vs.tokens) % info.world_size
+            rows = vs.tokens[info.rank : usable : info.world_size]
+            totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, tokens, bytes
+            totals[2] += float(vs.window_bytes[info.rank : usable : info.world_size].sum())
+            for start in range(0, len(rows), micro_batch):
+                batch = torch.from_numpy(rows[start : start + micro_batch]).to(device)
+                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                    logits = model(batch[:, :-1]).logits
+                loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+                totals[0] += loss.double()
+                totals[1] += batch[:, 1:].numel()
+            all_reduce_sum(totals, info)
+            _add_domain(results, vs.domain, totals)
+    return _add_macro(results, [vs.domain for vs in sets])
 
 
 # ------------------------------------------------------------------ post-training (train.task: sft)
@@ -102,35 +119,25 @@ def load_masked_validation(dataset, seq_len: int, max_rows: int, overlong: str) 
 def evaluate_masked(model, sets: list[MaskedValidation], micro_batch: int, device: torch.device,
                     autocast_dtype, info: DistInfo) -> dict[str, float]:
     """`eval/<domain>/loss|bpb` over held-out mask-1 targets (assistant tokens), and `eval/macro/...`."""
-    was_training = model.training
-    model.eval()
     results: dict[str, float] = {}
-    for vs in sets:
-        if vs.rows is None:
-            continue
-        usable = len(vs.row_bytes) - len(vs.row_bytes) % info.world_size
-        pick = np.arange(info.rank, usable, info.world_size)
-        totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, targets, bytes
-        totals[2] += float(vs.row_bytes[pick].sum())
-        for start in range(0, len(pick), micro_batch):
-            sel = pick[start: start + micro_batch]
-            tokens = torch.from_numpy(vs.rows.tokens[sel]).to(device)
-            mask = torch.from_numpy(vs.rows.mask[sel]).to(device) > 0
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                logits = model(tokens[:, :-1], segments=torch.from_numpy(vs.rows.segments[sel]).to(device),
-                               positions=torch.from_numpy(vs.rows.positions[sel]).to(device)).logits
-            per_token = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
-            totals[0] += torch.where(mask.flatten(), per_token, 0.0).sum().double()
-            totals[1] += mask.sum()
-        all_reduce_sum(totals, info)
-        if totals[1] == 0:
-            continue
-        results[f"eval/{vs.domain}/loss"] = float(totals[0] / totals[1])
-        results[f"eval/{vs.domain}/bpb"] = float(totals[0]) / math.log(2) / max(float(totals[2]), 1.0)
-    domains = [vs.domain for vs in sets if f"eval/{vs.domain}/loss" in results]
-    if domains:
-        results["eval/macro/loss"] = sum(results[f"eval/{d}/loss"] for d in domains) / len(domains)
-        results["eval/macro/bpb"] = sum(results[f"eval/{d}/bpb"] for d in domains) / len(domains)
-    if was_training:
-        model.train()
-    return results
+    with _eval_mode(model):
+        for vs in sets:
+            if vs.rows is None:
+                continue
+            usable = len(vs.row_bytes) - len(vs.row_bytes) % info.world_size
+            pick = np.arange(info.rank, usable, info.world_size)
+            totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, targets, bytes
+            totals[2] += float(vs.row_bytes[pick].sum())
+            for start in range(0, len(pick), micro_batch):
+                sel = pick[start: start + micro_batch]
+                tokens = torch.from_numpy(vs.rows.tokens[sel]).to(device)
+                mask = torch.from_numpy(vs.rows.mask[sel]).to(device) > 0
+                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                    logits = model(tokens[:, :-1], segments=torch.from_numpy(vs.rows.segments[sel]).to(device),
+                                   positions=torch.from_numpy(vs.rows.positions[sel]).to(device)).logits
+                per_token = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+                totals[0] += torch.where(mask.flatten(), per_token, 0.0).sum().double()
+                totals[1] += mask.sum()
+            all_reduce_sum(totals, info)
+            _add_domain(results, vs.domain, totals)
+    return _add_macro(results, [vs.domain for vs in sets])

@@ -15,15 +15,12 @@ the lr), so a run killed at any point and resumed continues bit for bit on the s
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
 import sqlite3
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -36,6 +33,7 @@ from glassroom.train import parallel
 from glassroom.train.config import RunConfig
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
+from glassroom.train.resume import ResumeMixin, TrainState
 from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, prepare_run_dir, undo_start
 
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
@@ -47,11 +45,6 @@ from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, 
 # evaluation and checkpoint, if any): the drills for "no metric lost whatever the moment".
 FAULT_ENV = "GLASSROOM_FAULTS"
 FAULT_KINDS = ("nan", "router_bias", "bad_batch", "lr", "kill", "kill_after_checkpoint")
-
-# Events a resumed run would record again when it redoes steps a killed process already journaled
-# (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
-# are never held back.
-REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end", "downstream", "samples")
 
 
 def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
@@ -65,18 +58,7 @@ def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
     return faults
 
 
-@dataclass
-class TrainState:
-    """Counters carried across checkpoints besides model and optimizer."""
-
-    tokens_seen: int = 0
-    tokens_by_domain: dict[str, int] = field(default_factory=dict)
-    bad_steps_in_a_row: int = 0
-    skipped_steps: int = 0
-    extra: dict = field(default_factory=dict)  # state of observers (anomaly detector, ...)
-
-
-class Trainer:
+class Trainer(ResumeMixin):
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False):
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
         tc = cfg.train
@@ -218,106 +200,6 @@ class Trainer:
         return flops_per_token(self.cfg.model, self.cfg.train.seq_len)
 
     # ------------------------------------------------------------------ lifecycle
-
-    def resume_if_possible(self) -> None:
-        """Continue from the newest intact checkpoint, if any (docs/train.md, "Checkpoints and resume").
-
-        Checkpoints are verified newest first (checkpoint.choose_for_resume: rank 0 checks, every
-        rank loads the same one); each damaged one is journaled as `checkpoint_damaged`, said on
-        stderr and moved to checkpoints/damaged/. None intact: exit 2 naming what is damaged.
-        Resuming from step S (0 without a checkpoint), the store is made to read as if the run had
-        never stopped: metric and vector rows after S are deleted (the steps are redone
-        deterministically and logged again), events already journaled at S or later of the kinds
-        a redone step records (REPLAYABLE_EVENTS) are not recorded a second time, and a checkpoint
-        whose own event was lost (killed between its rename and its event) gets that event now."""
-        self._replayed: Counter = Counter()
-        choice = ckpt.choose_for_resume(self.run_dir)
-        for step, path, problem in choice.damaged:
-            if choice.path is not None:  # with none intact, the error below is the one line
-                self._warn(f"{problem}; {path.name} is damaged: moved to checkpoints/{ckpt.DAMAGED_DIR}/, "
-                           f"resuming from {choice.path.name}")
-            if self.store is not None:
-                self.store.event("checkpoint_damaged", f"{problem}; not resumed from", step,
-                                 {"checkpoint": path.name, "problem": problem})
-        if choice.path is None and choice.damaged:
-            problems = [problem for _, _, problem in choice.damaged]
-            listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-            raise GlassroomError(
-                f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
-                f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
-        if choice.path is None and (self.state_at_start != "resumed" or not self._journaled_start()):
-            # a new run, or a resumed one killed before its start was journaled: this is its start
-            notes, data = self.objective.start_notes()
-            if self.lineage is not None:
-                data["lineage"] = self.lineage
-            self.record_event("start", self._start_text() + notes, 0, data or None)
-            return
-        text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
-        if choice.path is not None:
-            text, data = self._load(choice)
-        if self.store is not None:
-            data["discarded_rows"] = self._store_from(self.step, choice)
-            if data["discarded_rows"]:
-                text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
-        self.record_event("resume", text, self.step, data)
-
-    def _journaled_start(self) -> bool:
-        """Whether the journal holds this run's start (main rank; other ranks assume it does)."""
-        return self.store is None or any(kind == "start" for kind, _ in self.store.journal_from(0))
-
-    def _load(self, choice: ckpt.ResumeChoice) -> tuple[str, dict]:
-        """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
-        path = choice.path
-        self._check_checkpoint_config(path)
-        saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
-        try:
-            self.step = int(saved["step"])
-            self.state = TrainState(**saved["train_state"])
-            for observer in self.observers:
-                observer.load_state(self.state.extra.get(type(observer).__name__))
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:
-            raise GlassroomError(f"{path}/trainer.json: not the training state this version writes "
-                                 f"({type(exc).__name__}: {str(exc)[:120]}); resume with the version that wrote it") from None
-        data = {"checkpoint": path.name, "verified": choice.verified}
-        text = f"resumed from {path.name} at step {self.step}"
-        if not choice.verified:
-            text += " (written without a checksum manifest: checked against its own index only)"
-        if self.info.is_main and choice.damaged:
-            data["set_aside"] = [ckpt.set_aside(self.run_dir, damaged).relative_to(self.run_dir).as_posix()
-                                 for _, damaged, _ in choice.damaged]
-            text += f"; damaged checkpoints moved to {', '.join(data['set_aside'])}"
-        return text, data
-
-    def _check_checkpoint_config(self, path: Path) -> None:
-        """The checkpoint was written with the settings this run resumes with (RUN_DIR/config.yaml may
-        have been edited since): a difference in a fixed setting is one line, not a failed load."""
-        from glassroom.train.run_dir import config_differences
-
-        try:
-            written = json.loads((path / ckpt.TRAINER_FILE).read_text(encoding="utf-8")).get("config")
-        except (OSError, ValueError, AttributeError):
-            return  # checked by the verification; the load below names what is wrong
-        if not isinstance(written, dict):
-            return
-        diffs = config_differences(written, self.cfg.to_dict())
-        if diffs:
-            listed = ", ".join(diffs[:3]) + (f" and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-            raise GlassroomError(f"{path}: written with another {listed} than this run's config (was "
-                                 f"{self.run_dir / 'config.yaml'} edited?); resume with the settings "
-                                 "the checkpoint was written with, or train into a new --out")
-
-    def _store_from(self, step: int, choice: ckpt.ResumeChoice) -> int:
-        """Prepare the store for a run continuing after `step`: which journaled events not to repeat,
-        the lost checkpoint event, the rows to redo deleted (returns how many)."""
-        already = [(kind, at) for kind, at in self.store.journal_from(step) if kind in REPLAYABLE_EVENTS]
-        self._replayed = Counter(already)
-        for damaged_step, _, _ in choice.damaged:  # a damaged checkpoint written again is journaled again
-            self._replayed.pop(("checkpoint", damaged_step), None)
-        if choice.path is not None and self._replayed[("checkpoint", step)] == 0:
-            self.store.event("checkpoint", f"saved {choice.path.name} (journaled on resume: the run was stopped "
-                             "between the checkpoint and its event)", step,
-                             {"path": choice.path.name, "journaled_on_resume": True})
-        return self.store.discard_after(step)
 
     def _start_text(self) -> str:
         from glassroom.model.accounting import count_params
