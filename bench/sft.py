@@ -24,13 +24,13 @@ trl has none. Results are appended to bench/results/sft.jsonl.
 
 trl is not a glassroom dependency: install it for this bench only, `pip install trl`.
 
-Measured 2026-11-30 on the shared 2-core machine (other jobs running; torch 2.13 CPU, trl 1.16,
-transformers 5.24), seq_len 256, 8 rows a step, the chat set at 400-600 records per source (~1.5-2.2K
-train conversations, mean 55 tokens): padding 4.6-4.9% packed against 78.6% one conversation per row.
-1 thread: glassroom 4,984 against trl 811 real tokens/s (6.2x; trl's batches of 36 conversations are
-~48% padding, and a plain transformers loop on the same padded batches ran ~1,000-1,800 tokens/s, so
-the rest is trl's per-step work and the model's speed). 2 threads on the loaded machine: 7,565
-against 446 (17x), 503 against 314 (1.6x): oversubscribed threads, not a figure to quote.
+Measured 2026-11-30 on an idle 2-core machine (torch 2.13 CPU, trl 1.16, transformers 5.24), seq_len
+256, 8 rows a step, the chat set at its default 600 records per source (2,244 train conversations,
+mean 55 tokens): padding 4.6% packed (501 rows) against 78.7% one conversation per row (2,244 rows).
+1 thread: glassroom 4,673 against trl 714 real tokens/s (6.5x); 2 threads: 8,263 against 1,272
+(6.5x). trl's batches of 36 conversations are ~49% padding; first-step losses from the same weights
+9.093 (glassroom) and 9.104 (trl). On the same machine loaded by other jobs the 2-thread ratio swung
+between 1.6x and 17x (oversubscribed threads): measure on an idle machine.
 
     python bench/sft.py [--steps 12] [--rounds 2] [--seq-len 256] [--batch 8] [--threads N] [--data DIR]
 """
