@@ -218,4 +218,6 @@ def test_validation_rows_are_fixed_and_capped(chat):
     again = validation_rows(open_packed_set(chat, chat.domains, "validation", 128), 0, 3)
     np.testing.assert_array_equal(rows.tokens, again.tokens)
     first = unpack(rows)[0][0]
-    np.testing.assert_array_equal(first, conversations_of(chat, "validation")[0][0])
+    # shard order, first fit: the first held-out conversation opens the first row (its first seq_len + 1
+    # tokens when it is longer: train.overlong truncate; how long it is depends on the test tokenizer)
+    np.testing.assert_array_equal(first, conversations_of(chat, "validation")[0][0][:129])
