@@ -73,3 +73,20 @@ def write_recipe(root: Path, **overrides) -> Path:
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return path
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    """`glassroom ARGS` in process: (exit code, stdout, stderr)."""
+    from glassroom.cli import main
+
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_line(err: str) -> str:
+    """The one `error:` line of stderr (asserted: exactly one, no traceback)."""
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from chat_helpers import conversations, preferences, write_chat_recipe, write_jsonl
-from glassroom.cli import main
+from data_helpers import run_cli, error_line
 from glassroom.data.chat import IM_END, ChatTemplate, Conversations
 from glassroom.data.shards import Shard
 from glassroom.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
@@ -18,16 +18,10 @@ from glassroom.errors import GlassroomError
 
 
 def build(recipe, out, capsys):
-    code = main(["data", "build", str(recipe), "--out", str(out), "--workers", "1"])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(["data", "build", recipe, "--out", out, "--workers", "1"], capsys)
 
 
-def one_error(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
+one_error = error_line  # data_helpers
 
 
 def template_of(out) -> ChatTemplate:

@@ -10,22 +10,17 @@ import numpy as np
 import pytest
 
 from chat_helpers import conversations, preferences, write_chat_recipe, write_jsonl
+from data_helpers import run_cli, error_line
 from glassroom.cli import main
 from glassroom.data.chat import ChatTemplate
 from glassroom.data.tokenizer import train_tokenizer
 
 
 def build(recipe, out, capsys, *extra):
-    code = main(["data", "build", str(recipe), "--out", str(out), "--workers", "1", *extra])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(["data", "build", recipe, "--out", out, "--workers", "1", *extra], capsys)
 
 
-def one_error(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
+one_error = error_line  # data_helpers
 
 
 def sft_recipe(tmp_path, records, name="c.jsonl", tokenizer=None, **source):

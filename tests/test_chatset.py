@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from data_helpers import run_cli, error_line
 from glassroom.cli import main
 from glassroom.data.chatset import dictionary, man, pydoc
 from glassroom.data.chatset.common import answer, squash
@@ -23,17 +24,6 @@ CAP = 250
 SOURCES = ("man", "python", "gcide", "wn")
 
 
-def run_cli(args, capsys):
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def records(path: Path) -> list[dict]:

@@ -9,21 +9,10 @@ import sys
 
 import pytest
 
-from data_helpers import make_corpus, write_recipe
+from data_helpers import make_corpus, write_recipe, run_cli, error_line
 from glassroom.cli import main
 
 
-def run_cli(args, capsys):
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def error_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def folder_digest(path):
