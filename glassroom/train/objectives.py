@@ -18,6 +18,7 @@ parallelism and over micro-batches by the trainer, is that loss's gradient.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -55,8 +56,8 @@ class Micro:
     sums: dict[str, torch.Tensor] = field(default_factory=dict)  # summed over micros and ranks -> step_metrics
 
 
-class Objective:
-    """Base: the data, loss and evaluation of one task."""
+class Objective(ABC):
+    """Base: the data, loss and evaluation of one task (subclasses: Pretrain, SFT, dpo_objective.DPO)."""
 
     task = "pretrain"
 
@@ -68,8 +69,9 @@ class Objective:
         """Text appended to the start event and data stored with it."""
         return "", {}
 
+    @abstractmethod
     def batch(self, step: int) -> StepBatch:
-        raise NotImplementedError
+        """See the module doc."""
 
     def start(self, trainer) -> None:
         """Once per process, after the resume and before any step or evaluation (dpo: the reference)."""
@@ -77,14 +79,16 @@ class Objective:
     def begin(self, batch: StepBatch) -> None:
         """Before the micro-batches of a step (e.g. global counts)."""
 
+    @abstractmethod
     def micro(self, model, batch: StepBatch, rows: slice, autocast, z_loss: bool) -> Micro:
-        raise NotImplementedError
+        """See the module doc."""
 
     def step_metrics(self, sums: dict[str, float]) -> dict[str, float]:
         return {}
 
+    @abstractmethod
     def evaluate(self, model, micro_batch: int, autocast_dtype) -> dict[str, float]:
-        raise NotImplementedError
+        """See the module doc."""
 
 
 class Pretrain(Objective):

@@ -99,6 +99,12 @@ def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> str:
     return f"({ast.unparse(params)})"
 
 
+def _doc_paragraph(node) -> str | None:
+    """The first paragraph of a module's, class's or function's docstring, if it has one."""
+    doc = ast.get_docstring(node, clean=False)
+    return first_paragraph(doc) if doc else None
+
+
 def _public(name: str) -> bool:
     return not name.startswith("_")
 
@@ -131,8 +137,7 @@ def facts(seed: int, root: Path, skipped: Counter) -> list[Fact]:
         except (SyntaxError, ValueError, OSError):
             skipped["python: a module that does not parse"] += 1
             continue
-        doc = ast.get_docstring(tree, clean=False)
-        body = first_paragraph(doc) if doc else None
+        body = _doc_paragraph(tree)
         if body:
             add(MODULE, module, body)
         for node in tree.body:
@@ -140,8 +145,7 @@ def facts(seed: int, root: Path, skipped: Counter) -> list[Fact]:
                 function(node, f"{module}.{node.name}", False)
             elif isinstance(node, ast.ClassDef) and _public(node.name):
                 cls = f"{module}.{node.name}"
-                doc = ast.get_docstring(node, clean=False)
-                body = first_paragraph(doc) if doc else None
+                body = _doc_paragraph(node)
                 if body:
                     add(DOES, cls, body)
                 for item in node.body:
