@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from glassroom.model.config import ModelConfig, MoEConfig
 from glassroom.model.layers import SwiGLU
-from glassroom.model.moe import MoEFeedForward, grouped_matmul
+from glassroom.model.experts import grouped_matmul
+from glassroom.model.moe import MoEFeedForward
 from glassroom.model.transformer import build_model
 
 DENSE = ModelConfig(vocab_size=256, d_model=64, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)

@@ -7,9 +7,7 @@ as `norm_topk_prob` says), times `routed_scale`.
 The bias is a persistent buffer moved by `update_router_bias` once per optimizer step
 (auxiliary-loss-free balancing, as in DeepSeek-V3), never by a gradient.
 
-Experts run grouped: the (token, expert) pairs are sorted by expert and multiplied with one
-grouped matmul per projection (`torch.nn.functional.grouped_mm` where the device and dtype allow,
-otherwise one matmul per expert). No token is ever dropped.
+The routed experts themselves (sorting, grouped matmuls, combining) are experts.py.
 """
 
 from __future__ import annotations
@@ -21,64 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from glassroom.model.config import MoEConfig
+from glassroom.model.experts import GroupedExperts
 from glassroom.model.layers import SwiGLU
-
-
-def _grouped_mm_supported(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether F.grouped_mm takes these operands (it needs 16-byte aligned rows)."""
-    if x.dtype != w.dtype or x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return False
-    size = x.element_size()
-    if (x.shape[-1] * size) % 16 or (w.shape[-1] * size) % 16:
-        return False
-    if x.device.type == "cpu":
-        return True
-    if x.device.type == "cuda":
-        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (9, 0)
-    return False
-
-
-def grouped_matmul(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Rows of `x` sorted into groups of sizes `counts`; group g is multiplied by `w[g]` (K, N)."""
-    if _grouped_mm_supported(x, w):
-        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
-        return F.grouped_mm(x, w, offs=offsets)
-    pieces = torch.split(x, counts.tolist())
-    return torch.cat([piece @ w[g] for g, piece in enumerate(pieces)], dim=0)
-
-
-class GroupedExperts(nn.Module):
-    """`n_experts` SwiGLU experts of width `d_expert`, stored packed for grouped matmuls."""
-
-    def __init__(self, n_experts: int, d_model: int, d_expert: int):
-        super().__init__()
-        self.n_experts = n_experts
-        self.d_expert = d_expert
-        # gate and up side by side: one grouped matmul computes both.
-        self.gate_up_proj = nn.Parameter(torch.empty(n_experts, d_model, 2 * d_expert))
-        self.down_proj = nn.Parameter(torch.empty(n_experts, d_expert, d_model))
-
-    def forward(
-        self, x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor, counts: torch.Tensor
-    ) -> torch.Tensor:
-        """x (T, d); chosen and weights (T, k); counts (E,) tokens per expert. Returns (T, d)."""
-        top_k = chosen.shape[1]
-        order = torch.argsort(chosen.flatten(), stable=True)
-        token_index = order // top_k
-        gate_up, down = self.gate_up_proj, self.down_proj
-        dtype = x.dtype
-        if torch.is_autocast_enabled(x.device.type):
-            # grouped_mm is not autocast-aware: cast operands ourselves.
-            dtype = torch.get_autocast_dtype(x.device.type)
-            gate_up, down = gate_up.to(dtype), down.to(dtype)
-        routed = x.to(dtype).index_select(0, token_index)  # cast the T rows, not the T*k copies
-        hidden = grouped_matmul(routed, gate_up, counts)
-        gate, up = hidden.chunk(2, dim=-1)
-        # Multiply the routing weight into the narrow activation, before the down projection.
-        combine = weights.flatten().index_select(0, order).unsqueeze(-1).to(dtype)
-        activated = F.silu(gate) * up * combine
-        out = grouped_matmul(activated, down, counts)
-        return torch.zeros(x.shape, dtype=out.dtype, device=x.device).index_add_(0, token_index, out)
 
 
 class MoEFeedForward(nn.Module):
