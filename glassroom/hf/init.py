@@ -23,7 +23,7 @@ from typing import Any, Optional
 from glassroom.errors import ConfigError, GlassroomError
 
 # Settings of the model: section that only steer training; an init's folder does not fix them.
-TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef")
+TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef", "moe.capacity_factor")
 # Tokens a chat dataset may append to the base's tokenizer (the contract of glassroom/data/chat.py).
 TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>")
 

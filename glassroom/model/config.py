@@ -30,13 +30,16 @@ class MoEConfig:
     # false never (Qwen3-MoE's norm_topk_prob false).
     norm_topk_prob: Optional[bool] = None
     routed_scale: float = 1.0  # multiplies the routed combine weights (DeepSeek-V3's routed_scaling_factor)
+    # Training only: each expert keeps at most ceil(capacity_factor * tokens * top_k / n_experts)
+    # assignments per micro-batch and layer, the rest dropped in token order (moe.py); null = dropless.
+    capacity_factor: Optional[float] = None
 
     def renormalises(self) -> bool:
         return self.top_k > 1 if self.norm_topk_prob is None else self.norm_topk_prob
 
     def check(self, path: str) -> None:
         require_positive(path, n_experts=self.n_experts, top_k=self.top_k, d_expert=self.d_expert,
-                         routed_scale=self.routed_scale)
+                         routed_scale=self.routed_scale, capacity_factor=self.capacity_factor)
         if self.top_k > self.n_experts:
             raise ConfigError(
                 f"{path}.top_k: {self.top_k} is larger than n_experts ({self.n_experts})"

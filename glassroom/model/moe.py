@@ -8,10 +8,26 @@ The bias is a persistent buffer moved by `update_router_bias` once per optimizer
 (auxiliary-loss-free balancing, as in DeepSeek-V3), never by a gradient.
 
 The routed experts themselves (sorting, grouped matmuls, combining) are experts.py.
+
+Capacity (`capacity_factor`, training only; null = dropless, the default): in each micro-batch each
+expert keeps at most ceil(capacity_factor * tokens * top_k / n_experts) of the assignments routed to
+it, `tokens` being this layer's tokens of the micro-batch on this rank. The first assignments in
+token order are kept (row by row of the batch, position by position, then a token's k choices in
+top-k order); the rest are dropped: their `chosen` becomes -1, they are left out of the counts
+the experts get, and the token receives nothing from that expert (its shared experts and its other
+kept experts still apply). The router-bias balancer, the balance loss and `tokens_per_expert` count
+what the router chose, before dropping: the bias steers the router's preference, which is what the
+capacity clips. In eval mode (evaluation, sampling, export) nothing is dropped, as in transformers.
+Dropped and routed assignments are summed over the step's micro-batches for `moe/.../drop_fraction`.
+
+Activation checkpointing recomputes a forward during backward (train/activation_checkpointing.py);
+inside `recomputing()` the forward accumulates no statistics, so nothing is counted twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import torch
@@ -21,6 +37,30 @@ from torch import nn
 from glassroom.model.config import MoEConfig
 from glassroom.model.experts import GroupedExperts
 from glassroom.model.layers import SwiGLU
+
+_RECOMPUTING = contextvars.ContextVar("glassroom_moe_recomputing", default=False)
+
+
+@contextlib.contextmanager
+def recomputing():
+    """While a checkpointed forward is recomputed in backward: MoE layers leave their statistics alone."""
+    token = _RECOMPUTING.set(True)
+    try:
+        yield
+    finally:
+        _RECOMPUTING.reset(token)
+
+
+def apply_capacity(chosen: torch.Tensor, counts: torch.Tensor, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep each expert's first `capacity` assignments in token order (row-major over chosen (T, k)):
+    (chosen with the others set to -1, kept assignments per expert)."""
+    flat = chosen.flatten()
+    order = torch.argsort(flat, stable=True)  # by expert, token order within each expert
+    starts = torch.cumsum(counts, 0) - counts
+    rank_sorted = torch.arange(flat.numel(), device=flat.device) - starts.index_select(0, flat.index_select(0, order))
+    rank = torch.empty_like(rank_sorted).index_copy_(0, order, rank_sorted)
+    kept = torch.where(rank < capacity, flat, torch.full_like(flat, -1))
+    return kept.view_as(chosen), counts.clamp(max=capacity)
 
 
 class MoEFeedForward(nn.Module):
@@ -37,6 +77,9 @@ class MoEFeedForward(nn.Module):
         self.register_buffer(
             "step_tokens_per_expert", torch.zeros(cfg.n_experts, dtype=torch.long), persistent=False
         )
+        # (dropped, routed) assignments summed over the step's micro-batches; the last step's, once reset.
+        self.register_buffer("step_drops", torch.zeros(2, dtype=torch.long), persistent=False)
+        self.register_buffer("last_step_drops", torch.zeros(2, dtype=torch.long), persistent=False)
         self.experts = GroupedExperts(cfg.n_experts, d_model, cfg.d_expert)
         self.shared_experts = (
             SwiGLU(d_model, cfg.n_shared_experts * cfg.d_expert) if cfg.n_shared_experts else None
@@ -66,7 +109,11 @@ class MoEFeedForward(nn.Module):
         flat = x.reshape(-1, shape[-1])
         logits, scores, chosen, weights = self.route(flat)
         counts = torch.bincount(chosen.flatten(), minlength=self.n_experts)
-        out = self.experts(flat, chosen, weights, counts)
+        kept_chosen, kept_counts = chosen, counts
+        if self.training and self.cfg.capacity_factor is not None:
+            with torch.no_grad():
+                kept_chosen, kept_counts = apply_capacity(chosen, counts, self.capacity(flat.shape[0]))
+        out = self.experts(flat, kept_chosen, weights, kept_counts)
         if self.shared_experts is not None:
             out = out + self.shared_experts(flat)
 
@@ -77,9 +124,13 @@ class MoEFeedForward(nn.Module):
         z_loss = torch.logsumexp(logits, dim=-1).pow(2).mean()
         moe_loss = self.cfg.aux_loss_coef * aux_loss + self.cfg.z_loss_coef * z_loss
 
+        if _RECOMPUTING.get():  # activation checkpointing's second forward: counted the first time
+            return out.reshape(shape), moe_loss
         with torch.no_grad():
             if self.training:
                 self.step_tokens_per_expert += counts
+                self.step_drops[0] += counts.sum() - kept_counts.sum()
+                self.step_drops[1] += chosen.numel()
             entropy = -(probs * torch.log(probs.clamp_min(1e-20))).sum(-1).mean()
             self.last_stats = {
                 "tokens_per_expert": counts,
@@ -88,6 +139,14 @@ class MoEFeedForward(nn.Module):
                 "z_loss": z_loss.detach(),
             }
         return out.reshape(shape), moe_loss
+
+    def capacity(self, tokens: int) -> int:
+        """Assignments each expert keeps out of `tokens` tokens (capacity_factor set)."""
+        return math.ceil(self.cfg.capacity_factor * tokens * self.top_k / self.n_experts)
+
+    def drop_counts(self) -> torch.Tensor:
+        """(dropped, routed) assignments of this step's training forwards, else of the last step's."""
+        return self.step_drops if int(self.step_drops[1]) > 0 else self.last_step_drops
 
     @torch.no_grad()
     def update_router_bias(self, tokens_per_expert: torch.Tensor | None = None, rate: float | None = None) -> None:
@@ -104,6 +163,8 @@ class MoEFeedForward(nn.Module):
             self.router_bias += rate * torch.sign(counts.mean() - counts).to(self.router_bias.dtype)
             self.router_bias -= self.router_bias.mean()
         self.step_tokens_per_expert.zero_()
+        self.last_step_drops.copy_(self.step_drops)
+        self.step_drops.zero_()
 
     @torch.no_grad()
     def router_stats(self) -> dict[str, float | list[float]]:

@@ -112,11 +112,24 @@ def norms_by_group(model: nn.Module, before: Optional[dict[str, torch.Tensor]] =
     return out
 
 
-def router_metrics(model: nn.Module) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Scalars `moe/layer_<i>/<stat>` and vectors `moe/layer_<i>/tokens_per_expert|bias`."""
+def router_metrics(model: nn.Module, all_reduce: Optional[Callable[[torch.Tensor], None]] = None
+                   ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Scalars `moe/layer_<i>/<stat>` and vectors `moe/layer_<i>/tokens_per_expert|bias`.
+
+    With a capacity factor, also `moe/layer_<i>/drop_fraction`: assignments dropped over all
+    assignments routed in the step, summed over ranks by the in-place `all_reduce` when given (call
+    it on every rank then)."""
     scalars: dict[str, float] = {}
     vectors: dict[str, list[float]] = {}
-    for layer, moe in model.moe_layers():
+    layers = list(model.moe_layers())
+    capped = [(layer, moe) for layer, moe in layers if moe.cfg.capacity_factor is not None]
+    if capped:
+        drops = torch.stack([moe.drop_counts() for _, moe in capped]).to(torch.float64)
+        if all_reduce is not None:
+            all_reduce(drops)
+        for (layer, _), (dropped, routed) in zip(capped, drops.cpu().tolist()):
+            scalars[f"moe/layer_{layer}/drop_fraction"] = dropped / routed if routed > 0 else 0.0
+    for layer, moe in layers:
         stats = moe.router_stats()
         prefix = f"moe/layer_{layer}"
         for key in ("imbalance", "entropy", "bias_norm", "bias_min", "bias_max", "aux_loss", "z_loss"):

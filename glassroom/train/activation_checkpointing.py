@@ -1,0 +1,97 @@
+"""Activation checkpointing: trade recomputation in backward for activation memory, from outside the model.
+
+`train.activation_checkpointing` chooses what a block keeps for backward:
+
+- `none`: everything autograd saves (the default; fastest, most memory).
+- `full`: only the block's inputs; the whole block runs again in backward (about one more forward).
+- `selective`: op-level (torch.utils.checkpoint.create_selective_checkpoint_contexts): the outputs
+  of matmuls (mm, addmm, bmm, grouped_mm) and of attention (SDPA) are kept, everything else (norms,
+  RoPE, SwiGLU's activation, routing, gathers) is recomputed: most of full's saving on the cheap
+  element-wise tensors, little of its recompute cost.
+
+`train.activation_checkpointing_every: k` applies the mode to blocks 0, k, 2k, ... (default 1:
+every block); the others keep everything.
+
+`apply(model, mode, every)` replaces each chosen block's `forward` (the instance's, not the class's)
+with one that runs the original through torch.utils.checkpoint (use_reentrant=False). Parameter
+names and the state dict are unchanged, so checkpoints, norms and exports see the same model. Apply
+it before FSDP2's `fully_shard` (which wraps `__call__` and unshards for the recompute in backward)
+and before `compile`. The recompute runs inside glassroom.model.moe.recomputing(), so MoE layers do
+not count their tokens, drops and statistics twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from glassroom.errors import GlassroomError
+from glassroom.model.moe import recomputing
+
+MODES = ("none", "full", "selective")
+
+_aten = torch.ops.aten
+# Outputs kept by `selective`: the matmuls and attention, the costly ops to recompute.
+SAVED_OPS = frozenset({
+    _aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default, _aten._grouped_mm.default,
+    _aten._scaled_dot_product_flash_attention.default, _aten._scaled_dot_product_efficient_attention.default,
+    _aten._scaled_dot_product_cudnn_attention.default, _aten._scaled_dot_product_flash_attention_for_cpu.default,
+})
+
+
+def _policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _full_contexts():
+    return contextlib.nullcontext(), recomputing()
+
+
+@contextlib.contextmanager
+def _both(first, second):
+    with first, second:
+        yield
+
+
+def _selective_contexts():
+    forward, recompute = create_selective_checkpoint_contexts(_policy)
+    return forward, _both(recompute, recomputing())
+
+
+def chosen_blocks(n_blocks: int, every: int) -> list[int]:
+    """Indices of the blocks checkpointed with `every`: 0, every, 2 * every, ..."""
+    return list(range(0, n_blocks, every))
+
+
+def apply(model: nn.Module, mode: str, every: int = 1) -> list[int]:
+    """Checkpoint the chosen blocks of `model.blocks` in `mode`; returns their indices ([] for none)."""
+    if mode not in MODES:
+        raise GlassroomError(f"train.activation_checkpointing: {mode!r} is not one of {', '.join(MODES)}")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise GlassroomError(f"train.activation_checkpointing_every: must be a whole number of 1 or more, got {every!r}")
+    if mode == "none":
+        return []
+    contexts = _full_contexts if mode == "full" else _selective_contexts
+    chosen = chosen_blocks(len(model.blocks), every)
+    for index in chosen:
+        block = model.blocks[index]
+        if getattr(block, "_activation_checkpointing", None) is not None:
+            raise GlassroomError(f"block {index}: activation checkpointing is applied already")
+        block.forward = _checkpointed(block.forward, contexts)
+        block._activation_checkpointing = mode
+    return chosen
+
+
+def _checkpointed(forward: Callable, contexts: Callable) -> Callable:
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        if not torch.is_grad_enabled():  # evaluation, sampling: nothing is saved anyway
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+    return run
