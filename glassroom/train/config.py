@@ -80,6 +80,10 @@ class TrainSection:
     overlong: Literal["truncate", "drop"] = "truncate"
     dpo_beta: float = 0.1  # task dpo: strength of the pull towards the reference model (docs/post-training.md)
     dpo_loss: Literal["sigmoid", "ipo"] = "sigmoid"  # task dpo: the DPO paper's loss, or IPO's squared one
+    # recompute in backward instead of keeping activations (glassroom/train/activation_checkpointing.py):
+    # none, full (whole blocks) or selective (matmul and attention outputs kept); on blocks 0, k, 2k, ...
+    activation_checkpointing: Literal["none", "full", "selective"] = "none"
+    activation_checkpointing_every: int = 1
 
     def check(self, path: str) -> None:
         require_non_negative(path, steps=self.steps)  # 0: evaluate and checkpoint the initial model (init.from)
@@ -89,6 +93,7 @@ class TrainSection:
             eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
             eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
             grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps, dpo_beta=self.dpo_beta,
+            activation_checkpointing_every=self.activation_checkpointing_every,
         )
         if self.batch_size % self.micro_batch_size:
             raise ConfigError(

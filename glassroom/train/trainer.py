@@ -146,6 +146,11 @@ class Trainer(ResumeMixin):
             self.lineage = {**load_init_weights(self.model, cfg.init, cfg.model, cfg.data.path),
                             "task": tc.task, "data": str(cfg.data.path)}
         self.core = self.model
+        # train.activation_checkpointing: blocks recompute in backward (train/activation_checkpointing.py);
+        # before compile and before parallelize's fully_shard.
+        from glassroom.train import activation_checkpointing
+
+        activation_checkpointing.apply(self.core, tc.activation_checkpointing, tc.activation_checkpointing_every)
         if tc.compile:
             for block in self.core.blocks:
                 block.compile()
@@ -388,7 +393,7 @@ class Trainer(ResumeMixin):
         metrics["data/tokens_seen"] = self.state.tokens_seen
         for domain, n in self.state.tokens_by_domain.items():
             metrics[f"data/tokens/{domain}"] = n
-        scalars, vectors = router_metrics(self.core)
+        scalars, vectors = router_metrics(self.core, all_reduce=self._all_reduce if self.info.enabled else None)
         metrics.update(scalars)
         if probe:
             metrics.update(norms_by_group(self.core, before, with_grads=False, rank=self.info.rank,
