@@ -72,7 +72,8 @@ class TrainSection:
     eval_tasks: list[str] = field(default_factory=list)
     eval_tasks_every: Optional[int] = None
     max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
-    parallel: Literal["fsdp", "ddp"] = "fsdp"
+    # under torchrun: fsdp, ddp, or {ep: N} (FSDP2 with N-way expert parallelism, docs/train.md)
+    parallel: Any = "fsdp"
     # pretrain, or post-training from init.from: sft (packed conversations, loss on assistant
     # tokens) or dpo; must match the dataset's manifest `task` (docs/post-training.md).
     task: Literal["pretrain", "sft", "dpo"] = "pretrain"
@@ -115,6 +116,44 @@ class TrainSection:
                                   "give each task name once")
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"{path}.seed: must be between 0 and 2**63 - 1, got {self.seed}")
+        check_parallel(self.parallel, f"{path}.parallel")
+        if self.expert_parallel > 1 and self.optimizer == "muon":
+            raise ConfigError(f"{path}.parallel.ep: FSDP2 shards the matrices muon needs whole; "
+                              "use train.optimizer: adamw with ep (or parallel: ddp with muon)")
+
+    @property
+    def parallel_strategy(self) -> str:
+        """fsdp or ddp (`{ep: N}` is FSDP2)."""
+        return "fsdp" if isinstance(self.parallel, dict) else self.parallel
+
+    @property
+    def expert_parallel(self) -> int:
+        """Ranks each MoE layer's experts are spread over (1: none)."""
+        return self.parallel["ep"] if isinstance(self.parallel, dict) else 1
+
+
+def check_parallel(value: Any, path: str) -> None:
+    """train.parallel: fsdp, ddp, or a mapping {ep: N} (optionally with strategy: fsdp)."""
+    if isinstance(value, str):
+        if value not in ("fsdp", "ddp"):
+            raise ConfigError(f"{path}: {value!r} is not one of fsdp, ddp, {{ep: N}}")
+        return
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected fsdp, ddp or a mapping such as {{ep: 2}}, got {value!r}")
+    for key in value:
+        if key not in ("ep", "strategy"):
+            raise ConfigError(f"{path}.{key}: unknown key (expected ep, strategy)")
+    if "ep" not in value:
+        raise ConfigError(f"{path}.ep: missing; give the expert-parallel degree, e.g. {{ep: 2}}")
+    ep = value["ep"]
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"{path}.ep: expected a whole number of 1 or more, got {ep!r}")
+    strategy = value.get("strategy", "fsdp")
+    if strategy == "ddp":
+        raise ConfigError(f"{path}.strategy: expert parallelism runs with FSDP2 only, not ddp; "
+                          "drop strategy or set it to fsdp")
+    if strategy != "fsdp":
+        raise ConfigError(f"{path}.strategy: {strategy!r} is not fsdp (the only strategy with ep)")
 
 
 @dataclass(frozen=True)
@@ -213,6 +252,11 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
     elif cfg.train.task != "pretrain":
         raise ConfigError(f"init.from: train.task {cfg.train.task} starts from a model; add `init: {{from: RUN_DIR}}` "
                           "(a run folder, optionally with step) or a Hugging Face folder")
+    ep = cfg.train.expert_parallel
+    if ep > 1 and (cfg.model.moe is None or cfg.model.moe.n_experts % ep):
+        from glassroom.train.expert_parallel import check_layout
+
+        check_layout(ep, ep, cfg.model.moe.n_experts if cfg.model.moe is not None else None)
     if cfg.train.seq_len > cfg.model.max_seq_len:
         raise ConfigError(
             f"train.seq_len: {cfg.train.seq_len} is longer than model.max_seq_len ({cfg.model.max_seq_len})"

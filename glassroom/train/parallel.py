@@ -2,7 +2,9 @@
 
 `torchrun --nproc_per_node=N -m glassroom train ...` sets RANK/WORLD_SIZE/LOCAL_RANK; `setup`
 initialises gloo on CPU or NCCL on GPU. The model file knows nothing of this: `parallelize` applies
-`fully_shard` to every block and then the root (FSDP2), or wraps the model in DDP.
+`fully_shard` to every block and then the root (FSDP2), or wraps the model in DDP. With expert
+parallelism (`ep` > 1) it first spreads the experts over a ("dp", "ep") mesh and shards them over
+"dp" only (glassroom/train/expert_parallel.py), then shards the rest over every rank.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def teardown() -> None:
 
 
 def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.device,
-                bf16_params: bool) -> nn.Module:
-    """FSDP2 (`fully_shard` per block, then the root) or DDP; the model itself when one process."""
+                bf16_params: bool, ep: int = 1) -> nn.Module:
+    """FSDP2 (`fully_shard` per block, then the root) or DDP; the model itself when one process.
+    `ep` > 1 (FSDP2 only): experts spread over expert-parallel groups of `ep` consecutive ranks."""
     if not info.enabled:
         return model
     if strategy == "ddp":
@@ -67,10 +70,33 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_params else MixedPrecisionPolicy()
+    if ep > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from glassroom.train.expert_parallel import expert_modules, shard_experts
+
+        mesh = init_device_mesh(device.type, (info.world_size // ep, ep), mesh_dim_names=("dp", "ep"))
+        shard_experts(model, mesh)
+        for experts in expert_modules(model):
+            fully_shard(experts, mesh=mesh["dp"], mp_policy=policy)
+            # Each expert's gradient arrives summed over its expert group's tokens (the all-to-all's
+            # backward); summed over "dp" too, it becomes the global mean divided by all ranks.
+            experts.set_gradient_divide_factor(float(info.world_size))
     for block in model.blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     return model
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float, info: DistInfo, ep: int = 1) -> float:
+    """Clip the gradients to a global norm of `max_norm`; returns the norm before clipping. With
+    expert parallelism the norm is summed from every rank's local shards (expert_parallel.py)."""
+    if info.enabled and ep > 1:
+        from glassroom.train.expert_parallel import clip_grad_norm_
+
+        return float(clip_grad_norm_(list(model.parameters()), max_norm, lambda t: all_reduce_sum(t, info)))
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

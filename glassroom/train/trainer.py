@@ -75,6 +75,10 @@ class Trainer(ResumeMixin):
                 f"train.batch_size: {tc.batch_size} sequences do not split into {self.info.world_size} ranks "
                 f"of whole micro-batches of {tc.micro_batch_size}"
             )
+        if tc.expert_parallel > 1:  # the mesh fits this launch (before RUN_DIR is touched)
+            from glassroom.train.expert_parallel import check_layout
+
+            check_layout(tc.expert_parallel, self.info.world_size, cfg.model.moe.n_experts if cfg.model.moe else None)
         self.local_batch = per_rank
         self.accum = per_rank // tc.micro_batch_size
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
@@ -87,7 +91,7 @@ class Trainer(ResumeMixin):
         self.dataset = preflight.open_dataset(cfg)
         preflight.check_data(cfg, self.dataset)
         preflight.check_memory(cfg, self.device, self.info.world_size,
-                               sharded=self.info.enabled and tc.parallel == "fsdp")
+                               sharded=self.info.enabled and tc.parallel_strategy == "fsdp")
         # The batches, loss and evaluation of train.task (pretrain: the domain mixture of glassroom.data.mixture).
         self.objective = objective_for(cfg, self.dataset, self.info, self.device)
         self.manifest = self.dataset.manifest
@@ -134,7 +138,7 @@ class Trainer(ResumeMixin):
         from glassroom.model.transformer import build_model
 
         torch.manual_seed(tc.seed)
-        use_fsdp_bf16 = self.info.enabled and tc.parallel == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
+        use_fsdp_bf16 = self.info.enabled and tc.parallel_strategy == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
         fresh_init = cfg.init is not None and not ckpt.list_checkpoints(self.run_dir)  # init at step 0 only
         if fresh_init:
             from glassroom.hf.init import check_init_weights, load_init_weights
@@ -154,10 +158,11 @@ class Trainer(ResumeMixin):
         if tc.compile:
             for block in self.core.blocks:
                 block.compile()
-        self.model = parallel.parallelize(self.model, self.info, tc.parallel, self.device, use_fsdp_bf16)
+        self.model = parallel.parallelize(self.model, self.info, tc.parallel_strategy, self.device, use_fsdp_bf16,
+                                         ep=tc.expert_parallel)
         if use_fsdp_bf16:
             self.autocast_dtype = None  # FSDP2 casts parameters itself
-        self.optimizer = build_optimizer(self.core, tc, distributed_fsdp=self.info.enabled and tc.parallel == "fsdp")
+        self.optimizer = build_optimizer(self.core, tc, distributed_fsdp=self.info.enabled and tc.parallel_strategy == "fsdp")
         self.lr_at = lr_multiplier(tc)
         self.flops_per_token = self._flops_per_token()
         self.peak = peak_flops(self.device, self.autocast_dtype) * self.info.world_size
@@ -359,8 +364,7 @@ class Trainer(ResumeMixin):
             measured = norms_by_group(self.core, with_grads=True, rank=self.info.rank,
                                       all_reduce=self._all_reduce if self.info.enabled else None)
             group_grads = {k: v for k, v in measured.items() if k.startswith("norm/grad/")}
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip or float("inf"))
-        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+        grad_norm = parallel.clip_grad_norm(self.model, tc.grad_clip or float("inf"), self.info, tc.expert_parallel)
 
         metrics: dict[str, float] = {"train/loss": mean_loss, "train/lr": lr, "train/grad_norm": grad_norm}
         for d, domain in enumerate(self.objective.domains):
@@ -375,6 +379,8 @@ class Trainer(ResumeMixin):
             self.state.bad_steps_in_a_row = 0
             if counts is not None:
                 self.core.update_router_biases(counts)
+                for row, (_, moe) in enumerate(self.core.moe_layers()):  # stored: the step's, over all ranks
+                    moe.last_stats["tokens_per_expert"] = counts[row]
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
