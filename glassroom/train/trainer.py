@@ -196,13 +196,22 @@ class Trainer(ResumeMixin):
                               "store, or restore it from a copy")
 
     def _preregistered(self):
-        """The prediction preregistered in this run's store before it started, if any."""
+        """The prediction preregistered in this run's store before it started, if any: read by the
+        main rank (the others would race its creation of the store) and sent to every rank."""
         from glassroom.observe.store import StoreReader, store_path
 
-        if not store_path(self.run_dir).is_file():
-            return None
-        with StoreReader(self.run_dir) as reader:
-            return reader.artifact("prediction")
+        found = None
+        if self.info.is_main and store_path(self.run_dir).is_file():
+            try:
+                with StoreReader(self.run_dir) as reader:
+                    found = reader.artifact("prediction")
+            except sqlite3.DatabaseError as exc:
+                found = exc
+        if self.info.enabled:
+            found = ckpt._broadcast(found)
+        if isinstance(found, sqlite3.DatabaseError):
+            raise found
+        return found
 
     def _flops_per_token(self) -> int:
         from glassroom.model.accounting import flops_per_token
