@@ -1,0 +1,166 @@
+"""moe.capacity_factor: tokens over an expert's capacity are dropped in token order, counted, and
+reported as moe/layer_<i>/drop_fraction; dropless (the default) and eval drop nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from glassroom.model.config import MoEConfig
+from glassroom.model.moe import MoEFeedForward, apply_capacity
+from glassroom.observe.probes import router_metrics
+from glassroom.observe.store import StoreReader
+from train_helpers import run_train
+
+# Each token's planted expert: 12 of 16 tokens pick expert 0 (top_k 1).
+PLANTED = [0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0]
+
+
+def planted_layer(capacity_factor, shared: int = 1) -> tuple[MoEFeedForward, torch.Tensor]:
+    """A layer of 4 experts, top-1, whose router sends token t to PLANTED[t], and its 16 tokens."""
+    cfg = MoEConfig(n_experts=4, top_k=1, d_expert=8, n_shared_experts=shared, capacity_factor=capacity_factor)
+    torch.manual_seed(0)
+    layer = MoEFeedForward(8, cfg)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0, 0.3)
+        layer.router.weight.zero_()
+        layer.router.weight[:, :4] = 10 * torch.eye(4)  # expert e scores feature e
+    x = 0.1 * torch.randn(len(PLANTED), 8)
+    x[torch.arange(len(PLANTED)), torch.tensor(PLANTED)] += 1.0
+    return layer, x
+
+
+def hand_dropped(planted: list[int], capacity: int) -> list[int]:
+    """Token indices dropped when each expert keeps its first `capacity` tokens."""
+    seen: dict[int, int] = {}
+    dropped = []
+    for t, expert in enumerate(planted):
+        seen[expert] = seen.get(expert, 0) + 1
+        if seen[expert] > capacity:
+            dropped.append(t)
+    return dropped
+
+
+def test_capacity_one_drops_what_a_hand_count_says_and_dropped_tokens_get_only_shared_experts():
+    layer, x = planted_layer(1.0)
+    layer.train()
+    capacity = layer.capacity(16)
+    assert capacity == math.ceil(1.0 * 16 * 1 / 4) == 4
+    dropped = hand_dropped(PLANTED, capacity)
+    # expert 0's tokens are 0, 1, 3, 4, 6, 7, 9, 10, 11, 13, 14, 15: the first four are kept
+    assert dropped == [6, 7, 9, 10, 11, 13, 14, 15]
+
+    out, _ = layer(x)
+    assert layer.step_drops.tolist() == [8, 16]
+    # The balancer counts what the router chose, before dropping.
+    assert layer.step_tokens_per_expert.tolist() == [12, 2, 1, 1]
+    scalars, _ = router_metrics(_Model(layer))
+    assert scalars["moe/layer_0/drop_fraction"] == 8 / 16
+
+    with torch.no_grad():
+        shared_only = layer.shared_experts(x)
+        layer.eval()
+        dropless, _ = layer(x)
+    kept = [t for t in range(16) if t not in dropped]
+    # dropped tokens: the shared expert's output alone; kept ones: exactly the dropless output.
+    torch.testing.assert_close(out[dropped], shared_only[dropped], rtol=0, atol=0)
+    torch.testing.assert_close(out[kept], dropless[kept], rtol=0, atol=0)
+    assert (out[kept] - shared_only[kept]).abs().max() > 1e-3
+
+
+def test_without_shared_experts_a_dropped_token_gets_zero_from_the_layer():
+    layer, x = planted_layer(1.0, shared=0)
+    layer.train()
+    out, _ = layer(x)
+    dropped = hand_dropped(PLANTED, 4)
+    assert torch.count_nonzero(out[dropped]) == 0
+    assert torch.count_nonzero(out[[0, 1, 2, 3]]) > 0
+
+
+@pytest.mark.parametrize("factor", [None, 4.0])
+def test_dropless_and_a_large_capacity_drop_nothing(factor):
+    layer, x = planted_layer(factor)
+    layer.train()
+    out, _ = layer(x)
+    assert layer.step_drops.tolist() == [0, 16]
+    layer.eval()
+    with torch.no_grad():
+        again, _ = layer(x)
+    torch.testing.assert_close(out, again, rtol=0, atol=0)
+    scalars, _ = router_metrics(_Model(layer))
+    if factor is None:
+        assert not any(k.endswith("drop_fraction") for k in scalars)  # dropless runs log no drop series
+    else:
+        assert scalars["moe/layer_0/drop_fraction"] == 0.0
+
+
+def test_eval_mode_is_dropless_and_counts_nothing():
+    capped, x = planted_layer(1.0)
+    dropless, _ = planted_layer(None)
+    capped.eval(), dropless.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(capped(x)[0], dropless(x)[0], rtol=0, atol=0)
+    assert capped.step_drops.tolist() == [0, 0]
+
+
+def test_drop_fraction_sums_the_steps_micro_batches_and_survives_the_bias_update():
+    layer, x = planted_layer(1.0)
+    layer.train()
+    layer(x)  # 8 of 16 dropped
+    layer(x[:4])  # tokens 0..3 go to experts 0, 0, 1, 0: capacity 1, so two of expert 0's are dropped
+    assert layer.step_drops.tolist() == [10, 20]
+    layer.update_router_bias()
+    assert layer.step_drops.tolist() == [0, 0]
+    scalars, _ = router_metrics(_Model(layer))
+    assert scalars["moe/layer_0/drop_fraction"] == 10 / 20
+    # summed over ranks before dividing: another rank that routed 20 and dropped none halves it
+    reduced, _ = router_metrics(_Model(layer), all_reduce=lambda t: t.add_(torch.tensor([[0.0, 20.0]], dtype=t.dtype)))
+    assert reduced["moe/layer_0/drop_fraction"] == 10 / 40
+
+
+def test_apply_capacity_keeps_each_experts_first_assignments_in_token_then_choice_order():
+    chosen = torch.tensor([[0, 1], [1, 0], [0, 2], [0, 1], [2, 0]])
+    counts = torch.bincount(chosen.flatten(), minlength=3)
+    kept, kept_counts = apply_capacity(chosen, counts, capacity=2)
+    # expert 0: tokens 0, 1 kept, 2, 3, 4 dropped; expert 1: tokens 0, 1 kept, 3 dropped
+    assert kept.tolist() == [[0, 1], [1, 0], [-1, 2], [-1, -1], [2, -1]]
+    assert kept_counts.tolist() == [2, 2, 2]
+    assert kept_counts.tolist() == torch.bincount(kept[kept >= 0], minlength=3).tolist()
+
+
+class _Model:
+    """What router_metrics needs of a Transformer: its MoE layers."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def moe_layers(self):
+        yield 0, self.layer
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0", "model.moe.capacity_factor: must be positive, got 0"),
+    ("-1.5", "model.moe.capacity_factor: must be positive, got -1.5"),
+    (".nan", "model.moe.capacity_factor: must be a finite number"),
+    ("lots", "model.moe.capacity_factor: expected a number, got 'lots'"),
+    ("true", "model.moe.capacity_factor: expected a number, got True"),
+])
+def test_bad_capacity_factors_are_one_line_errors(tmp_path, value, message):
+    result = run_train(tmp_path / "run", tmp_path / "data", f"model.moe.capacity_factor={value}")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_capped_training_run_logs_the_drop_fraction_per_layer(tiny_dataset, tmp_path):
+    out = tmp_path / "capped"
+    result = run_train(out, tiny_dataset, "model.moe.capacity_factor=1.0", "train.steps=3")
+    assert result.returncode == 0, result.stderr[-2000:]
+    with StoreReader(out) as reader:
+        steps, values = reader.series("moe/layer_1/drop_fraction")
+        assert list(steps) == [1, 2, 3]
+        assert all(0 <= v < 1 for v in values) and max(values) > 0
+        assert "moe/layer_0/drop_fraction" not in reader.names()  # layer 0 is dense
