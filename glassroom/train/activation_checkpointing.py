@@ -58,8 +58,14 @@ def _both(first, second):
         yield
 
 
+# Set by saved_activation_bytes: the outputs selective checkpointing keeps, one dict per block run.
+_kept_by_selective: list[dict] | None = None
+
+
 def _selective_contexts():
     forward, recompute = create_selective_checkpoint_contexts(_policy)
+    if _kept_by_selective is not None:
+        _kept_by_selective.append(getattr(forward, "storage", {}))
     return forward, _both(recompute, recomputing())
 
 
@@ -95,3 +101,35 @@ def _checkpointed(forward: Callable, contexts: Callable) -> Callable:
         return checkpoint(forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
 
     return run
+
+
+def saved_activation_bytes(model: nn.Module, run: Callable[[], torch.Tensor]) -> int:
+    """Bytes autograd keeps for backward while `run()` computes a loss: the unique storages packed by
+    saved-tensor hooks, parameters left out (they are held anyway). With checkpointing these are
+    the checkpointed blocks' inputs plus what the other parts save and the op outputs `selective`
+    keeps (read from its cache before backward)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in params and storage.device.type != "meta":
+            seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
+        return tensor
+
+    global _kept_by_selective
+    _kept_by_selective = []
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = run()
+        kept = _kept_by_selective
+    finally:
+        _kept_by_selective = None
+    for outputs in kept:  # selective's cached op outputs are held by its dispatch mode, not by hooks
+        for entries in outputs.values():
+            for entry in torch.utils._pytree.tree_leaves(entries):
+                value = getattr(entry, "val", entry)
+                if isinstance(value, torch.Tensor):
+                    pack(value)
+    loss.backward()
+    return sum(seen.values())
