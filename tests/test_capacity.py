@@ -155,12 +155,41 @@ def test_bad_capacity_factors_are_one_line_errors(tmp_path, value, message):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_capped_training_run_logs_the_drop_fraction_per_layer(tiny_dataset, tmp_path):
-    out = tmp_path / "capped"
-    result = run_train(out, tiny_dataset, "model.moe.capacity_factor=1.0", "train.steps=3")
+@pytest.fixture(scope="module")
+def capped_run(tiny_dataset, tmp_path_factory):
+    """Three steps of the tiny MoE with capacity factor 1.0: a lab folder holding run `capped`."""
+    lab = tmp_path_factory.mktemp("lab")
+    result = run_train(lab / "capped", tiny_dataset, "model.moe.capacity_factor=1.0", "train.steps=3")
     assert result.returncode == 0, result.stderr[-2000:]
-    with StoreReader(out) as reader:
+    return lab
+
+
+def test_a_capped_training_run_logs_the_drop_fraction_per_layer(capped_run):
+    with StoreReader(capped_run / "capped") as reader:
         steps, values = reader.series("moe/layer_1/drop_fraction")
         assert list(steps) == [1, 2, 3]
         assert all(0 <= v < 1 for v in values) and max(values) > 0
         assert "moe/layer_0/drop_fraction" not in reader.names()  # layer 0 is dense
+
+
+DROP_CHART = "Dropped by capacity (fraction of assignments)"
+
+
+def test_the_dashboard_and_the_published_site_draw_the_drop_fraction(capped_run, tmp_path):
+    from glassroom.web.publish import publish
+    from web_helpers import Chromium, Server, StaticSiteServer, chromium_path
+
+    if chromium_path() is None:
+        pytest.skip("chromium not installed (scripts/install-system.sh)")
+    points = f"GR.charts.find(c => c.title === {DROP_CHART!r}).u.data[1].filter(v => v !== null && v !== undefined).length"
+    site = tmp_path / "site"
+    publish(capped_run, site)
+    with Chromium() as browser:
+        with Server(capped_run) as server:
+            browser.navigate(f"{server.url}/runs/capped")
+            titles = browser.eval("GR.charts.map(c => c.title)")
+            assert DROP_CHART in titles and "Expert load, layer 1" in titles
+            assert browser.eval(points) == 3
+        with StaticSiteServer(site) as url:
+            browser.navigate(f"{url}/runs/capped/index.html")
+            assert browser.eval(points) == 3

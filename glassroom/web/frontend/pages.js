@@ -127,6 +127,7 @@ GR.planCharts = function (names, vectorNames, meta) {
     if (lines.length) moe.push(chart(title, lines, {log}));
   };
   stat("imbalance", "Load imbalance (max / mean tokens per expert)");
+  stat("drop_fraction", "Dropped by capacity (fraction of assignments)");
   stat("entropy", "Router entropy");
   stat("bias_norm", "Router bias norm");
   const range = [];
