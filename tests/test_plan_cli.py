@@ -99,7 +99,7 @@ def test_absurd_sizes_print_or_are_one_line():
     wide = glassroom("plan", "experiments/train-moe.yaml", "--set", "model.d_model=1000000000000000",
                      "--set", "model.n_heads=1", "--tokens", "1e12")
     assert wide.returncode == 0, wide.stderr
-    assert "total 2.4e+31 (" in wide.stdout and "weights 9.6e+31 B" in wide.stdout
+    assert "total 2.4e+31 (" in wide.stdout and "weights       9.6e+31 B" in wide.stdout
     assert "000000T" not in wide.stdout.split("\n", 1)[1]  # the first line's name is units.model_name's
     deep = glassroom("plan", "experiments/train-moe.yaml", "--set", "model.n_layers=1000000000")
     assert deep.returncode == 2 and "1,000,000,000 layers" in deep.stderr

@@ -21,23 +21,42 @@ DESCRIPTION = """\
 Report a model's size and training cost from its config alone, without allocating it:
 total and active parameters, embedding and non-embedding parameters, training FLOPs per token,
 and with --tokens the total FLOPs; with --gpu the wall-clock days at a given MFU; and the memory
-per GPU for weights, gradients and optimizer state. Works for any dense or MoE `model:` section,
-from a toy to a 535B-class model. docs/plan.md gives every formula.
+per GPU on a (data x expert) mesh: weights, gradients, optimizer state, gathered bf16 weights,
+gradient reduction, activations (per --micro-batch, --seq-len, --activation-checkpointing),
+logits and all-to-all buffers; with --gpu or --gpu-memory whether it fits and the headroom.
+Works for any dense or MoE `model:` section, from a toy to a 535B-class model. docs/plan.md
+gives every formula.
 
-example:
+examples:
   glassroom plan experiments/hero-530b.yaml --tokens 18T --gpu h200 --gpus 2048 --mfu 0.35
+  glassroom plan experiments/hero-530b.yaml --gpu h200 --dp 11 --ep 64 --micro-batch 1 --seq-len 4096 \\
+      --activation-checkpointing full
 """
 
 
 def register(sub) -> None:
-    from glassroom.model.accounting import GPU_PEAK_BF16
+    from glassroom.model.accounting import AC_MODES, GPU_MEMORY_GIB, GPU_PEAK_BF16, PRECISIONS
 
     p = new_command(sub, "plan", "size, FLOPs, time and memory of a model config", DESCRIPTION)
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML config(s) with a model: section")
     p.add_argument("--tokens", help="training tokens, e.g. 18.75T: adds total FLOPs (and days)")
-    p.add_argument("--seq-len", type=int, help="sequence length for the attention FLOPs (default model.max_seq_len)")
-    p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16), help="GPU type for wall-clock days")
-    p.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
+    p.add_argument("--seq-len", type=int,
+                   help="sequence length for the attention FLOPs and the activations (default model.max_seq_len)")
+    p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16),
+                   help="GPU type: wall-clock days with --tokens, and its memory ("
+                        + ", ".join(f"{k} {v}" for k, v in sorted(GPU_MEMORY_GIB.items())) + " GiB)")
+    p.add_argument("--gpus", type=int, help="number of GPUs, dp x ep (default dp x ep, else 1)")
+    p.add_argument("--dp", type=int, help="data-parallel degree (default gpus / ep)")
+    p.add_argument("--ep", type=int, help="expert-parallel degree: each GPU holds n_experts / ep experts "
+                                          "(default 1, or gpus / dp)")
+    p.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-step (default 1)")
+    p.add_argument("--activation-checkpointing", choices=AC_MODES, default="none",
+                   help="what each block keeps for backward: none (everything), full (its input), "
+                        "selective (matmul and attention outputs) (default none)")
+    p.add_argument("--precision", choices=PRECISIONS, default="bf16",
+                   help="compute precision; weights, gradients and AdamW stay fp32 (default bf16)")
+    p.add_argument("--gpu-memory", type=float, metavar="GIB",
+                   help="memory per GPU in GiB (default the --gpu's): adds whether it fits and the headroom")
     p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilisation, 0-1 (default 0.4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. model.n_layers=24")
     p.add_argument("--json", action="store_true", help="print one JSON object per file")
@@ -45,14 +64,18 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassroom.model.accounting import plan
+    from glassroom.model.accounting import GIB, plan
     from glassroom.model.config import load_model_config
 
     tokens = positive_count(args.tokens, "--tokens")
     if tokens is not None and not math.isfinite(tokens):
         raise GlassroomError(f"--tokens: {args.tokens} is beyond any floating-point count")
-    if args.gpus < 1:
+    if args.gpus is not None and args.gpus < 1:
         raise GlassroomError(f"--gpus: must be at least 1, got {args.gpus}")
+    if args.micro_batch < 1:
+        raise GlassroomError(f"--micro-batch: must be at least 1 sequence, got {args.micro_batch}")
+    if args.gpu_memory is not None and not (0 < args.gpu_memory < math.inf):
+        raise GlassroomError(f"--gpu-memory: must be a positive number of GiB, got {args.gpu_memory:g}")
     if not 0 < args.mfu <= 1:
         raise GlassroomError(f"--mfu: must be above 0 and at most 1, got {args.mfu}")
     if args.seq_len is not None and args.seq_len < 1:
@@ -64,7 +87,13 @@ def run(args: argparse.Namespace) -> int:
         if cfg.n_layers > MAX_LAYERS:  # every layer is counted on its own: 1e9 layers would not finish
             raise GlassroomError(f"{path}: model.n_layers: {cfg.n_layers:,} layers; glassroom plan counts at most "
                                  f"{MAX_LAYERS:,}")
-        report = plan(cfg, seq_len=args.seq_len, tokens=tokens, gpu=args.gpu, gpus=args.gpus, mfu=args.mfu)
+        try:
+            report = plan(cfg, seq_len=args.seq_len, tokens=tokens, gpu=args.gpu, gpus=args.gpus, mfu=args.mfu,
+                          dp=args.dp, ep=args.ep, micro_batch=args.micro_batch,
+                          activation_checkpointing=args.activation_checkpointing, precision=args.precision,
+                          gpu_memory=None if args.gpu_memory is None else args.gpu_memory * GIB)
+        except GlassroomError as exc:
+            raise GlassroomError(f"{path}: {exc}") from None
         if not math.isfinite(report.get("days", 0.0)):  # a denormal --mfu
             raise GlassroomError(f"--mfu: {args.mfu:g} is too small to time a run (it would take forever)")
         if not math.isfinite(report.get("total_flops", 0.0)):
@@ -80,12 +109,80 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bytes(n: float) -> str:
-    if n >= 1e21:
+    """Bytes in binary units (KiB ... EiB), as GPU memory is quoted; beyond, powers of ten."""
+    if n >= 1024 * 2**60:
         return f"{n:.3g} B"
-    for unit, scale in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n:.0f} B"
+
+
+MEMORY_LINES = (
+    ("weights", "weights", "fp32 master copy, sharded"),
+    ("gradients", "gradients", "fp32, sharded"),
+    ("optimizer", "optimizer", "AdamW moments, fp32, sharded"),
+    ("gathered_weights", "gathered", None),
+    ("gradient_reduce", "grad reduce", "one block's unsharded gradient before reduce-scatter"),
+    ("activations", "activations", None),
+    ("logits", "logits", "fp32 log-softmax kept for backward, and the logits' gradient"),
+    ("all_to_all", "all-to-all", None),
+)
+
+
+def _memory_lines(cfg, r: dict) -> list[str]:
+    mem, params, mesh = r["memory_bytes_per_gpu"], r["params_per_gpu"], r["mesh"]
+    if cfg.moe is None:
+        experts = ""
+    elif mesh["ep"] > 1:
+        local, dp = params["experts_per_gpu"], mesh["dp"]
+        experts = f": {local} of {cfg.moe.n_experts} experts per expert-parallel rank, sharded over dp {dp}"
+        if local % dp:  # FSDP2 chunks dim 0 (experts) evenly and pads the last chunks
+            experts += (f"\n               FSDP2 pads the expert dimension: each GPU allocates ceil({local}/{dp}) = "
+                        f"{-(-local // dp)} expert{'s' if -(-local // dp) > 1 else ''} per layer, "
+                        f"{-(-local // dp) * dp / local:.2f}x the even share")
+    else:
+        experts = f": all {cfg.moe.n_experts} experts on every GPU" + (f", sharded over {r['gpus']}" if r["gpus"] > 1 else "")
+    lines = [
+        f"  mesh         {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''} = dp {mesh['dp']} x ep {mesh['ep']}{experts}",
+        f"  batch        micro-batch {r['micro_batch']} x seq {r['seq_len']} per GPU, "
+        f"activation checkpointing {r['activation_checkpointing']}, {r['precision']} compute",
+    ]
+    notes = {
+        "gathered_weights": ("bf16 autocast copies of the matmul weights" if r["gpus"] == 1 else
+                             f"{r['precision']}: embedding and head, 2 blocks, one prefetched")
+        if r["precision"] == "bf16" or r["gpus"] > 1 else "none: fp32 on one GPU",
+        "activations": f"{cfg.n_layers} blocks, per micro-batch",
+        "all_to_all": "send + receive of one MoE layer" if mesh["ep"] > 1 else "none: ep 1",
+    }
+    if r["gpus"] == 1:
+        notes["gradient_reduce"] = "none: one GPU"
+    for key, label, note in MEMORY_LINES:
+        note = notes.get(key, note)
+        if r["gpus"] == 1:
+            note = note.replace(", sharded", "")
+        head = "  memory/GPU  " if key == "weights" else "              "
+        lines.append(f"{head} {label:<12} {_bytes(mem[key]):>10}   ({note})")
+    lines.append(f"               {'total':<12} {_bytes(mem['total']):>10}   "
+                 f"(parameters per GPU: {format_count(params['non_expert'])} non-expert + "
+                 f"{format_count(params['expert'])} expert)")
+    if "fits" in r:
+        where = f"on {r['gpu']} ({_bytes(r['gpu_memory_bytes'])})" if "gpu" in r and r["gpu_memory_bytes"] == \
+            _gpu_bytes(r["gpu"]) else f"in {_bytes(r['gpu_memory_bytes'])}"
+        if r["fits"]:
+            lines.append(f"  fits         yes {where}: {_bytes(r['headroom_bytes'])} left "
+                         f"({r['headroom_bytes'] / r['gpu_memory_bytes']:.0%})")
+        else:
+            lines.append(f"  fits         NO {where}: {_bytes(-r['headroom_bytes'])} missing")
+    else:
+        lines.append("  fits         add --gpu or --gpu-memory to check")
+    return lines
+
+
+def _gpu_bytes(gpu: str) -> float:
+    from glassroom.model.accounting import GIB, GPU_MEMORY_GIB
+
+    return GPU_MEMORY_GIB[gpu] * GIB
 
 
 def format_report(path: str, cfg, r: dict) -> str:
@@ -114,10 +211,5 @@ def format_report(path: str, cfg, r: dict) -> str:
         )
     elif "gpu" in r:
         lines.append("  time         add --tokens to estimate days")
-    mem = r["memory_bytes_per_gpu"]
-    lines.append(
-        f"  memory/GPU   weights {_bytes(mem['weights'])}, gradients {_bytes(mem['gradients'])}, "
-        f"optimizer {_bytes(mem['optimizer'])}  (fp32, AdamW, sharded over {r['gpus']}; "
-        "activations not included)"
-    )
+    lines += _memory_lines(cfg, r)
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from glassroom.errors import GlassroomError
 from glassroom.model.config import ModelConfig
 from glassroom.units import model_name
 
@@ -34,11 +35,23 @@ GPU_PEAK_BF16 = {
     "gb200": 2500e12,
 }
 
+# Memory per GPU in GiB (2**30 bytes), as the vendors' data sheets give it (H100 SXM 80 GB, H200 141 GB,
+# B200 180 GB in a DGX B200, GB200 NVL72 13.4 TB over 72 GPUs, A100 80 GB); a little less is usable
+# (the CUDA context and the allocator's fragmentation take some).
+GPU_MEMORY_GIB = {
+    "a100": 80,
+    "h100": 80,
+    "h200": 141,
+    "b200": 180,
+    "gb200": 186,
+}
+GIB = 2**30
+
 # Bytes per parameter under mixed precision with fp32 master weights and AdamW:
-WEIGHT_BYTES = 4  # fp32 master weights (a bf16 working copy is gathered per layer, transiently)
+WEIGHT_BYTES = 4  # fp32 master weights (a bf16 working copy is gathered per block, transiently)
 GRAD_BYTES = 4  # fp32 gradients (reduced in fp32)
 OPTIMIZER_BYTES = 8  # AdamW first and second moments in fp32
-
+STEP_BYTES = 4  # AdamW's `step`: one fp32 scalar per parameter tensor
 
 @dataclass(frozen=True)
 class ParamCounts:
@@ -104,13 +117,258 @@ def flops_per_token(cfg: ModelConfig, seq_len: Optional[int] = None) -> int:
     return 6 * count_params(cfg).active_matmul + attention_flops_per_token(cfg, seq_len)
 
 
-def memory_per_gpu(total_params: int, gpus: int) -> dict[str, float]:
-    """Bytes per GPU of weights, gradients and optimizer state, fully sharded over `gpus`."""
-    return {
-        "weights": total_params * WEIGHT_BYTES / gpus,
-        "gradients": total_params * GRAD_BYTES / gpus,
-        "optimizer": total_params * OPTIMIZER_BYTES / gpus,
+# ---------------------------------------------------------------------------------------- memory
+
+AC_MODES = ("none", "full", "selective")
+PRECISIONS = ("bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a run is laid out and fed: the (dp, ep) mesh, micro-batch, sequence length, activation
+    checkpointing and compute precision."""
+
+    dp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    seq_len: int = 1
+    activation_checkpointing: str = "none"
+    precision: str = "bf16"
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.ep
+
+    @property
+    def regime(self) -> str:
+        """fp32; `autocast` (one process: fp32 weights, bf16 matmuls); `fsdp-bf16` (FSDP2 gathers
+        bf16 parameters, no autocast: the residual stream itself is bf16)."""
+        if self.precision == "fp32":
+            return "fp32"
+        return "fsdp-bf16" if self.gpus > 1 else "autocast"
+
+
+def block_tensors(cfg: ModelConfig, moe: bool) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name inside the block, shape, is a routed-expert tensor) of one block's parameters."""
+    d, heads, kv, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.dim_per_head
+    out = [("attn_norm.weight", (d,), False), ("attn.wq.weight", (heads * hd, d), False),
+           ("attn.wk.weight", (kv * hd, d), False), ("attn.wv.weight", (kv * hd, d), False),
+           ("attn.wo.weight", (d, heads * hd), False)]
+    if cfg.qk_norm:
+        out += [("attn.q_norm.weight", (hd,), False), ("attn.k_norm.weight", (hd,), False)]
+    out.append(("mlp_norm.weight", (d,), False))
+    if moe:
+        m = cfg.moe
+        out += [("mlp.router.weight", (m.n_experts, d), False),
+                ("mlp.experts.gate_up_proj", (m.n_experts, d, 2 * m.d_expert), True),
+                ("mlp.experts.down_proj", (m.n_experts, m.d_expert, d), True)]
+        if m.n_shared_experts:
+            width = m.n_shared_experts * m.d_expert
+            out += [("mlp.shared_experts.gate.weight", (width, d), False),
+                    ("mlp.shared_experts.up.weight", (width, d), False),
+                    ("mlp.shared_experts.down.weight", (d, width), False)]
+    else:
+        out += [("mlp.gate.weight", (cfg.d_ff, d), False), ("mlp.up.weight", (cfg.d_ff, d), False),
+                ("mlp.down.weight", (d, cfg.d_ff), False)]
+    return out
+
+
+def root_tensors(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
+    """The parameters outside the blocks: embedding, final norm, untied head."""
+    out = [("embed.weight", (cfg.vocab_size, cfg.d_model), False), ("norm.weight", (cfg.d_model,), False)]
+    if not cfg.tie_embeddings:
+        out.append(("head.weight", (cfg.vocab_size, cfg.d_model), False))
+    return out
+
+
+def param_tensors(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
+    """Every parameter as (name, shape, is a routed-expert tensor), named as Transformer names them."""
+    out = list(root_tensors(cfg))
+    for layer in range(cfg.n_layers):
+        out += [(f"blocks.{layer}.{n}", shape, e) for n, shape, e in block_tensors(cfg, cfg.is_moe_layer(layer))]
+    return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
+def shard_numel(shape: tuple[int, ...], expert: bool, layout: Layout) -> int:
+    """Elements one GPU holds of a parameter: FSDP2 splits dim 0 into equal chunks, the last padded
+    (every rank allocates ceil(rows / shards) rows); routed-expert tensors first keep n_experts / ep
+    experts (the ep split), then are chunked over dp, every other tensor over all dp * ep GPUs."""
+    rows, rest = shape[0], _numel(shape[1:])
+    shards = layout.gpus
+    if expert:
+        rows, shards = rows // layout.ep, layout.dp
+    return -(-rows // shards) * rest
+
+
+def _unit_bytes(tensors, layout: Layout, per_param: int) -> int:
+    """Bytes of an FSDP unit gathered whole on a GPU: expert tensors hold this GPU's ep share only."""
+    return sum(_numel(shape) // (layout.ep if expert else 1) for _, shape, expert in tensors) * per_param
+
+
+def _layer_kinds(cfg: ModelConfig) -> dict[bool, int]:
+    """How many blocks are MoE (True) and dense (False): every block of a kind costs the same."""
+    moe = 0 if cfg.moe is None else max(0, cfg.n_layers - cfg.moe.first_dense_layers)
+    return {kind: n for kind, n in ((False, cfg.n_layers - moe), (True, moe)) if n}
+
+
+def activation_bytes_per_layer(cfg: ModelConfig, moe: bool, layout: Layout) -> dict[str, int]:
+    """Bytes one block saves for backward, per micro-batch, under no checkpointing (`none`), under
+    `selective` (matmul and attention outputs, and the block's input), and its `input` (all `full`
+    keeps). docs/plan.md writes the terms out."""
+    t = layout.micro_batch * layout.seq_len
+    d, heads, kv, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.dim_per_head
+    regime = layout.regime
+    a = 4 if regime == "fp32" else 2  # bytes of a compute-precision element
+    residual = 2 if regime == "fsdp-bf16" else 4  # the residual stream's element
+
+    def norm(rows: int, width: int) -> int:  # RMSNorm in fp32: input, normalised, 1/rms
+        return rows * (8 * width + 4)
+
+    def linear_inputs(users: int) -> int:
+        """The normalised input of `users` projections: fp32 shared, autocast copies it per matmul."""
+        if regime == "fp32":
+            return 4 * t * d
+        return (users if regime == "autocast" else 1) * a * t * d
+
+    none = norm(t, d) + linear_inputs(3)  # attention: norm, q/k/v input
+    if cfg.qk_norm:
+        none += norm(t * heads, hd) + norm(t * kv, hd)
+    none += a * t * hd * (heads + 2 * kv)  # q, k after RoPE, v: kept by SDPA
+    none += a * t * heads * hd + 4 * t * heads  # SDPA output and logsumexp (flash: no score matrix)
+    none += a * t * heads * hd  # the output projection's input (heads merged: a copy)
+    selective = residual * t * d + a * t * hd * (heads + 2 * kv) + a * t * heads * hd + 4 * t * heads + a * t * d
+    none += norm(t, d)  # the feed-forward's norm
+    if moe:
+        m = cfg.moe
+        k, n_exp, de = m.top_k, m.n_experts, m.d_expert
+        shared = m.n_shared_experts * de
+        none += 4 * t * d  # the router's fp32 input
+        if shared and regime != "fp32":
+            none += linear_inputs(2)
+        none += 2 * 4 * t * n_exp + t * k * (8 + 4) + 3 * 4 * t  # logits, scores; chosen, weights; sums
+        # routed rows, gate|up, silu(gate), silu(gate)*up, expert outputs, weighted outputs (kept by
+        # index_add_); combine weights; sort order and token indices; group offsets
+        none += t * k * (a * (3 * d + 4 * de) + a + 16) + 4 * n_exp
+        none += 4 * a * t * shared  # shared experts: gate, up, silu(gate), product
+        selective += 4 * t * n_exp + a * t * k * (2 * de + d) + a * t * (2 * shared + (d if shared else 0))
+    else:
+        none += linear_inputs(2) + 4 * a * t * cfg.d_ff  # gate, up, silu(gate), product
+        selective += a * t * (2 * cfg.d_ff + d)
+    return {"none": none, "selective": selective, "input": residual * t * d}
+
+
+def activation_bytes(cfg: ModelConfig, layout: Layout) -> int:
+    """Bytes all blocks keep for backward per micro-batch under the layout's checkpointing, plus the
+    recompute of one block in backward (full: its whole activations; selective: what it dropped)."""
+    kinds = _layer_kinds(cfg)
+    per = {moe: activation_bytes_per_layer(cfg, moe, layout) for moe in kinds}
+    mode = layout.activation_checkpointing
+    if mode == "none":
+        return sum(n * per[moe]["none"] for moe, n in kinds.items())
+    if mode == "full":
+        return sum(n * per[moe]["input"] for moe, n in kinds.items()) + max(p["none"] for p in per.values())
+    return (sum(n * per[moe]["selective"] for moe, n in kinds.items())
+            + max(p["none"] - p["selective"] for p in per.values()))
+
+
+def head_activation_bytes(cfg: ModelConfig, layout: Layout) -> dict[str, int]:
+    """The final norm and head's saved tensors, and the loss's: the fp32 log-softmax of the logits
+    (`saved`); at the start of backward the logits' fp32 gradient and its compute-precision copy."""
+    t = layout.micro_batch * layout.seq_len
+    a = 4 if layout.regime == "fp32" else 2
+    d, vocab = cfg.d_model, cfg.vocab_size
+    head_input = 0 if layout.regime == "fp32" else a * t * d  # fp32: the norm's output itself
+    saved = t * (8 * d + 4) + head_input + 4 * t * vocab
+    return {"saved": saved, "gradient": (4 + (a if a != 4 else 0)) * t * vocab}
+
+
+def memory_per_gpu(cfg: ModelConfig, layout: Layout) -> dict:
+    """Bytes per GPU, line by line, of training `cfg` under `layout` (docs/plan.md: the formulas)."""
+    kinds = _layer_kinds(cfg)
+    expert_numel = non_expert_numel = n_tensors = 0
+    for moe, n in kinds.items():
+        for _, shape, expert in block_tensors(cfg, moe):
+            share = shard_numel(shape, expert, layout) * n
+            if expert:
+                expert_numel += share
+            else:
+                non_expert_numel += share
+            n_tensors += n
+    for _, shape, expert in root_tensors(cfg):
+        non_expert_numel += shard_numel(shape, expert, layout)
+        n_tensors += 1
+    numel = expert_numel + non_expert_numel
+    regime = layout.regime
+    a = 4 if regime == "fp32" else 2
+    if layout.gpus == 1:
+        # autocast keeps a bf16 copy of every matmul weight from the forward to the backward:
+        # all but norms, routers and the embedding table (which the tied head does multiply).
+        gathered, reduce = 0, 0
+        if regime == "autocast":
+            copies = sum(n * _numel(shape) for moe, n in kinds.items() for name, shape, _ in block_tensors(cfg, moe)
+                         if "norm" not in name and "router" not in name)
+            copies += cfg.vocab_size * cfg.d_model
+            gathered = a * copies
+    else:
+        # FSDP2: the root (embedding, final norm, head) stays gathered from forward to backward; blocks
+        # are gathered one at a time with the next one prefetched; a block's gradient is reduced from
+        # its unsharded compute-precision copy (plus an fp32 copy to reduce-scatter in bf16).
+        biggest = max(_unit_bytes(block_tensors(cfg, moe), layout, a) for moe in kinds)
+        root = _unit_bytes(root_tensors(cfg), layout, a)
+        gathered = root + 2 * biggest
+        reduce = biggest * (a + (4 if a != 4 else 0)) // a
+    head = head_activation_bytes(cfg, layout)
+    all_to_all = 0
+    if cfg.moe is not None and layout.ep > 1:
+        factor = cfg.moe.capacity_factor or 1.0
+        moe_tokens = layout.micro_batch * layout.seq_len * cfg.moe.top_k
+        all_to_all = int(2 * moe_tokens * cfg.d_model * a * factor)
+    lines = {
+        "weights": numel * WEIGHT_BYTES,
+        "gradients": numel * GRAD_BYTES,
+        "optimizer": numel * OPTIMIZER_BYTES + n_tensors * STEP_BYTES,
+        "gathered_weights": gathered,
+        "gradient_reduce": reduce,
+        "activations": activation_bytes(cfg, layout),
+        "logits": head["saved"] + head["gradient"],
+        "all_to_all": all_to_all,
     }
+    lines["total"] = sum(lines.values())
+    return {"bytes": lines, "params": {"non_expert": non_expert_numel, "expert": expert_numel,
+                                       "experts_per_gpu": cfg.moe.n_experts // layout.ep if cfg.moe else 0}}
+
+
+def resolve_mesh(cfg: ModelConfig, gpus: Optional[int], dp: Optional[int], ep: Optional[int]) -> tuple[int, int]:
+    """(dp, ep) from any of --gpus, --dp, --ep (ep 1 unless given or derived; dp * ep = gpus);
+    a GlassroomError naming the option when they disagree or ep does not fit the model."""
+    for option, value in (("--gpus", gpus), ("--dp", dp), ("--ep", ep)):
+        if value is not None and value < 1:
+            raise GlassroomError(f"{option}: must be at least 1, got {value}")
+    if ep is None:
+        ep = gpus // dp if gpus is not None and dp is not None and gpus % dp == 0 else 1
+    if dp is None:
+        total = 1 if gpus is None else gpus
+        if total % ep:
+            raise GlassroomError(f"--ep: {ep} does not divide --gpus {total}; give --gpus a multiple of {ep}, "
+                                 "or --dp and --ep")
+        dp = total // ep
+    if gpus is not None and dp * ep != gpus:
+        raise GlassroomError(f"--gpus: {gpus} is not --dp {dp} x --ep {ep} = {dp * ep}; give two of the three")
+    if ep > 1:
+        if cfg.moe is None:
+            raise GlassroomError(f"--ep: {ep} needs a Mixture-of-Experts model (model.moe); this model is dense: "
+                                 "use --ep 1")
+        if cfg.moe.n_experts % ep:
+            raise GlassroomError(f"--ep: {ep} does not divide model.moe.n_experts ({cfg.moe.n_experts}); "
+                                 "give an ep that divides it")
+    return dp, ep
 
 
 def plan(
@@ -119,12 +377,30 @@ def plan(
     seq_len: Optional[int] = None,
     tokens: Optional[float] = None,
     gpu: Optional[str] = None,
-    gpus: int = 1,
+    gpus: Optional[int] = None,
     mfu: float = 0.4,
+    dp: Optional[int] = None,
+    ep: Optional[int] = None,
+    micro_batch: int = 1,
+    activation_checkpointing: str = "none",
+    precision: str = "bf16",
+    gpu_memory: Optional[float] = None,
 ) -> dict:
-    """Everything `glassroom plan` reports, as one JSON-ready mapping."""
+    """Everything `glassroom plan` reports, as one JSON-ready mapping. `gpu_memory` (bytes, default
+    the `gpu`'s from GPU_MEMORY_GIB) adds whether the memory per GPU fits and by how much."""
     counts = count_params(cfg)
     seq_len = seq_len or cfg.max_seq_len
+    dp, ep = resolve_mesh(cfg, gpus, dp, ep)
+    if micro_batch < 1:
+        raise GlassroomError(f"--micro-batch: must be at least 1 sequence, got {micro_batch}")
+    if activation_checkpointing not in AC_MODES:
+        raise GlassroomError(f"--activation-checkpointing: {activation_checkpointing!r} is not one of "
+                             f"{', '.join(AC_MODES)}")
+    if precision not in PRECISIONS:
+        raise GlassroomError(f"--precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+    layout = Layout(dp=dp, ep=ep, micro_batch=micro_batch, seq_len=seq_len,
+                    activation_checkpointing=activation_checkpointing, precision=precision)
+    gpus = layout.gpus
     per_token = flops_per_token(cfg, seq_len)
     result: dict = {
         "name": model_name(counts.total, counts.active),
@@ -151,7 +427,20 @@ def plan(
         result["tokens"] = tokens
         result["total_flops"] = per_token * tokens
     result["gpus"] = gpus
-    result["memory_bytes_per_gpu"] = memory_per_gpu(counts.total, gpus)
+    result["mesh"] = {"dp": dp, "ep": ep}
+    result["micro_batch"] = micro_batch
+    result["activation_checkpointing"] = activation_checkpointing
+    result["precision"] = precision
+    try:
+        memory = memory_per_gpu(cfg, layout)
+        too_big = memory["bytes"]["total"] > 1e300  # beyond this, floats (and JSON readers) overflow
+    except OverflowError:
+        too_big = True
+    if too_big:
+        raise GlassroomError("--micro-batch x --seq-len: the memory per GPU is beyond what a float can hold; "
+                             "give smaller sizes")
+    result["memory_bytes_per_gpu"] = memory["bytes"]
+    result["params_per_gpu"] = memory["params"]
     if gpu is not None:
         result["gpu"] = gpu
         result["mfu"] = mfu
@@ -159,4 +448,10 @@ def plan(
         if tokens is not None:
             seconds = per_token * tokens / (gpus * GPU_PEAK_BF16[gpu] * mfu)
             result["days"] = seconds / 86400
+    if gpu_memory is None and gpu is not None:
+        gpu_memory = GPU_MEMORY_GIB[gpu] * GIB
+    if gpu_memory is not None:
+        result["gpu_memory_bytes"] = gpu_memory
+        result["headroom_bytes"] = gpu_memory - memory["bytes"]["total"]
+        result["fits"] = result["headroom_bytes"] >= 0
     return result
