@@ -45,7 +45,8 @@ def check_layout(ep: int, world_size: int, n_experts: int | None) -> None:
         raise ConfigError(f"train.parallel.ep: {ep} does not divide model.moe.n_experts ({n_experts}); "
                           "give an ep that divides it")
     if world_size % ep:
-        raise ConfigError(f"train.parallel.ep: {ep} does not divide the world size ({world_size} processes); "
+        processes = f"{world_size} process" + ("es" if world_size != 1 else "")
+        raise ConfigError(f"train.parallel.ep: {ep} does not divide the world size ({processes}); "
                           f"launch a multiple of {ep} processes with torchrun, or set train.parallel: fsdp")
 
 

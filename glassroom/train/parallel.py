@@ -82,6 +82,8 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
             # Each expert's gradient arrives summed over its expert group's tokens (the all-to-all's
             # backward); summed over "dp" too, it becomes the global mean divided by all ranks.
             experts.set_gradient_divide_factor(float(info.world_size))
+            if device.type != "cuda":  # gloo has no PREMUL_SUM: divide around a plain sum
+                experts.set_force_sum_reduction_for_comms(True)
     for block in model.blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
