@@ -111,3 +111,84 @@ def test_absurd_sizes_print_or_are_one_line():
     forever = glassroom("plan", "experiments/train-moe.yaml", "--gpu", "h200", "--tokens", "1T", "--mfu", "1e-320",
                         "--json")  # printed `"days": Infinity`, which is not JSON
     assert forever.returncode == 2 and "too small to time a run" in forever.stderr and forever.stdout == ""
+
+
+HERO_MESH = ("plan", "experiments/hero-530b.yaml", "--gpu", "h200", "--gpus", "704", "--ep", "64", "--micro-batch", "1",
+             "--seq-len", "4096")
+
+
+def test_the_hero_on_704_h200_with_ep64_says_whether_it_fits():
+    """The text report: the mesh, every memory line, and fits with the headroom (selective
+    checkpointing) or the shortfall (none)."""
+    fits = glassroom(*HERO_MESH, "--activation-checkpointing", "selective")
+    assert fits.returncode == 0, fits.stderr
+    assert "704 GPUs = dp 11 x ep 64: 6 of 384 experts per expert-parallel rank" in fits.stdout
+    assert "ceil(6/11) = 1 expert per layer" in fits.stdout
+    for label in ("weights", "gradients", "optimizer", "gathered", "grad reduce", "activations", "logits",
+                  "all-to-all", "total"):
+        assert f" {label} " in fits.stdout, label
+    assert "fits         yes on h200 (141.0 GiB): " in fits.stdout and " left (" in fits.stdout
+    short = glassroom(*HERO_MESH)
+    assert short.returncode == 0 and "fits         NO on h200 (141.0 GiB): " in short.stdout
+    assert " missing" in short.stdout
+
+
+def test_memory_json_has_every_line():
+    result = glassroom(*HERO_MESH, "--activation-checkpointing", "full", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    memory = report["memory_bytes_per_gpu"]
+    assert set(memory) == {"weights", "gradients", "optimizer", "gathered_weights", "gradient_reduce", "activations",
+                           "logits", "all_to_all", "total"}
+    assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
+    assert report["mesh"] == {"dp": 11, "ep": 64} and report["gpus"] == 704
+    assert report["params_per_gpu"]["experts_per_gpu"] == 6
+    assert report["activation_checkpointing"] == "full" and report["micro_batch"] == 1
+    assert report["gpu_memory_bytes"] == 141 * 2**30
+    assert report["fits"] is True and report["headroom_bytes"] == report["gpu_memory_bytes"] - memory["total"]
+    # --gpu-memory overrides the GPU's; derived gpus from --dp and --ep
+    small = json.loads(glassroom("plan", "experiments/hero-530b.yaml", "--dp", "11", "--ep", "64", "--gpu-memory", "16",
+                                 "--json").stdout)
+    assert small["gpus"] == 704 and small["fits"] is False and small["headroom_bytes"] < 0
+
+
+BAD_OPTIONS = {
+    "ep does not divide the experts": (["experiments/hero-530b.yaml", "--gpus", "700", "--ep", "7"],
+                                       "experiments/hero-530b.yaml: --ep: 7 does not divide model.moe.n_experts (384)"),
+    "ep does not divide the gpus": (["experiments/hero-530b.yaml", "--gpus", "100", "--ep", "64"],
+                                    "--ep: 64 does not divide --gpus 100"),
+    "dp x ep is not gpus": (["experiments/hero-530b.yaml", "--gpus", "704", "--dp", "10", "--ep", "64"],
+                            "--gpus: 704 is not --dp 10 x --ep 64 = 640"),
+    "dense with ep": (["experiments/llama3-8b.yaml", "--gpus", "8", "--ep", "2"],
+                      "--ep: 2 needs a Mixture-of-Experts model (model.moe); this model is dense"),
+    "negative micro-batch": (["experiments/llama3-8b.yaml", "--micro-batch", "-4"],
+                             "--micro-batch: must be at least 1 sequence, got -4"),
+    "zero dp": (["experiments/llama3-8b.yaml", "--dp", "0"], "--dp: must be at least 1, got 0"),
+    "unknown checkpointing": (["experiments/llama3-8b.yaml", "--activation-checkpointing", "some"], "invalid choice"),
+    "negative gpu memory": (["experiments/llama3-8b.yaml", "--gpu-memory", "-80"],
+                            "--gpu-memory: must be a positive number of GiB, got -80"),
+    "nan gpu memory": (["experiments/llama3-8b.yaml", "--gpu-memory", "nan"], "--gpu-memory: must be a positive"),
+    "micro-batch past a float": (["experiments/llama3-8b.yaml", "--micro-batch", "1" + "0" * 400],
+                                 "beyond what a float can hold"),
+    "micro-batch not a number": (["experiments/llama3-8b.yaml", "--micro-batch", "two"], "invalid int value"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPTIONS))
+def test_bad_mesh_and_memory_options_are_one_line_and_exit_2(case):
+    args, expected = BAD_OPTIONS[case]
+    result = glassroom("plan", *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert result.stdout == ""
+
+
+def test_help_names_every_memory_option():
+    text = " ".join(glassroom("plan", "--help").stdout.split())  # argparse wraps lines
+    for option in ("--dp", "--ep", "--micro-batch", "--activation-checkpointing", "--gpu-memory", "--precision",
+                   "h200 141"):
+        assert option in text, option
+    docs = (ROOT / "docs" / "plan.md").read_text()
+    for option in ("--dp", "--ep", "--micro-batch", "--activation-checkpointing", "--gpu-memory", "--precision"):
+        assert f"`{option}" in docs, option

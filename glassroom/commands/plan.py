@@ -134,15 +134,16 @@ def _memory_lines(cfg, r: dict) -> list[str]:
     mem, params, mesh = r["memory_bytes_per_gpu"], r["params_per_gpu"], r["mesh"]
     if cfg.moe is None:
         experts = ""
-    elif mesh["ep"] > 1:
-        local, dp = params["experts_per_gpu"], mesh["dp"]
-        experts = f": {local} of {cfg.moe.n_experts} experts per expert-parallel rank, sharded over dp {dp}"
-        if local % dp:  # FSDP2 chunks dim 0 (experts) evenly and pads the last chunks
-            experts += (f"\n               FSDP2 pads the expert dimension: each GPU allocates ceil({local}/{dp}) = "
-                        f"{-(-local // dp)} expert{'s' if -(-local // dp) > 1 else ''} per layer, "
-                        f"{-(-local // dp) * dp / local:.2f}x the even share")
     else:
-        experts = f": all {cfg.moe.n_experts} experts on every GPU" + (f", sharded over {r['gpus']}" if r["gpus"] > 1 else "")
+        local, dp = params["experts_per_gpu"], mesh["dp"]
+        if mesh["ep"] > 1:
+            experts = f": {local} of {cfg.moe.n_experts} experts per expert-parallel rank, sharded over dp {dp}"
+        else:
+            experts = f": all {local} experts on every GPU" + (f", sharded over {dp}" if dp > 1 else "")
+        if local % dp:  # FSDP2 chunks dim 0 (experts) evenly and pads the last chunks
+            padded = -(-local // dp)
+            experts += (f"\n               FSDP2 pads the expert dimension: each GPU allocates ceil({local}/{dp}) = "
+                        f"{padded} expert{'s' if padded > 1 else ''} per layer, {padded * dp / local:.2f}x the even share")
     lines = [
         f"  mesh         {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''} = dp {mesh['dp']} x ep {mesh['ep']}{experts}",
         f"  batch        micro-batch {r['micro_batch']} x seq {r['seq_len']} per GPU, "
