@@ -224,6 +224,9 @@ def test_mesh_from_any_two_of_gpus_dp_ep():
     assert A.resolve_mesh(MOE, None, 3, 2) == (3, 2)
     assert A.resolve_mesh(MOE, 6, None, None) == (6, 1)
     assert A.resolve_mesh(MOE, None, None, None) == (1, 1)
+    assert A.resolve_mesh(MOE, None, None, 2) == (1, 2)  # --ep alone: dp 1
+    with pytest.raises(GlassroomError, match=r"^--dp: 3 does not divide --gpus 8"):
+        A.resolve_mesh(MOE, 8, 3, None)
     dense = MODELS["dense"]
     with pytest.raises(GlassroomError, match="needs a Mixture-of-Experts model"):
         A.resolve_mesh(dense, 4, None, 2)

@@ -45,8 +45,8 @@ def register(sub) -> None:
     p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16),
                    help="GPU type: wall-clock days with --tokens, and its memory ("
                         + ", ".join(f"{k} {v}" for k, v in sorted(GPU_MEMORY_GIB.items())) + " GiB)")
-    p.add_argument("--gpus", type=int, help="number of GPUs, dp x ep (default dp x ep, else 1)")
-    p.add_argument("--dp", type=int, help="data-parallel degree (default gpus / ep)")
+    p.add_argument("--gpus", type=int, help="number of GPUs, dp x ep (default dp x ep)")
+    p.add_argument("--dp", type=int, help="data-parallel degree (default gpus / ep, else 1)")
     p.add_argument("--ep", type=int, help="expert-parallel degree: each GPU holds n_experts / ep experts "
                                           "(default 1, or gpus / dp)")
     p.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-step (default 1)")

@@ -346,19 +346,25 @@ def memory_per_gpu(cfg: ModelConfig, layout: Layout) -> dict:
 
 
 def resolve_mesh(cfg: ModelConfig, gpus: Optional[int], dp: Optional[int], ep: Optional[int]) -> tuple[int, int]:
-    """(dp, ep) from any of --gpus, --dp, --ep (ep 1 unless given or derived; dp * ep = gpus);
+    """(dp, ep) from any of --gpus, --dp, --ep: any two give the third; alone, --gpus is dp (ep 1) and
+    --dp or --ep take 1 for the other; all three must agree (dp * ep = gpus);
     a GlassroomError naming the option when they disagree or ep does not fit the model."""
     for option, value in (("--gpus", gpus), ("--dp", dp), ("--ep", ep)):
         if value is not None and value < 1:
             raise GlassroomError(f"{option}: must be at least 1, got {value}")
-    if ep is None:
-        ep = gpus // dp if gpus is not None and dp is not None and gpus % dp == 0 else 1
+    if gpus is not None and dp is not None and ep is None:
+        if gpus % dp:
+            raise GlassroomError(f"--dp: {dp} does not divide --gpus {gpus}; give --gpus a multiple of {dp}")
+        ep = gpus // dp
+    ep = 1 if ep is None else ep
     if dp is None:
-        total = 1 if gpus is None else gpus
-        if total % ep:
-            raise GlassroomError(f"--ep: {ep} does not divide --gpus {total}; give --gpus a multiple of {ep}, "
+        if gpus is None:
+            dp = 1
+        elif gpus % ep:
+            raise GlassroomError(f"--ep: {ep} does not divide --gpus {gpus}; give --gpus a multiple of {ep}, "
                                  "or --dp and --ep")
-        dp = total // ep
+        else:
+            dp = gpus // ep
     if gpus is not None and dp * ep != gpus:
         raise GlassroomError(f"--gpus: {gpus} is not --dp {dp} x --ep {ep} = {dp * ep}; give two of the three")
     if ep > 1:
