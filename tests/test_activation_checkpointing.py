@@ -3,6 +3,7 @@ counts, keep less for backward, and train the same run, alone and under torchrun
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -124,6 +125,15 @@ def test_runs_with_full_and_selective_match_a_run_without(tiny_dataset, tmp_path
         np.testing.assert_array_equal(losses(runs[mode]), losses(runs["none"]))
         np.testing.assert_array_equal(losses(runs[mode], "moe/layer_1/imbalance"), losses(runs["none"], "moe/layer_1/imbalance"))
     assert len(losses(runs["none"])) == 4
+    # the mode is not fixed for --resume: killed after step 2 without, resumed with full, same run
+    out = tmp_path / "switched"
+    killed = run_train(out, tiny_dataset, "train.steps=4", "train.checkpoint_every=2",
+                       env={"GLASSROOM_FAULTS": "kill_after_checkpoint@2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = run_train(out, tiny_dataset, "train.steps=4", "train.checkpoint_every=2",
+                        "train.activation_checkpointing=full", resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    np.testing.assert_array_equal(losses(out), losses(runs["none"]))
 
 
 def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(tiny_dataset, tmp_path):
