@@ -193,3 +193,22 @@ def test_the_dashboard_and_the_published_site_draw_the_drop_fraction(capped_run,
         with StaticSiteServer(site) as url:
             browser.navigate(f"{url}/runs/capped/index.html")
             assert browser.eval(points) == 3
+
+
+def test_a_capped_run_exports_as_its_dropless_self_and_an_init_may_set_a_capacity(capped_run, tmp_path):
+    import glassroom
+    from glassroom.hf.init import model_for_init
+    from glassroom.train.config import InitSection
+    from hf_helpers import export_folder, hf_model, real_text
+
+    run = capped_run / "capped"
+    out = export_folder(run, tmp_path / "hf")  # capacity is training-only: nothing new is refused
+    assert "capacity" not in (out / "config.json").read_text()
+    model, tok = glassroom.load(run)
+    hf, _ = hf_model(out)
+    ids = torch.tensor([tok.encode(real_text()).ids[:48]])
+    with torch.no_grad():
+        assert (model(ids).logits - hf(ids).logits).abs().max().item() < 1e-4
+    # a training knob: a run starting from the folder may set its own capacity factor
+    merged = model_for_init(InitSection(source=str(out)), {"moe": {"capacity_factor": 1.25}})
+    assert merged["moe"]["capacity_factor"] == 1.25
