@@ -63,9 +63,12 @@ def assert_same_training(run: Path, reference: Path) -> None:
     np.testing.assert_allclose(losses(run), losses(reference), rtol=1e-3)
     assert len(losses(run)) == 10
     # Adam hides a gradient's scale from the loss: the experts' gradient norm (global mean
-    # gradient, clipped from the global norm) is compared itself.
+    # gradient, clipped from the global norm) is
+    # compared itself: at step 1 closely, later within the drift of the trajectories.
     for name in ("norm/grad/experts", "norm/grad/total", "train/grad_norm", "norm/param/experts"):
-        np.testing.assert_allclose(losses(run, name), losses(reference, name), rtol=1e-3, err_msg=name)
+        got, want = losses(run, name), losses(reference, name)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, err_msg=name)
+        np.testing.assert_allclose(got, want, rtol=1e-2, err_msg=name)
     assert tokens_per_expert(run, 1) == tokens_per_expert(reference, 1)
     biases = json.loads((run / "biases.json").read_text())
     assert all(b == biases[0] for b in biases[1:]), "router biases differ between ranks"

@@ -82,7 +82,8 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
             # Each expert's gradient arrives summed over its expert group's tokens (the all-to-all's
             # backward); summed over "dp" too, it becomes the global mean divided by all ranks.
             experts.set_gradient_divide_factor(float(info.world_size))
-            if device.type != "cuda":  # gloo has no PREMUL_SUM: divide around a plain sum
+            if device.type != "cuda" and info.world_size > ep:  # gloo has no PREMUL_SUM: divide after a
+                # plain sum (not with dp 1, where FSDP2 divides the copied gradient already and would twice)
                 experts.set_force_sum_reduction_for_comms(True)
     for block in model.blocks:
         fully_shard(block, mp_policy=policy)
