@@ -9,6 +9,19 @@ device and dtype allow, otherwise one matmul per expert).
 Expert parallelism plugs in at one point: `run_experts(rows, counts)` maps rows sorted by global
 expert id to their unweighted expert outputs. With `self.ep` set (train/expert_parallel.py) the rows
 travel to the ranks that hold their experts and back, and `compute_local` runs this rank's experts.
+
+Speed (bench/moe_layer.py explains the measurements): the three steps are autograd Functions with
+hand-written backwards that gather instead of scatter and allocate as few (rows, d) tensors as the
+maths needs. On a CPU a fresh tensor of more than 32 MiB costs a page fault per 4 KiB on first touch
+(glibc hands such blocks back to the kernel when freed), which at these sizes costs as much as the
+memory-bound work itself; so no step materialises a (rows, d) temporary it does not return or save.
+- dispatch: rows = x[token of row] (one gather); backward sums each token's rows with
+  `embedding_bag` (a gather-sum in token order, no atomic scatter).
+- experts: gate_up grouped matmul, SwiGLU, down grouped matmul; the backward writes the gate and up
+  gradients straight into one buffer (no cat) and computes elementwise work in row chunks.
+- combine: each token's rows weighted and summed with `embedding_bag(per_sample_weights=...)`
+  (no (rows, d) product, no scatter); backward gathers the token's gradient once per row and scales
+  it in place, the weight gradients are row dot products computed in chunks.
 """
 
 from __future__ import annotations
@@ -16,6 +29,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+CHUNK_ROWS = 8192  # elementwise work in chunks of this many rows keeps temporaries small
 
 
 def _grouped_mm_supported(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -37,8 +52,117 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> to
     if _grouped_mm_supported(x, w):
         offsets = torch.cumsum(counts, 0, dtype=torch.int32)
         return F.grouped_mm(x, w, offs=offsets)
-    pieces = torch.split(x, counts.tolist())
-    return torch.cat([piece @ w[g] for g, piece in enumerate(pieces)], dim=0)
+    out = x.new_empty(x.shape[0], w.shape[-1])
+    start = 0
+    for g, count in enumerate(counts.tolist()):
+        if count:
+            torch.mm(x[start : start + count], w[g], out=out[start : start + count])
+        start += count
+    return out
+
+
+def grouped_weight_grad(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Per group g: a_g^T @ b_g for rows of `a` (N, K) and `b` (N, M) in groups `counts` -> (G, K, M);
+    an empty group's block is zero."""
+    if _grouped_mm_supported(a, b) and a.shape[0] > 0:
+        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+        return F.grouped_mm(a.t(), b, offs=offsets)
+    out = a.new_zeros(counts.numel(), a.shape[1], b.shape[1])
+    start = 0
+    for g, count in enumerate(counts.tolist()):
+        if count:
+            torch.mm(a[start : start + count].t(), b[start : start + count], out=out[g])
+        start += count
+    return out
+
+
+def _chunks(n: int):
+    return ((s, min(s + CHUNK_ROWS, n)) for s in range(0, n, CHUNK_ROWS))
+
+
+class _Dispatch(torch.autograd.Function):
+    """x (T, d) -> rows x[token_index] (N, d). Backward: each token's rows summed (a gather-sum)."""
+
+    @staticmethod
+    def forward(ctx, x, token_index, bag_rows, bag_offsets):
+        ctx.save_for_backward(bag_rows, bag_offsets)
+        return x.index_select(0, token_index)
+
+    @staticmethod
+    def backward(ctx, grad_rows):
+        bag_rows, bag_offsets = ctx.saved_tensors
+        return _bag_sum(bag_rows, grad_rows, bag_offsets, None), None, None, None
+
+
+def _bag_sum(bag_rows, rows, bag_offsets, row_weights):
+    """Per token t: sum of rows[bag_rows[j]] (times row_weights[bag_rows[j]]) over its bag -> (T, d)."""
+    n_tokens = bag_offsets.numel()
+    if rows.shape[0] == 0:
+        return rows.new_zeros(n_tokens, rows.shape[1])
+    with torch.autocast(rows.device.type, enabled=False):
+        per_sample = None if row_weights is None else row_weights.index_select(0, bag_rows)
+        return F.embedding_bag(bag_rows, rows, bag_offsets, mode="sum", per_sample_weights=per_sample)
+
+
+class _Combine(torch.autograd.Function):
+    """Rows' unweighted outputs (N, d) and their weights (N,) -> (T, d): each token's weighted sum."""
+
+    @staticmethod
+    def forward(ctx, out, row_weights, token_index, bag_rows, bag_offsets):
+        weights = row_weights.to(out.dtype)
+        ctx.save_for_backward(out, weights, token_index)
+        ctx.weights_dtype = row_weights.dtype
+        return _bag_sum(bag_rows, out, bag_offsets, weights)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out, weights, token_index = ctx.saved_tensors
+        grad_rows = grad.to(out.dtype).index_select(0, token_index)
+        grad_weights = None
+        if ctx.needs_input_grad[1]:
+            grad_weights = torch.empty(out.shape[0], dtype=torch.float32, device=out.device)
+            for s, e in _chunks(out.shape[0]):
+                grad_weights[s:e] = (grad_rows[s:e].float() * out[s:e].float()).sum(-1)
+            grad_weights = grad_weights.to(ctx.weights_dtype)
+        grad_rows.mul_(weights.unsqueeze(-1))
+        return grad_rows, grad_weights, None, None, None
+
+
+class _SwiGLUExperts(torch.autograd.Function):
+    """rows (N, d) sorted by expert -> down(silu(gate) * up) per expert, with a lean backward."""
+
+    @staticmethod
+    def forward(ctx, rows, gate_up, down, counts):
+        hidden = grouped_matmul(rows, gate_up, counts)  # (N, 2h): gate | up
+        width = hidden.shape[1] // 2
+        act = hidden.new_empty(hidden.shape[0], width)
+        for s, e in _chunks(hidden.shape[0]):
+            torch.mul(F.silu(hidden[s:e, :width]), hidden[s:e, width:], out=act[s:e])
+        ctx.save_for_backward(rows, hidden, act, gate_up, down, counts)
+        return grouped_matmul(act, down, counts)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rows, hidden, act, gate_up, down, counts = ctx.saved_tensors
+        grad_out = grad_out.to(act.dtype).contiguous()
+        grad_down = grouped_weight_grad(act, grad_out, counts) if ctx.needs_input_grad[2] else None
+        grad_act = grouped_matmul(grad_out, down.transpose(1, 2), counts)
+        width = act.shape[1]
+        grad_hidden = torch.empty_like(hidden)
+        for s, e in _chunks(hidden.shape[0]):
+            gate, up, g = hidden[s:e, :width], hidden[s:e, width:], grad_act[s:e]
+            sig = torch.sigmoid(gate)
+            silu = gate * sig
+            torch.mul(g, silu, out=grad_hidden[s:e, width:])
+            # d silu(gate) / d gate = sig * (1 + gate * (1 - sig)) = sig + silu * (1 - sig)
+            slope = silu.mul_(1 - sig).add_(sig)
+            torch.mul(slope.mul_(g), up, out=grad_hidden[s:e, :width])
+        del grad_act
+        grad_gate_up = grouped_weight_grad(rows, grad_hidden, counts) if ctx.needs_input_grad[1] else None
+        grad_rows = None
+        if ctx.needs_input_grad[0]:
+            grad_rows = grouped_matmul(grad_hidden, gate_up.transpose(1, 2), counts)
+        return grad_rows, grad_gate_up, grad_down, None
 
 
 class GroupedExperts(nn.Module):
@@ -65,12 +189,10 @@ class GroupedExperts(nn.Module):
         gate_up, down = self.expert_weights()
         dtype = rows.dtype
         if torch.is_autocast_enabled(rows.device.type):
-            # grouped_mm is not autocast-aware: cast operands ourselves.
+            # grouped_mm is not autocast-aware: cast operands ourselves, once.
             dtype = torch.get_autocast_dtype(rows.device.type)
             gate_up, down = gate_up.to(dtype), down.to(dtype)
-        hidden = grouped_matmul(rows.to(dtype), gate_up, counts)
-        gate, up = hidden.chunk(2, dim=-1)
-        return grouped_matmul(F.silu(gate) * up, down, counts)
+        return _SwiGLUExperts.apply(rows.to(dtype), gate_up, down, counts)
 
     def run_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows (N, d) sorted by global expert id, `counts` (E,) -> unweighted outputs (N, d)."""
@@ -83,14 +205,26 @@ class GroupedExperts(nn.Module):
     ) -> torch.Tensor:
         """x (T, d); chosen and weights (T, k), -1 in chosen = dropped; counts (E,) kept rows per
         expert. Returns (T, d): each token's kept experts' outputs times their weights, summed."""
-        top_k = chosen.shape[1]
+        n_tokens, top_k = chosen.shape
         flat = chosen.flatten()
         kept = int(counts.sum())
-        # dropped assignments (-1) sort last and are cut off
+        # Row r of the sorted layout is assignment order[r]; dropped assignments (-1) sort last.
         order = torch.argsort(torch.where(flat < 0, self.n_experts, flat), stable=True)[:kept]
         token_index = order // top_k
+        # Each token's rows in token order (its "bag"), for the gather-sums of combine and dispatch.
+        position = torch.empty_like(flat)
+        position[order] = torch.arange(kept, device=flat.device)
+        if kept == flat.numel():
+            bag_rows = position
+            bag_offsets = torch.arange(0, kept, top_k, device=flat.device)
+        else:
+            is_kept = flat >= 0
+            bag_rows = position[is_kept]
+            per_token = is_kept.view(n_tokens, top_k).sum(1)
+            bag_offsets = torch.cumsum(per_token, 0) - per_token
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
-        routed = x.to(dtype).index_select(0, token_index)  # cast the T rows, not the T*k copies
+        # cast the T rows, not the T*k copies
+        routed = _Dispatch.apply(x.to(dtype), token_index, bag_rows, bag_offsets)
         out = self.run_experts(routed, counts)
-        combine = weights.flatten().index_select(0, order).unsqueeze(-1).to(out.dtype)
-        return torch.zeros(x.shape, dtype=out.dtype, device=x.device).index_add_(0, token_index, out * combine)
+        row_weights = weights.flatten().index_select(0, order)
+        return _Combine.apply(out, row_weights, token_index, bag_rows, bag_offsets)
