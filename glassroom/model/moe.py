@@ -141,8 +141,9 @@ class MoEFeedForward(nn.Module):
         return out.reshape(shape), moe_loss
 
     def capacity(self, tokens: int) -> int:
-        """Assignments each expert keeps out of `tokens` tokens (capacity_factor set)."""
-        return math.ceil(self.cfg.capacity_factor * tokens * self.top_k / self.n_experts)
+        """Assignments each expert keeps out of `tokens` tokens (capacity_factor set); at most
+        `tokens`, all an expert can be given (a huge factor is dropless)."""
+        return min(tokens, math.ceil(self.cfg.capacity_factor * tokens * self.top_k / self.n_experts))
 
     def drop_counts(self) -> torch.Tensor:
         """(dropped, routed) assignments of this step's training forwards, else of the last step's."""
