@@ -12,7 +12,8 @@ from glassroom.commands import new_command
 
 DESCRIPTION = """\
 Train the model of a run config on a dataset built by `glassroom data build`, on a CPU, one GPU, or
-many GPUs under torchrun (FSDP2 or DDP). Metrics, events and evaluations go to the run store in
+many GPUs under torchrun (FSDP2, DDP, or FSDP2 with the experts spread over ranks: train.parallel:
+{ep: N}). Metrics, events and evaluations go to the run store in
 RUN_DIR, which `glassroom serve` shows live; checkpoints go to RUN_DIR/checkpoints. A run killed at
 any point continues exactly with --resume. docs/train.md lists every config key. A config's
 `init: {from: DIR}` starts from a Hugging Face folder's or a run's weights (its model section
