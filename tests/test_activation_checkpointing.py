@@ -147,3 +147,22 @@ def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
     assert len(losses(out)) == 4
+
+
+def test_torchrun_ep2_with_full_checkpointing_and_capacity_matches_one_process(tiny_dataset, tmp_path):
+    """Expert parallelism (train.parallel {ep: 2}) with full checkpointing and a capacity factor: each
+    rank's micro-batch is one of the single process's, so the same assignments are dropped, and the
+    drop fraction, summed over both ranks, is the single process's."""
+    sets = ("train.steps=4", "model.moe.capacity_factor=1.0")
+    one = tmp_path / "one"
+    assert run_train(one, tiny_dataset, *sets).returncode == 0
+    out = tmp_path / "ep2-ac"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
+           *train_cmd(out, tiny_dataset, *sets, "train.activation_checkpointing=full")[3:],
+           "--set", "train.parallel={ep: 2}"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
+    drops = losses(one, "moe/layer_1/drop_fraction")
+    assert len(drops) == 4 and drops.max() > 0
+    np.testing.assert_allclose(losses(out, "moe/layer_1/drop_fraction"), drops, rtol=1e-6)
