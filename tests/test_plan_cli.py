@@ -113,14 +113,13 @@ def test_absurd_sizes_print_or_are_one_line():
     assert forever.returncode == 2 and "too small to time a run" in forever.stderr and forever.stdout == ""
 
 
-HERO_MESH = ("plan", "experiments/hero-530b.yaml", "--gpu", "h200", "--gpus", "704", "--ep", "64", "--micro-batch", "1",
-             "--seq-len", "4096")
+HERO_MESH = ("plan", "experiments/hero-530b.yaml", "--gpu", "h200", "--gpus", "704", "--ep", "64", "--seq-len", "4096")
 
 
 def test_the_hero_on_704_h200_with_ep64_says_whether_it_fits():
     """The text report: the mesh, every memory line, and fits with the headroom (selective
-    checkpointing) or the shortfall (none)."""
-    fits = glassroom(*HERO_MESH, "--activation-checkpointing", "selective")
+    checkpointing) or the shortfall (none, two sequences per micro-step)."""
+    fits = glassroom(*HERO_MESH, "--micro-batch", "1", "--activation-checkpointing", "selective")
     assert fits.returncode == 0, fits.stderr
     assert "704 GPUs = dp 11 x ep 64: 6 of 384 experts per expert-parallel rank" in fits.stdout
     assert "ceil(6/11) = 1 expert per layer" in fits.stdout
@@ -128,7 +127,7 @@ def test_the_hero_on_704_h200_with_ep64_says_whether_it_fits():
                   "all-to-all", "total"):
         assert f" {label} " in fits.stdout, label
     assert "fits         yes on h200 (141.0 GiB): " in fits.stdout and " left (" in fits.stdout
-    short = glassroom(*HERO_MESH)
+    short = glassroom(*HERO_MESH, "--micro-batch", "2")
     assert short.returncode == 0 and "fits         NO on h200 (141.0 GiB): " in short.stdout
     assert " missing" in short.stdout
 
@@ -143,7 +142,7 @@ def test_memory_json_has_every_line():
     assert memory["total"] == sum(v for k, v in memory.items() if k != "total")
     assert report["mesh"] == {"dp": 11, "ep": 64} and report["gpus"] == 704
     assert report["params_per_gpu"]["experts_per_gpu"] == 6
-    assert report["activation_checkpointing"] == "full" and report["micro_batch"] == 1
+    assert report["activation_checkpointing"] == "full" and report["micro_batch"] == 1  # the default
     assert report["gpu_memory_bytes"] == 141 * 2**30
     assert report["fits"] is True and report["headroom_bytes"] == report["gpu_memory_bytes"] - memory["total"]
     # --gpu-memory overrides the GPU's; derived gpus from --dp and --ep

@@ -253,9 +253,9 @@ def activation_bytes_per_layer(cfg: ModelConfig, moe: bool, layout: Layout) -> d
         if shared and regime != "fp32":
             none += linear_inputs(2)
         none += 2 * 4 * t * n_exp + t * k * (8 + 4) + 3 * 4 * t  # logits, scores; chosen, weights; sums
-        # routed rows, gate|up, silu(gate), silu(gate)*up, expert outputs, weighted outputs (kept by
-        # index_add_); combine weights; sort order and token indices; group offsets
-        none += t * k * (a * (3 * d + 4 * de) + a + 16) + 4 * n_exp
+        # (experts.py) per row: routed input, gate|up, silu(gate)*up, expert output; combine weight;
+        # sort order, token index, row of the token's bag; per token its bag offset; counts per expert
+        none += t * k * (a * (2 * d + 3 * de) + a + 24) + 8 * t + 8 * n_exp
         none += 4 * a * t * shared  # shared experts: gate, up, silu(gate), product
         selective += 4 * t * n_exp + a * t * k * (2 * de + d) + a * t * (2 * shared + (d if shared else 0))
     else:
@@ -264,18 +264,25 @@ def activation_bytes_per_layer(cfg: ModelConfig, moe: bool, layout: Layout) -> d
     return {"none": none, "selective": selective, "input": residual * t * d}
 
 
-def activation_bytes(cfg: ModelConfig, layout: Layout) -> int:
-    """Bytes all blocks keep for backward per micro-batch under the layout's checkpointing, plus the
-    recompute of one block in backward (full: its whole activations; selective: what it dropped)."""
+def activation_breakdown(cfg: ModelConfig, layout: Layout) -> dict[str, int]:
+    """Bytes all blocks keep for backward per micro-batch under the layout's checkpointing (`kept`),
+    and the extra of recomputing one block in backward (`recompute`: full, its whole activations;
+    selective, what it dropped; none, 0)."""
     kinds = _layer_kinds(cfg)
     per = {moe: activation_bytes_per_layer(cfg, moe, layout) for moe in kinds}
     mode = layout.activation_checkpointing
     if mode == "none":
-        return sum(n * per[moe]["none"] for moe, n in kinds.items())
+        return {"kept": sum(n * per[moe]["none"] for moe, n in kinds.items()), "recompute": 0}
     if mode == "full":
-        return sum(n * per[moe]["input"] for moe, n in kinds.items()) + max(p["none"] for p in per.values())
-    return (sum(n * per[moe]["selective"] for moe, n in kinds.items())
-            + max(p["none"] - p["selective"] for p in per.values()))
+        return {"kept": sum(n * per[moe]["input"] for moe, n in kinds.items()),
+                "recompute": max(p["none"] for p in per.values())}
+    return {"kept": sum(n * per[moe]["selective"] for moe, n in kinds.items()),
+            "recompute": max(p["none"] - p["selective"] for p in per.values())}
+
+
+def activation_bytes(cfg: ModelConfig, layout: Layout) -> int:
+    """Activations per GPU at their peak: what the blocks keep plus one block's recompute."""
+    return sum(activation_breakdown(cfg, layout).values())
 
 
 def head_activation_bytes(cfg: ModelConfig, layout: Layout) -> dict[str, int]:
@@ -309,13 +316,17 @@ def memory_per_gpu(cfg: ModelConfig, layout: Layout) -> dict:
     a = 4 if regime == "fp32" else 2
     if layout.gpus == 1:
         # autocast keeps a bf16 copy of every matmul weight from the forward to the backward:
-        # all but norms, routers and the embedding table (which the tied head does multiply).
+        # all but norms, routers and the embedding table (which the tied head does multiply); a
+        # checkpointed block casts again when it is recomputed, one block at a time.
         gathered, reduce = 0, 0
         if regime == "autocast":
-            copies = sum(n * _numel(shape) for moe, n in kinds.items() for name, shape, _ in block_tensors(cfg, moe)
-                         if "norm" not in name and "router" not in name)
-            copies += cfg.vocab_size * cfg.d_model
-            gathered = a * copies
+            per_block = {moe: sum(_numel(shape) for name, shape, _ in block_tensors(cfg, moe)
+                                  if "norm" not in name and "router" not in name) for moe in kinds}
+            if layout.activation_checkpointing == "none":
+                copies = sum(n * per_block[moe] for moe, n in kinds.items())
+            else:
+                copies = max(per_block.values())
+            gathered = a * (copies + cfg.vocab_size * cfg.d_model)
     else:
         # FSDP2: the root (embedding, final norm, head) stays gathered from forward to backward; blocks
         # are gathered one at a time with the next one prefetched; a block's gradient is reduced from
