@@ -25,18 +25,25 @@ def tiny(moe=None, n_layers: int = 3) -> ModelConfig:
     return ModelConfig(vocab_size=128, d_model=64, n_layers=n_layers, n_heads=4, d_ff=128, max_seq_len=64, moe=moe)
 
 
-def step(cfg: ModelConfig, mode: str, every: int = 1, early_stop: bool = True):
-    """One forward and backward (fp32) of a fresh model with `mode`: its gradients, tokens per
-    expert and (dropped, routed) per MoE layer."""
+def step(cfg: ModelConfig, mode: str, every: int = 1, early_stop: bool = True, bf16: bool = False,
+         packed: bool = False):
+    """One forward and backward (fp32, or under bf16 autocast) of a fresh model with `mode`: its
+    gradients, tokens per expert and (dropped, routed) per MoE layer. `packed`: two conversations
+    per row (segments and positions, as sft trains)."""
     model = build_model(cfg, seed=3)
     model.train()
     ac.apply(model, mode, every)
     ids = torch.randint(0, cfg.vocab_size, (2, 48), generator=torch.Generator().manual_seed(0))
+    extra = {}
+    if packed:
+        segments = (torch.arange(47) >= 20).long().expand(2, 47)
+        extra = {"segments": segments, "positions": torch.where(segments > 0, torch.arange(47) - 20, torch.arange(47))}
     # early_stop False: the recompute runs each block to its end (as when a later op's output is needed)
-    with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop):
-        out = model(ids[:, :-1])
-        loss = F.cross_entropy(out.logits.flatten(0, 1), ids[:, 1:].flatten()) + out.moe_loss
-        loss.backward()
+    with torch.utils.checkpoint.set_checkpoint_early_stop(early_stop), \
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model(ids[:, :-1], **extra)
+        loss = F.cross_entropy(out.logits.float().flatten(0, 1), ids[:, 1:].flatten()) + out.moe_loss
+    loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     counts = model.step_tokens_per_expert()
     drops = [moe.step_drops.clone() for _, moe in model.moe_layers()]
@@ -57,6 +64,16 @@ def test_checkpointing_gives_identical_gradients_and_router_counts(moe, mode, ev
             assert [d.tolist() for d in drops] == [d.tolist() for d in want_drops]
     if moe is CAPPED:
         assert sum(int(d[0]) for d in want_drops) > 0  # the capacity really dropped some
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_bf16_autocast_and_packed_rows_give_identical_gradients_too(mode):
+    for options in ({"bf16": True}, {"packed": True}):
+        want_grads, want_counts, _ = step(tiny(CAPPED), "none", **options)
+        grads, counts, _ = step(tiny(CAPPED), mode, **options)
+        for name, grad in want_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=0, atol=0, msg=name)
+        assert torch.equal(counts, want_counts)
 
 
 def test_checkpointing_keeps_less_for_backward_and_selective_keeps_the_matmuls():
