@@ -183,3 +183,15 @@ def test_torchrun_ep2_with_full_checkpointing_and_capacity_matches_one_process(t
     drops = losses(one, "moe/layer_1/drop_fraction")
     assert len(drops) == 4 and drops.max() > 0
     np.testing.assert_allclose(losses(out, "moe/layer_1/drop_fraction"), drops, rtol=1e-6)
+
+
+def test_checkpointing_is_operational_for_the_hero_digest():
+    """A hero may switch checkpointing on to fit memory without leaving its preregistered prediction."""
+    from glassroom.observe.prediction import predicted_run, run_digest
+    from glassroom.train.config import load_run_config
+    from train_helpers import TINY
+
+    digests = {run_digest(predicted_run(load_run_config(TINY, [f"train.activation_checkpointing={mode}",
+                                                               f"train.activation_checkpointing_every={every}"]).to_dict()))
+               for mode in ac.MODES for every in (1, 2)}
+    assert len(digests) == 1

@@ -297,7 +297,8 @@ def verify_run(run_dir: str | Path) -> dict:
 # Settings of a run that change how it is run or measured, not what is trained: a resume may change
 # them, and the prediction does not depend on them.
 OPERATIONAL_TRAIN_KEYS = ("micro_batch_size", "checkpoint_every", "eval_every", "eval_sequences", "device",
-                          "precision", "compile", "parallel", "keep_last", "keep_every", "max_bad_steps")
+                          "precision", "compile", "parallel", "keep_last", "keep_every", "max_bad_steps",
+                          "activation_checkpointing", "activation_checkpointing_every")
 
 
 def predicted_run(config: dict) -> dict:
