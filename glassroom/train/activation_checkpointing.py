@@ -7,7 +7,9 @@
 - `selective`: op-level (torch.utils.checkpoint.create_selective_checkpoint_contexts): the outputs
   of matmuls (mm, addmm, bmm, grouped_mm) and of attention (SDPA) are kept, everything else (norms,
   RoPE, SwiGLU's activation, routing, gathers) is recomputed: most of full's saving on the cheap
-  element-wise tensors, little of its recompute cost.
+  element-wise tensors, little of its recompute cost. Only ops run with gradient are kept: inside a
+  custom autograd Function (experts.py's fused CPU experts) everything is recomputed, since such a
+  forward may change its matmuls' outputs in place.
 
 `train.activation_checkpointing_every: k` applies the mode to blocks 0, k, 2k, ... (default 1:
 every block); the others keep everything.
@@ -45,7 +47,11 @@ SAVED_OPS = frozenset({
 
 
 def _policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+    # Ops run without gradient (inside a custom autograd Function such as experts.py's fused experts,
+    # or under no_grad) are not autograd's to keep, and their outputs may be changed in place: recompute.
+    if op in SAVED_OPS and torch.is_grad_enabled():
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def _full_contexts():
