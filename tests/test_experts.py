@@ -50,9 +50,10 @@ def grads(module, x, weights, output, upstream):
     ]
 
 
-def check(chosen, n_experts=6, d_model=8, d_expert=4, autocast=False, seed=0):
+def check(chosen, fuse, n_experts=6, d_model=8, d_expert=4, autocast=False, seed=0):
     chosen = torch.as_tensor(chosen)
     module = make_experts(n_experts, d_model, d_expert, seed)
+    module.fuse = fuse
     torch.manual_seed(seed + 1)
     x = torch.randn(chosen.shape[0], d_model, requires_grad=True)
     weights = torch.rand(chosen.shape, requires_grad=True)
@@ -73,46 +74,55 @@ def check(chosen, n_experts=6, d_model=8, d_expert=4, autocast=False, seed=0):
 
 
 PLANTED = [[0, 3], [3, 5], [5, 0], [0, 3], [1, 0], [3, 5], [0, 1]]  # experts 2 and 4 empty
+# Both paths: fused chunk by chunk (CPU, all experts local) and dispatch -> run_experts -> combine.
+both_paths = pytest.mark.parametrize("fuse", [True, False], ids=["fused", "dispatch-combine"])
 
 
-def test_matches_the_naive_loop_in_fp32():
-    check(PLANTED)
+@both_paths
+def test_matches_the_naive_loop_in_fp32(fuse):
+    check(PLANTED, fuse)
 
 
-def test_dropped_assignments_are_not_computed_and_contribute_zero():
+@both_paths
+def test_dropped_assignments_are_not_computed_and_contribute_zero(fuse):
     dropped = [[0, -1], [-1, 5], [5, 0], [-1, -1], [1, 0], [3, -1], [0, 1]]
-    check(dropped)
+    check(dropped, fuse)
 
 
-def test_one_token_and_top1():
-    check([[4, 1, 2]])
-    check([[2], [2], [0], [5], [2]])
+@both_paths
+def test_one_token_and_top1(fuse):
+    check([[4, 1, 2]], fuse)
+    check([[2], [2], [0], [5], [2]], fuse)
 
 
-def test_every_assignment_dropped_gives_zero_and_zero_gradients():
+@both_paths
+def test_every_assignment_dropped_gives_zero_and_zero_gradients(fuse):
     chosen = torch.full((5, 2), -1)
-    module = check(chosen)
+    module = check(chosen, fuse)
     x = torch.randn(5, 8, requires_grad=True)
     out = module(x, chosen, torch.rand(5, 2), torch.zeros(6, dtype=torch.long))
     assert out.shape == (5, 8) and out.abs().max() == 0
 
 
-def test_larger_random_routing_with_drops_spanning_several_chunks(monkeypatch):
+@both_paths
+def test_larger_random_routing_with_drops_spanning_several_chunks(monkeypatch, fuse):
     monkeypatch.setattr(experts_mod, "CHUNK_ROWS", 7)  # chunk edges fall inside experts' groups
     torch.manual_seed(3)
     chosen = torch.randn(40, 8).topk(3, dim=-1).indices
     chosen[torch.rand(chosen.shape) < 0.2] = -1
-    check(chosen, n_experts=8)
+    check(chosen, fuse, n_experts=8)
 
 
-def test_bf16_autocast_matches_loosely():
-    check(PLANTED, autocast=True)
-    check([[0, -1], [-1, 5], [5, 0], [-1, -1], [1, 0]], autocast=True)
+@both_paths
+def test_bf16_autocast_matches_loosely(fuse):
+    check(PLANTED, fuse, autocast=True)
+    check([[0, -1], [-1, 5], [5, 0], [-1, -1], [1, 0]], fuse, autocast=True)
 
 
-def test_unaligned_widths_take_the_per_expert_loop():
+@both_paths
+def test_unaligned_widths_take_the_per_expert_loop(fuse):
     # rows of 6 floats are not 16-byte aligned: grouped_mm refuses, the loop computes
-    check(PLANTED, d_model=6, d_expert=3)
+    check(PLANTED, fuse, d_model=6, d_expert=3)
 
 
 def test_grouped_weight_grad_matches_per_group_products_and_zero_for_empty_groups():
@@ -141,6 +151,7 @@ def test_grouped_matmul_with_transposed_weights():
 
 def test_run_experts_sees_rows_sorted_by_expert_and_returns_unweighted_outputs():
     module = make_experts()
+    module.fuse = False  # the fused CPU path does not materialise the rows
     chosen = torch.tensor([[3, 0], [0, -1], [5, 3]])
     x = torch.randn(3, 8)
     counts = torch.bincount(chosen[chosen >= 0], minlength=6)

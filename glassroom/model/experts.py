@@ -165,6 +165,81 @@ class _SwiGLUExperts(torch.autograd.Function):
         return grad_rows, grad_gate_up, grad_down, None
 
 
+def _chunk_plan(counts: list[int], n_rows: int):
+    """Row chunks of about CHUNK_ROWS sorted rows: (start, end, first expert, end expert, the chunk's
+    rows per expert). A chunk may cut an expert's group; its weight gradient then adds up."""
+    starts, total = [], 0
+    for count in counts:
+        starts.append(total)
+        total += count
+    plan, first = [], 0
+    for s, e in _chunks(n_rows):
+        while starts[first] + counts[first] <= s:
+            first += 1
+        last, local = first, []
+        while last < len(counts) and starts[last] < e:
+            local.append(min(starts[last] + counts[last], e) - max(starts[last], s))
+            last += 1
+        plan.append((s, e, first, last, local))
+    return plan
+
+
+class _FusedLocalExperts(torch.autograd.Function):
+    """Dispatch, SwiGLU experts and combine in one, chunk by chunk of sorted rows, for experts all
+    held locally on a CPU: only gate|up (N, 2h) is kept for the backward; every other (rows, d) or
+    (rows, h) tensor lives for one chunk, so the allocator recycles it instead of faulting in pages.
+    The combine weight's gradient uses <g, act @ down> = <g @ down^T, act>: no expert output saved."""
+
+    @staticmethod
+    def forward(ctx, x, gate_up, down, row_weights, token_index, counts):
+        plan = _chunk_plan(counts, token_index.numel())
+        width = down.shape[1]
+        y = torch.zeros(x.shape, dtype=x.dtype, device=x.device)  # summed in the compute dtype, as before
+        weights = row_weights.to(x.dtype)
+        hidden_chunks = []
+        for s, e, g0, g1, local in plan:
+            local_counts = torch.tensor(local)
+            tokens = token_index[s:e]
+            hidden = grouped_matmul(x.index_select(0, tokens), gate_up[g0:g1], local_counts)
+            hidden_chunks.append(hidden)
+            act = F.silu(hidden[:, :width]).mul_(hidden[:, width:])
+            out = grouped_matmul(act, down[g0:g1], local_counts).mul_(weights[s:e].unsqueeze(-1))
+            y.index_add_(0, tokens, out)
+        ctx.plan = plan
+        ctx.save_for_backward(x, gate_up, down, weights, token_index, *hidden_chunks)
+        ctx.weights_dtype = row_weights.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, gate_up, down, weights, token_index, *hidden_chunks = ctx.saved_tensors
+        width = down.shape[1]
+        grad = grad.to(x.dtype)
+        grad_x = torch.zeros_like(x)
+        grad_gate_up, grad_down = torch.zeros_like(gate_up), torch.zeros_like(down)
+        grad_weights = torch.empty(token_index.numel(), dtype=torch.float32, device=x.device)
+        for (s, e, g0, g1, local), hidden in zip(ctx.plan, hidden_chunks):
+            local_counts = torch.tensor(local)
+            tokens, w = token_index[s:e], weights[s:e].unsqueeze(-1)
+            grad_rows = grad.index_select(0, tokens)  # d loss / d (unweighted expert output) / w
+            gate, up = hidden[:, :width], hidden[:, width:]
+            grad_act = grouped_matmul(grad_rows, down[g0:g1].transpose(1, 2), local_counts)
+            sig = torch.sigmoid(gate)
+            silu = gate * sig
+            act = silu * up
+            grad_weights[s:e] = (grad_act.float() * act.float()).sum(-1)
+            grad_act.mul_(w)
+            grad_down[g0:g1] += grouped_weight_grad(act.mul_(w), grad_rows, local_counts)
+            grad_hidden = torch.empty_like(hidden)
+            torch.mul(grad_act, silu, out=grad_hidden[:, width:])
+            slope = silu.mul_(1 - sig).add_(sig)  # d silu(gate) / d gate = sig + silu * (1 - sig)
+            torch.mul(slope.mul_(grad_act), up, out=grad_hidden[:, :width])
+            rows = x.index_select(0, tokens)
+            grad_gate_up[g0:g1] += grouped_weight_grad(rows, grad_hidden, local_counts)
+            grad_x.index_add_(0, tokens, grouped_matmul(grad_hidden, gate_up[g0:g1].transpose(1, 2), local_counts))
+        return (grad_x, grad_gate_up, grad_down, grad_weights.to(ctx.weights_dtype), None, None)
+
+
 class GroupedExperts(nn.Module):
     """`n_experts` SwiGLU experts of width `d_expert`, stored packed for grouped matmuls."""
 
@@ -176,6 +251,9 @@ class GroupedExperts(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.empty(n_experts, d_model, 2 * d_expert))
         self.down_proj = nn.Parameter(torch.empty(n_experts, d_expert, d_model))
         self.ep = None  # set by train/expert_parallel.py: rows travel to the ranks holding their experts
+        # None: fuse dispatch, experts and combine chunk by chunk when every expert is local and on a
+        # CPU (no (rows, d) tensor materialised); False: always dispatch -> run_experts -> combine.
+        self.fuse: bool | None = None
 
     def expert_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's experts' (gate_up, down): the local shard when the parameters are DTensors."""
@@ -211,6 +289,13 @@ class GroupedExperts(nn.Module):
         # Row r of the sorted layout is assignment order[r]; dropped assignments (-1) sort last.
         order = torch.argsort(torch.where(flat < 0, self.n_experts, flat), stable=True)[:kept]
         token_index = order // top_k
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        fuse = self.fuse if self.fuse is not None else x.device.type == "cpu"
+        if fuse and self.ep is None:
+            gate_up, down = self.expert_weights()
+            row_weights = weights.flatten().index_select(0, order)
+            return _FusedLocalExperts.apply(
+                x.to(dtype), gate_up.to(dtype), down.to(dtype), row_weights, token_index, counts.tolist())
         # Each token's rows in token order (its "bag"), for the gather-sums of combine and dispatch.
         position = torch.empty_like(flat)
         position[order] = torch.arange(kept, device=flat.device)
@@ -222,7 +307,6 @@ class GroupedExperts(nn.Module):
             bag_rows = position[is_kept]
             per_token = is_kept.view(n_tokens, top_k).sum(1)
             bag_offsets = torch.cumsum(per_token, 0) - per_token
-        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         # cast the T rows, not the T*k copies
         routed = _Dispatch.apply(x.to(dtype), token_index, bag_rows, bag_offsets)
         out = self.run_experts(routed, counts)
