@@ -18,9 +18,10 @@ from glassroom.observe.store import StoreReader
 from train_helpers import ROOT, TINY, losses, run_train
 
 WORKER = ROOT / "tests" / "expert_parallel_worker.py"
-# The tiny MoE with 8 experts (top-2, a shared expert), 10 steps, micro-batches of 2 so 4 ranks
-# split the global batch of 8; checkpoints at steps 5 and 10.
-SETS = ("model.moe.n_experts=8", "train.steps=10", "train.micro_batch_size=2", "train.checkpoint_every=5")
+# The tiny MoE with 8 experts (top-2, a shared expert), 10 steps in fp32, micro-batches of 2 so 4
+# ranks split the global batch of 8; checkpoints at steps 5 and 10.
+SETS = ("model.moe.n_experts=8", "train.steps=10", "train.micro_batch_size=2", "train.checkpoint_every=5",
+        "train.precision=fp32")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
@@ -85,6 +86,20 @@ def test_four_processes_train_as_one_process(tiny_dataset, one_process, tmp_path
     assert_same_training(train_ep(tmp_path / f"ep{ep}", tiny_dataset, 4, ep), one_process)
 
 
+def test_bf16_autocast_ep2_trains_as_one_process(tiny_dataset, tmp_path):
+    """Rows travel in bf16 under autocast (gloo's all-to-all of bfloat16 tensors)."""
+    sets = ("model.moe.n_experts=8", "train.steps=3", "train.precision=bf16", "train.checkpoint_every=100")
+    one = tmp_path / "one"
+    assert run_train(one, tiny_dataset, *sets).returncode == 0
+    out = tmp_path / "ep2"
+    result = torchrun(2, "-m", "glassroom", "train", str(TINY), "--out", str(out), "--quiet",
+                      "--set", f"data.path={tiny_dataset}", *[x for s in sets for x in ("--set", s)],
+                      "--set", "train.parallel={ep: 2}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
+    np.testing.assert_allclose(losses(out, "norm/grad/experts"), losses(one, "norm/grad/experts"), rtol=1e-2)
+
+
 def test_all_to_all_sends_exactly_the_rows_each_rank_needs(tmp_path):
     """A planted routing over 2 ranks (experts 0-1 on rank 0, 2-3 on rank 1): rows sent to and
     received from each rank as counted by hand; outputs and gradients those of the unsharded layer."""
@@ -120,7 +135,17 @@ def test_checkpoint_saved_at_ep2_resumes_at_ep4_and_one_process(ep2_run, tiny_da
     at_four = train_ep(resume_copy(ep2_run, tmp_path / "four"), tiny_dataset, 4, 4, resume=True)
     assert_continues(at_four, ep2_run)
     at_one = resume_copy(ep2_run, tmp_path / "one")
-    result = run_train(at_one, tiny_dataset, *SETS, "train.parallel=fsdp", resume=True)
+    # config.yaml says {ep: 2}: one process refuses it in one line and leaves the run as it was
+    def resume(*sets: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "glassroom", "train", "--out", str(at_one), "--quiet", "--resume", *sets]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
+
+    refused = resume()
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert "train.parallel.ep: 2 does not divide the world size (1 process)" in refused.stderr
+    np.testing.assert_array_equal(losses(at_one), losses(ep2_run))  # the store untouched
+    assert [p.name for p in (at_one / "checkpoints").iterdir()] == ["step_0000005"]
+    result = resume("--set", "train.parallel=fsdp")
     assert result.returncode == 0, result.stderr
     assert_continues(at_one, ep2_run)
 
