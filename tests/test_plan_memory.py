@@ -20,7 +20,7 @@ from glassroom.model import accounting as A
 from glassroom.model.config import ModelConfig, MoEConfig
 from glassroom.model.transformer import build_model
 
-# activations estimated within this fraction of the bytes autograd saves (measured: 0.1% to 1.6% low)
+# activations estimated within this fraction of the bytes autograd saves (measured: 0.1% to 1.7% low)
 ACTIVATION_TOLERANCE = 0.05
 
 MOE = ModelConfig(vocab_size=250, d_model=64, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=128, max_seq_len=64,
@@ -99,11 +99,20 @@ def test_per_gpu_shares_equal_the_real_shards(dp, ep):
         assert expert == 2 * per_expert * 2  # 2 MoE layers x 2 local experts
 
 
+def _gpu_path_model(cfg: ModelConfig):
+    """The model as a GPU or expert-parallel run computes it: on a CPU experts.py may fuse dispatch,
+    experts and combine (keeping less); the plan counts the unfused path."""
+    model = build_model(cfg)
+    for _, moe in model.moe_layers():
+        moe.experts.fuse = False
+    return model
+
+
 def _saved_bytes(cfg: ModelConfig, regime: str, batch: int, seq: int) -> int:
     """Bytes of the distinct storages autograd saves in one forward and loss (parameters excluded):
     `fp32`; `autocast` (fp32 weights, bf16 autocast, one process); `fsdp-bf16` (bf16 parameters and
     no autocast, what FSDP2's mixed precision computes with)."""
-    model = build_model(cfg)
+    model = _gpu_path_model(cfg)
     if regime == "fsdp-bf16":
         model = model.bfloat16()
     own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
@@ -163,9 +172,10 @@ def _malloc_in_use():
 @pytest.mark.parametrize("name", ["moe_shared_qk_first_dense", "dense"])
 def test_checkpointing_modes_keep_what_the_plan_says(name, precision):
     """The bytes a forward leaves allocated (malloc's count, the logits taken out) under the trainer's
-    train/activation_checkpointing.py: none, full and selective each within 5% of none's activations
+    train/activation_checkpointing.py: none, full and selective each within 3% of none's activations
     of the plan's kept bytes (blocks + final norm and head input + autocast's weight copies kept; the
-    one-block recompute happens in backward). Measured: 0.8% to 2.3% under."""
+    one-block recompute happens in backward), none and selective also within 8% of their own.
+    Measured: within 1.6% of none's; none -1.3% to +1.3%, selective 1.5% to 4.6% under."""
     import gc
 
     from glassroom.train import activation_checkpointing
@@ -176,22 +186,28 @@ def test_checkpointing_modes_keep_what_the_plan_says(name, precision):
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
     none = A.activation_breakdown(cfg, A.Layout(micro_batch=batch, seq_len=seq, precision=precision))["kept"]
     for mode in A.AC_MODES:
-        model = build_model(cfg)
+        model = _gpu_path_model(cfg)
         activation_checkpointing.apply(model, mode)
+        kept = []
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             model(ids)  # warm-up: lazily made tables and caches
-            gc.collect()
-            before = in_use()
-            out = model(ids)
-            kept = in_use() - before - out.logits.numel() * out.logits.element_size()
+            for _ in range(2):  # the smaller of two: the allocator now and then holds on to a block
+                gc.collect()
+                before = in_use()
+                out = model(ids)
+                kept.append(in_use() - before - out.logits.numel() * out.logits.element_size())
+                del out
+        kept = min(kept)
         layout = A.Layout(micro_batch=batch, seq_len=seq, precision=precision, activation_checkpointing=mode)
         estimate = A.activation_breakdown(cfg, layout)["kept"] + A.head_activation_bytes(cfg, layout)["saved"]
         estimate -= 4 * batch * seq * cfg.vocab_size  # no loss: no log-softmax kept
         if precision == "bf16":  # autocast's copies: every block's without checkpointing, else the head's
             gathered = A.memory_per_gpu(cfg, layout)["bytes"]["gathered_weights"]
             estimate += gathered if mode == "none" else 2 * cfg.vocab_size * cfg.d_model
-        assert abs(estimate - kept) <= 0.05 * none, (mode, estimate, kept)
-        del model, out
+        assert abs(estimate - kept) <= 0.03 * none, (mode, estimate, kept)
+        if mode != "full":  # full keeps ~1.6 MB here, where a few untracked bytes per token weigh 5-11%
+            assert estimate == pytest.approx(kept, rel=0.08), mode
+        del model
         gc.collect()
 
 

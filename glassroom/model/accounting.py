@@ -257,7 +257,9 @@ def activation_bytes_per_layer(cfg: ModelConfig, moe: bool, layout: Layout) -> d
         # sort order, token index, row of the token's bag; per token its bag offset; counts per expert
         none += t * k * (a * (2 * d + 3 * de) + a + 24) + 8 * t + 8 * n_exp
         none += 4 * a * t * shared  # shared experts: gate, up, silu(gate), product
-        selective += 4 * t * n_exp + a * t * k * (2 * de + d) + a * t * (2 * shared + (d if shared else 0))
+        # selective keeps the router's and shared experts' matmul outputs; the routed experts run inside
+        # experts.py's autograd Functions, without autograd, and the policy recomputes them whole
+        selective += 4 * t * n_exp + a * t * (2 * shared + (d if shared else 0))
     else:
         none += linear_inputs(2) + 4 * a * t * cfg.d_ff  # gate, up, silu(gate), product
         selective += a * t * (2 * cfg.d_ff + d)
@@ -291,8 +293,7 @@ def head_activation_bytes(cfg: ModelConfig, layout: Layout) -> dict[str, int]:
     t = layout.micro_batch * layout.seq_len
     a = 4 if layout.regime == "fp32" else 2
     d, vocab = cfg.d_model, cfg.vocab_size
-    head_input = 0 if layout.regime == "fp32" else a * t * d  # fp32: the norm's output itself
-    saved = t * (8 * d + 4) + head_input + 4 * t * vocab
+    saved = t * (8 * d + 4) + a * t * d + 4 * t * vocab  # final norm; head input; fp32 log-softmax
     return {"saved": saved, "gradient": (4 + (a if a != 4 else 0)) * t * vocab}
 
 
