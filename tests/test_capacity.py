@@ -212,3 +212,22 @@ def test_a_capped_run_exports_as_its_dropless_self_and_an_init_may_set_a_capacit
     # a training knob: a run starting from the folder may set its own capacity factor
     merged = model_for_init(InitSection(source=str(out)), {"moe": {"capacity_factor": 1.25}})
     assert merged["moe"]["capacity_factor"] == 1.25
+
+
+def test_a_capped_run_killed_and_resumed_drops_and_trains_as_the_uninterrupted_one(capped_run, tiny_dataset, tmp_path):
+    import signal
+
+    import numpy as np
+
+    from train_helpers import losses
+
+    out = tmp_path / "killed"
+    sets = ("model.moe.capacity_factor=1.0", "train.steps=3", "train.checkpoint_every=1")
+    killed = run_train(out, tiny_dataset, *sets, env={"GLASSROOM_FAULTS": "kill_after_checkpoint@1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = run_train(out, tiny_dataset, *sets, resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    for name in ("train/loss", "moe/layer_1/drop_fraction"):
+        np.testing.assert_array_equal(losses(out, name), losses(capped_run / "capped", name))
+    changed = run_train(out, tiny_dataset, *sets[1:], "model.moe.capacity_factor=2.0", resume=True)
+    assert changed.returncode == 2 and "model.moe.capacity_factor (1.0 -> 2.0)" in changed.stderr
