@@ -81,9 +81,15 @@ def test_two_processes_ep2_train_as_one_process(ep2_run, one_process):
     assert "ep: 2" in (ep2_run / "config.yaml").read_text()  # resolved config keeps the layout
 
 
-@pytest.mark.parametrize("ep", [4, 2])  # 4 experts groups of 1 rank... and dp 2 x ep 2
+@pytest.mark.parametrize("ep", [4, 2])  # one expert group of 4 ranks; dp 2 x ep 2
 def test_four_processes_train_as_one_process(tiny_dataset, one_process, tmp_path, ep):
-    assert_same_training(train_ep(tmp_path / f"ep{ep}", tiny_dataset, 4, ep), one_process)
+    run = train_ep(tmp_path / f"ep{ep}", tiny_dataset, 4, ep)
+    assert_same_training(run, one_process)
+    if ep == 2:  # experts sharded over dp as well as ep: the checkpoint loads in one process
+        at_one = resume_copy(run, tmp_path / "one")
+        result = run_train(at_one, tiny_dataset, *SETS, "train.parallel=fsdp", resume=True)
+        assert result.returncode == 0, result.stderr
+        assert_continues(at_one, run)
 
 
 def test_bf16_autocast_ep2_trains_as_one_process(tiny_dataset, tmp_path):
