@@ -236,6 +236,8 @@ def test_all_to_all_is_send_and_receive_of_one_layer():
     capped = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, capacity_factor=1.5))
     assert A.memory_per_gpu(capped, layout)["bytes"]["all_to_all"] == 3 * rows * MOE.d_model * 2
     assert A.memory_per_gpu(MOE, dataclasses.replace(layout, ep=1))["bytes"]["all_to_all"] == 0
+    all_dense = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, first_dense_layers=MOE.n_layers))
+    assert A.memory_per_gpu(all_dense, layout)["bytes"]["all_to_all"] == 0
 
 
 def test_gathered_weights_and_total():

@@ -1,8 +1,14 @@
-"""Parameter counts, FLOPs per token, time and memory, from the config alone.
+"""Parameter counts, FLOPs per token, time and memory per GPU, from the config alone.
 
 Nothing here allocates a model: the numbers behind `glassroom plan` come from the shapes in
-ModelConfig, and tests check them against `sum(p.numel())` of the instantiated model on the meta
-device. docs/plan.md writes out every formula.
+ModelConfig, and tests check them against the instantiated model (parameter counts on the meta
+device; memory against torch's allocations, FSDP2's shards and autograd's saved tensors:
+tests/test_plan_memory.py). docs/plan.md writes out every formula.
+
+Memory per GPU (`memory_per_gpu`) models the trainer's layout on a (dp, ep) mesh: non-expert
+parameters FSDP2-sharded over all dp * ep GPUs, routed experts split over ep then FSDP2-sharded over
+dp (padding included); fp32 master weights, gradients and AdamW moments; the bf16 blocks gathered;
+activations per micro-batch under each activation-checkpointing mode; logits; all-to-all buffers.
 
 Conventions:
 - total parameters count every weight, norms and router included; the router bias is a buffer.
@@ -338,7 +344,7 @@ def memory_per_gpu(cfg: ModelConfig, layout: Layout) -> dict:
         reduce = biggest * (a + (4 if a != 4 else 0)) // a
     head = head_activation_bytes(cfg, layout)
     all_to_all = 0
-    if cfg.moe is not None and layout.ep > 1:
+    if kinds.get(True) and layout.ep > 1:  # MoE layers exchange tokens; dense ones do not
         factor = cfg.moe.capacity_factor or 1.0
         moe_tokens = layout.micro_batch * layout.seq_len * cfg.moe.top_k
         all_to_all = int(2 * moe_tokens * cfg.d_model * a * factor)
