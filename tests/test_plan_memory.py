@@ -233,8 +233,12 @@ def test_all_to_all_is_send_and_receive_of_one_layer():
     layout = A.Layout(dp=2, ep=2, micro_batch=2, seq_len=32)
     rows = 2 * 32 * MOE.moe.top_k
     assert A.memory_per_gpu(MOE, layout)["bytes"]["all_to_all"] == 2 * rows * MOE.d_model * 2
-    capped = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, capacity_factor=1.5))
-    assert A.memory_per_gpu(capped, layout)["bytes"]["all_to_all"] == 3 * rows * MOE.d_model * 2
+    def with_factor(factor):
+        capped = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, capacity_factor=factor))
+        return A.memory_per_gpu(capped, layout)["bytes"]["all_to_all"] / (rows * MOE.d_model * 2)
+    assert with_factor(1.5) == 1 + 1.5  # sends its rows, receives up to 1.5x a balanced share
+    assert with_factor(0.5) == 0.5 + 0.5  # drops: half the rows at most, both ways
+    assert with_factor(1e9) == 1 + 2  # never more than what the ep = 2 senders hold
     assert A.memory_per_gpu(MOE, dataclasses.replace(layout, ep=1))["bytes"]["all_to_all"] == 0
     all_dense = dataclasses.replace(MOE, moe=dataclasses.replace(MOE.moe, first_dense_layers=MOE.n_layers))
     assert A.memory_per_gpu(all_dense, layout)["bytes"]["all_to_all"] == 0

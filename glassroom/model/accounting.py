@@ -345,9 +345,13 @@ def memory_per_gpu(cfg: ModelConfig, layout: Layout) -> dict:
     head = head_activation_bytes(cfg, layout)
     all_to_all = 0
     if kinds.get(True) and layout.ep > 1:  # MoE layers exchange tokens; dense ones do not
-        factor = cfg.moe.capacity_factor or 1.0
-        moe_tokens = layout.micro_batch * layout.seq_len * cfg.moe.top_k
-        all_to_all = int(2 * moe_tokens * cfg.d_model * a * factor)
+        # A GPU sends its t*k rows (fewer when a capacity factor below 1 drops some) and receives as
+        # many at a balanced load; with a capacity factor, at most factor x that, and never more
+        # than all ep senders' rows.
+        rows = layout.micro_batch * layout.seq_len * cfg.moe.top_k
+        factor = cfg.moe.capacity_factor
+        send, receive = (rows, rows) if factor is None else (rows * min(1.0, factor), rows * min(factor, layout.ep))
+        all_to_all = int((send + receive) * cfg.d_model * a)
     lines = {
         "weights": numel * WEIGHT_BYTES,
         "gradients": numel * GRAD_BYTES,
