@@ -169,7 +169,7 @@ def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(
 def test_torchrun_ep2_with_full_checkpointing_and_capacity_matches_one_process(tiny_dataset, tmp_path):
     """Expert parallelism (train.parallel {ep: 2}) with full checkpointing and a capacity factor: each
     rank's micro-batch is one of the single process's, so the same assignments are dropped, and the
-    drop fraction, summed over both ranks, is the single process's."""
+    drop fraction, summed over both ranks (512 assignments a step), is the single process's."""
     sets = ("train.steps=4", "model.moe.capacity_factor=1.0")
     one = tmp_path / "one"
     assert run_train(one, tiny_dataset, *sets).returncode == 0
@@ -182,7 +182,12 @@ def test_torchrun_ep2_with_full_checkpointing_and_capacity_matches_one_process(t
     np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
     drops = losses(one, "moe/layer_1/drop_fraction")
     assert len(drops) == 4 and drops.max() > 0
-    np.testing.assert_allclose(losses(out, "moe/layer_1/drop_fraction"), drops, rtol=1e-6)
+    got = losses(out, "moe/layer_1/drop_fraction")
+    # step 1 routes identical inputs (the MoE layer's input comes from the dense layer below): the
+    # same drops exactly; later steps' weights differ by rounding (one process runs experts.py's
+    # fused CPU path, ep its all-to-all path), which may move an assignment or two across a tie
+    assert got[0] == drops[0]
+    np.testing.assert_allclose(got, drops, atol=3 / 512)
 
 
 def test_checkpointing_is_operational_for_the_hero_digest():
