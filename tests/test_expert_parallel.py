@@ -215,3 +215,20 @@ def test_ep_not_dividing_the_launch_is_refused_on_every_rank(tiny_dataset, tmp_p
     assert errors and all("train.parallel.ep: 4 does not divide the world size (2 processes)" in e for e in errors)
     assert "exitcode: 2" in result.stderr and "[rank0]: Traceback" not in result.stderr  # torchrun's own aside
     assert not out.exists()
+
+
+def test_experts_that_do_not_split_over_the_ranks_are_sharded_along_another_dimension(tiny_dataset, tmp_path):
+    """3 experts over 2 FSDP2 ranks: FSDP2 would pad the expert dimension to 2 per rank (4/3 of the
+    even share); parallelize shards the expert tensors along d_model / d_expert instead. Training
+    equals one process, and the checkpoint (saved Shard(1)/Shard(2)) resumes in one process."""
+    sets = [f"data.path={tiny_dataset}", *SETS, "model.moe.n_experts=3"]
+    one = tmp_path / "one"
+    assert run_train(one, tiny_dataset, *sets[1:]).returncode == 0
+    two = tmp_path / "two"
+    result = torchrun(2, str(WORKER), "train", str(two), str(TINY), *sets, "train.parallel=fsdp")
+    assert result.returncode == 0, result.stderr[-4000:]
+    np.testing.assert_allclose(losses(two), losses(one), rtol=1e-3)
+    at_one = resume_copy(two, tmp_path / "at-one")
+    resumed = run_train(at_one, tiny_dataset, *sets[1:], "train.parallel=fsdp", resume=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_continues(at_one, two)

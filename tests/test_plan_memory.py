@@ -86,17 +86,21 @@ def _rank0_shares(cfg: ModelConfig, dp: int, ep: int) -> tuple[int, int]:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("dp, ep", [(1, 2), (2, 2), (3, 2), (1, 4), (3, 1)])
+@pytest.mark.parametrize("dp, ep", [(1, 2), (2, 2), (3, 2), (1, 4), (3, 1), (8, 1), (4, 2)])
 def test_per_gpu_shares_equal_the_real_shards(dp, ep):
     """ep 2, dp 1: each GPU holds n_experts / ep experts, whole; dp 3 over 2 local experts: FSDP2
-    pads the expert dimension to ceil(2 / 3) = 1 expert per GPU; everything else over dp x ep."""
+    pads the expert dimension to ceil(2 / 3) = 1 expert per GPU (no other dimension divides by 3);
+    dp 8 over 4 experts and dp 4 over 2: the expert tensors are split along d_model / d_expert
+    instead, evenly; everything else over dp x ep."""
     non_expert, expert = _rank0_shares(MOE, dp, ep)
     params = A.memory_per_gpu(MOE, A.Layout(dp=dp, ep=ep))["params"]
     assert (params["non_expert"], params["expert"]) == (non_expert, expert)
     assert params["experts_per_gpu"] == MOE.moe.n_experts // ep
+    per_expert = 3 * MOE.d_model * MOE.moe.d_expert
     if (dp, ep) == (1, 2):
-        per_expert = 3 * MOE.d_model * MOE.moe.d_expert
         assert expert == 2 * per_expert * 2  # 2 MoE layers x 2 local experts
+    if (dp, ep) in ((8, 1), (4, 2)):  # no padding: the even share of 2 layers x 4 experts
+        assert expert * dp * ep == 2 * MOE.moe.n_experts * per_expert
 
 
 def _gpu_path_model(cfg: ModelConfig):

@@ -140,10 +140,19 @@ def _memory_lines(cfg, r: dict) -> list[str]:
             experts = f": {local} of {cfg.moe.n_experts} experts per expert-parallel rank, sharded over dp {dp}"
         else:
             experts = f": all {local} experts on every GPU" + (f", sharded over {dp}" if dp > 1 else "")
-        if local % dp:  # FSDP2 chunks dim 0 (experts) evenly and pads the last chunks
+        if local % dp:  # experts do not split evenly over dp
+            from glassroom.model.accounting import expert_shard_dim
+
+            shapes = {"d_model": (local, cfg.d_model, 2 * cfg.moe.d_expert),
+                      "d_expert": (local, cfg.moe.d_expert, cfg.d_model)}
+            even = sorted({names for names, shape in shapes.items() if expert_shard_dim(shape, dp) != 0})
             padded = -(-local // dp)
-            experts += (f"\n               FSDP2 pads the expert dimension: each GPU allocates ceil({local}/{dp}) = "
-                        f"{padded} expert{'s' if padded > 1 else ''} per layer, {padded * dp / local:.2f}x the even share")
+            if len(even) == 2 or (even and cfg.d_model == cfg.moe.d_expert):
+                experts += (f"\n               {local} experts do not split evenly over dp {dp}: FSDP2 shards the "
+                            "expert tensors along their other dimensions instead (no padding)")
+            else:  # FSDP2 chunks dim 0 (experts) evenly and pads the last chunks
+                experts += (f"\n               FSDP2 pads the expert dimension: each GPU allocates ceil({local}/{dp}) = "
+                            f"{padded} expert{'s' if padded > 1 else ''} per layer, {padded * dp / local:.2f}x the even share")
     lines = [
         f"  mesh         {r['gpus']} GPU{'s' if r['gpus'] > 1 else ''} = dp {mesh['dp']} x ep {mesh['ep']}{experts}",
         f"  batch        micro-batch {r['micro_batch']} x seq {r['seq_len']} per GPU, "

@@ -202,15 +202,28 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
+def expert_shard_dim(shape: tuple[int, ...], shards: int) -> int:
+    """The dimension FSDP2 splits a 3-D routed-expert tensor along: dim 0 (the experts) when it
+    divides evenly, else the first other dimension that does (FSDP2 shards other dimensions only
+    evenly), else dim 0 padded. FSDP2 gives every rank ceil(size / shards) of dim 0: 384 experts
+    over 2,048 ranks would allocate a whole expert per rank (5.3x the even share), while d_model
+    splits evenly."""
+    if shape[0] % shards == 0:
+        return 0
+    return next((dim for dim in range(1, len(shape)) if shape[dim] % shards == 0), 0)
+
+
 def shard_numel(shape: tuple[int, ...], expert: bool, layout: Layout) -> int:
-    """Elements one GPU holds of a parameter: FSDP2 splits dim 0 into equal chunks, the last padded
-    (every rank allocates ceil(rows / shards) rows); routed-expert tensors first keep n_experts / ep
-    experts (the ep split), then are chunked over dp, every other tensor over all dp * ep GPUs."""
-    rows, rest = shape[0], _numel(shape[1:])
-    shards = layout.gpus
+    """Elements one GPU holds of a parameter: FSDP2 splits one dimension into equal chunks, the last
+    padded (every rank allocates ceil(size / shards) of it): dim 0 for every tensor but the routed
+    experts', which first keep n_experts / ep experts (the ep split) and are then chunked over dp
+    along expert_shard_dim (train/parallel.py uses the same rule); every other tensor over all
+    dp * ep GPUs."""
+    shape, shards = tuple(shape), layout.gpus
     if expert:
-        rows, shards = rows // layout.ep, layout.dp
-    return -(-rows // shards) * rest
+        shape, shards = (shape[0] // layout.ep, *shape[1:]), layout.dp
+    dim = expert_shard_dim(shape, shards) if expert else 0
+    return -(-shape[dim] // shards) * _numel(shape) // shape[dim]
 
 
 def _unit_bytes(tensors, layout: Layout, per_param: int) -> int:

@@ -50,6 +50,22 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+def _expert_placement(shards: int):
+    """FSDP2 shard_placement_fn: routed-expert tensors (the only 3-D parameters) along
+    expert_shard_dim, everything else along dim 0 (FSDP2's default)."""
+    from torch.distributed.tensor import Shard
+
+    from glassroom.model.accounting import expert_shard_dim
+
+    def placement(param: nn.Parameter):
+        if param.ndim != 3:
+            return None
+        local = param.to_local().shape if hasattr(param, "to_local") else param.shape
+        return Shard(expert_shard_dim(tuple(local), shards))
+
+    return placement
+
+
 def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.device,
                 bf16_params: bool, ep: int = 1) -> nn.Module:
     """FSDP2 (`fully_shard` per block, then the root) or DDP; the model itself when one process.
@@ -78,15 +94,16 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
         mesh = init_device_mesh(device.type, (info.world_size // ep, ep), mesh_dim_names=("dp", "ep"))
         shard_experts(model, mesh)
         for experts in expert_modules(model):
-            fully_shard(experts, mesh=mesh["dp"], mp_policy=policy)
+            fully_shard(experts, mesh=mesh["dp"], mp_policy=policy,
+                        shard_placement_fn=_expert_placement(info.world_size // ep))
             # Each expert's gradient arrives summed over its expert group's tokens (the all-to-all's
             # backward); summed over "dp" too, it becomes the global mean divided by all ranks.
             experts.set_gradient_divide_factor(float(info.world_size))
             if device.type != "cuda" and info.world_size > ep:  # gloo has no PREMUL_SUM: divide after a
                 # plain sum (not with dp 1, where FSDP2 divides the copied gradient already and would twice)
                 experts.set_force_sum_reduction_for_comms(True)
-    for block in model.blocks:
-        fully_shard(block, mp_policy=policy)
+    for block in model.blocks:  # with ep > 1 the experts are already sharded: left as they are
+        fully_shard(block, mp_policy=policy, shard_placement_fn=_expert_placement(info.world_size))
     fully_shard(model, mp_policy=policy)
     return model
 
