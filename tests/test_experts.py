@@ -184,3 +184,45 @@ def test_moe_layer_gradients_unchanged_through_the_router(autocast):
     out.float().sum().backward()
     assert layer.router.weight.grad.abs().sum() > 0
     assert layer.experts.gate_up_proj.grad.abs().sum() > 0
+
+
+@both_paths
+def test_int32_choices_and_experts_empty_at_chunk_edges(monkeypatch, fuse):
+    # experts 1-4 empty, expert 0 and 5 hold every row; chunks of 3 rows cut both groups
+    monkeypatch.setattr(experts_mod, "CHUNK_ROWS", 3)
+    chosen = torch.tensor([[0, 5], [5, 0], [0, 5], [5, -1], [0, 5]], dtype=torch.int32)
+    check(chosen, fuse)
+
+
+@both_paths
+def test_inference_without_gradients(fuse):
+    module = make_experts()
+    module.fuse = fuse
+    chosen = torch.tensor(PLANTED)
+    x, weights = torch.randn(len(PLANTED), 8), torch.rand(chosen.shape)
+    counts = torch.bincount(chosen.flatten(), minlength=6)
+    with torch.no_grad():
+        want = naive(module, x, chosen, weights)
+        torch.testing.assert_close(module(x, chosen, weights, counts), want, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        torch.testing.assert_close(module(x, chosen, weights, counts), want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_fused_path_is_the_cpu_default_and_expert_parallelism_still_goes_through_run_experts():
+    module = make_experts()
+    chosen = torch.tensor([[3, 0], [0, -1], [5, 3]])
+    x, weights = torch.randn(3, 8), torch.rand(3, 2)
+    counts = torch.bincount(chosen[chosen >= 0], minlength=6)
+    calls = []
+
+    class LocalExchange:  # stands in for train/expert_parallel.py's ExpertExchange
+        def run(self, rows, counts_, compute_local):
+            calls.append(rows.shape[0])
+            return compute_local(rows, counts_)
+
+    want = naive(module, x, chosen, weights)
+    torch.testing.assert_close(module(x, chosen, weights, counts), want, rtol=1e-5, atol=1e-5)
+    assert calls == []  # fused: no rows handed over
+    module.ep = LocalExchange()
+    torch.testing.assert_close(module(x, chosen, weights, counts), want, rtol=1e-5, atol=1e-5)
+    assert calls == [5]  # the kept rows only, dropped ones never travel

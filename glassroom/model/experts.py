@@ -29,8 +29,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-CHUNK_ROWS = 8192  # elementwise work in chunks of this many rows keeps temporaries small
+CHUNK_ROWS = 8192  # work in chunks of this many rows keeps temporaries small (2-8 MiB)
 
 
 def _grouped_mm_supported(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -89,6 +90,7 @@ class _Dispatch(torch.autograd.Function):
         return x.index_select(0, token_index)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_rows):
         bag_rows, bag_offsets = ctx.saved_tensors
         return _bag_sum(bag_rows, grad_rows, bag_offsets, None), None, None, None
@@ -115,6 +117,7 @@ class _Combine(torch.autograd.Function):
         return _bag_sum(bag_rows, out, bag_offsets, weights)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         out, weights, token_index = ctx.saved_tensors
         grad_rows = grad.to(out.dtype).index_select(0, token_index)
@@ -122,7 +125,7 @@ class _Combine(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_weights = torch.empty(out.shape[0], dtype=torch.float32, device=out.device)
             for s, e in _chunks(out.shape[0]):
-                grad_weights[s:e] = (grad_rows[s:e].float() * out[s:e].float()).sum(-1)
+                grad_weights[s:e] = (grad_rows[s:e] * out[s:e]).sum(-1, dtype=torch.float32)
             grad_weights = grad_weights.to(ctx.weights_dtype)
         grad_rows.mul_(weights.unsqueeze(-1))
         return grad_rows, grad_weights, None, None, None
@@ -142,6 +145,7 @@ class _SwiGLUExperts(torch.autograd.Function):
         return grouped_matmul(act, down, counts)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         rows, hidden, act, gate_up, down, counts = ctx.saved_tensors
         grad_out = grad_out.to(act.dtype).contiguous()
@@ -151,12 +155,8 @@ class _SwiGLUExperts(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden)
         for s, e in _chunks(hidden.shape[0]):
             gate, up, g = hidden[s:e, :width], hidden[s:e, width:], grad_act[s:e]
-            sig = torch.sigmoid(gate)
-            silu = gate * sig
-            torch.mul(g, silu, out=grad_hidden[s:e, width:])
-            # d silu(gate) / d gate = sig * (1 + gate * (1 - sig)) = sig + silu * (1 - sig)
-            slope = silu.mul_(1 - sig).add_(sig)
-            torch.mul(slope.mul_(g), up, out=grad_hidden[s:e, :width])
+            torch.mul(g, F.silu(gate), out=grad_hidden[s:e, width:])
+            torch.ops.aten.silu_backward.grad_input(g * up, gate, grad_input=grad_hidden[s:e, :width])
         del grad_act
         grad_gate_up = grouped_weight_grad(rows, grad_hidden, counts) if ctx.needs_input_grad[1] else None
         grad_rows = None
@@ -184,6 +184,34 @@ def _chunk_plan(counts: list[int], n_rows: int):
     return plan
 
 
+class _WeightGrad:
+    """A (E, K, M) weight gradient filled chunk by chunk: each expert's block is written by matmul
+    straight into place the first time (no zero fill, no copy), added to when a chunk cut its group."""
+
+    def __init__(self, like: torch.Tensor):
+        self.grad = torch.empty_like(like)
+        self.written = 0  # experts [0, written) hold their value so far
+
+    def add(self, first: int, a: torch.Tensor, b: torch.Tensor, counts: list[int]) -> None:
+        if first > self.written:
+            self.grad[self.written : first].zero_()
+        start = 0
+        for g, count in enumerate(counts, start=first):
+            block = self.grad[g]
+            if g < self.written:
+                block.addmm_(a[start : start + count].t(), b[start : start + count])
+            elif count:
+                torch.mm(a[start : start + count].t(), b[start : start + count], out=block)
+            else:
+                block.zero_()
+            start += count
+        self.written = max(self.written, first + len(counts))
+
+    def result(self) -> torch.Tensor:
+        self.grad[self.written :].zero_()
+        return self.grad
+
+
 class _FusedLocalExperts(torch.autograd.Function):
     """Dispatch, SwiGLU experts and combine in one, chunk by chunk of sorted rows, for experts all
     held locally on a CPU: only gate|up (N, 2h) is kept for the backward; every other (rows, d) or
@@ -198,46 +226,45 @@ class _FusedLocalExperts(torch.autograd.Function):
         weights = row_weights.to(x.dtype)
         hidden_chunks = []
         for s, e, g0, g1, local in plan:
-            local_counts = torch.tensor(local)
+            local_counts = torch.tensor(local, device=x.device)
             tokens = token_index[s:e]
             hidden = grouped_matmul(x.index_select(0, tokens), gate_up[g0:g1], local_counts)
             hidden_chunks.append(hidden)
-            act = F.silu(hidden[:, :width]).mul_(hidden[:, width:])
-            out = grouped_matmul(act, down[g0:g1], local_counts).mul_(weights[s:e].unsqueeze(-1))
-            y.index_add_(0, tokens, out)
+            # weight the (rows, h) activation rather than the (rows, d) output: down is linear
+            act = F.silu(hidden[:, :width]).mul_(hidden[:, width:]).mul_(weights[s:e].unsqueeze(-1))
+            y.index_add_(0, tokens, grouped_matmul(act, down[g0:g1], local_counts))
         ctx.plan = plan
         ctx.save_for_backward(x, gate_up, down, weights, token_index, *hidden_chunks)
         ctx.weights_dtype = row_weights.dtype
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad):
         x, gate_up, down, weights, token_index, *hidden_chunks = ctx.saved_tensors
         width = down.shape[1]
         grad = grad.to(x.dtype)
         grad_x = torch.zeros_like(x)
-        grad_gate_up, grad_down = torch.zeros_like(gate_up), torch.zeros_like(down)
+        grad_gate_up, grad_down = _WeightGrad(gate_up), _WeightGrad(down)
         grad_weights = torch.empty(token_index.numel(), dtype=torch.float32, device=x.device)
         for (s, e, g0, g1, local), hidden in zip(ctx.plan, hidden_chunks):
-            local_counts = torch.tensor(local)
+            local_counts = torch.tensor(local, device=x.device)
             tokens, w = token_index[s:e], weights[s:e].unsqueeze(-1)
             grad_rows = grad.index_select(0, tokens)  # d loss / d (unweighted expert output) / w
             gate, up = hidden[:, :width], hidden[:, width:]
             grad_act = grouped_matmul(grad_rows, down[g0:g1].transpose(1, 2), local_counts)
-            sig = torch.sigmoid(gate)
-            silu = gate * sig
+            silu = F.silu(gate)
             act = silu * up
-            grad_weights[s:e] = (grad_act.float() * act.float()).sum(-1)
+            grad_weights[s:e] = (grad_act * act).sum(-1, dtype=torch.float32)
             grad_act.mul_(w)
-            grad_down[g0:g1] += grouped_weight_grad(act.mul_(w), grad_rows, local_counts)
+            grad_down.add(g0, act.mul_(w), grad_rows, local)
             grad_hidden = torch.empty_like(hidden)
             torch.mul(grad_act, silu, out=grad_hidden[:, width:])
-            slope = silu.mul_(1 - sig).add_(sig)  # d silu(gate) / d gate = sig + silu * (1 - sig)
-            torch.mul(slope.mul_(grad_act), up, out=grad_hidden[:, :width])
+            torch.ops.aten.silu_backward.grad_input(grad_act.mul_(up), gate, grad_input=grad_hidden[:, :width])
             rows = x.index_select(0, tokens)
-            grad_gate_up[g0:g1] += grouped_weight_grad(rows, grad_hidden, local_counts)
+            grad_gate_up.add(g0, rows, grad_hidden, local)
             grad_x.index_add_(0, tokens, grouped_matmul(grad_hidden, gate_up[g0:g1].transpose(1, 2), local_counts))
-        return (grad_x, grad_gate_up, grad_down, grad_weights.to(ctx.weights_dtype), None, None)
+        return (grad_x, grad_gate_up.result(), grad_down.result(), grad_weights.to(ctx.weights_dtype), None, None)
 
 
 class GroupedExperts(nn.Module):
@@ -297,7 +324,7 @@ class GroupedExperts(nn.Module):
             return _FusedLocalExperts.apply(
                 x.to(dtype), gate_up.to(dtype), down.to(dtype), row_weights, token_index, counts.tolist())
         # Each token's rows in token order (its "bag"), for the gather-sums of combine and dispatch.
-        position = torch.empty_like(flat)
+        position = torch.empty(flat.shape, dtype=torch.long, device=flat.device)
         position[order] = torch.arange(kept, device=flat.device)
         if kept == flat.numel():
             bag_rows = position
