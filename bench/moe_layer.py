@@ -4,30 +4,39 @@ Forward + backward (with the gradient to the input) of glassroom's MoEFeedForwar
 top-8, d_model 256, d_expert 128, 8,192 tokens; no shared experts) over a dense SwiGLU of width
 8 x 128 = 1024, in fp32 and under bf16 autocast. Variants take turns inside one process and the
 medians are compared, so machine noise cancels out of the ratio. `--clock cpu` measures process CPU
-time (user + system, all threads) instead of wall time: steadier on a loaded machine, and it still
-counts page faults, which wall-clock-free measures would miss. `--profile` prints where the MoE
+time (user + system, all threads) instead of wall time: steadier on a loaded machine, and page
+faults (system time) still count. `--profile` prints where the MoE
 step's time goes (torch.profiler, forward and backward attributed to the part that created them).
 
     python bench/moe_layer.py [--tokens 8192] [--rounds 10] [--clock wall|cpu] [--profile]
 
-Where the time goes, and why the MoE is no longer 1.5-1.9x (torch 2.13 CPU, AMD EPYC 2 cores):
-the grouped matmuls themselves run at the dense layer's speed per FLOP (a 1,024 x 256 @ 256 x 256
-expert block and the 8,192 x 256 @ 256 x 2,048 dense block reach the same GFLOP/s in fp32 and bf16),
-and sorting (argsort of 65,536 small ints: 0.5 ms) and the router are small. The cost was memory:
-a CPU tensor over 32 MiB is mmapped fresh by glibc on every allocation and pays a page fault per
-4 KiB on first touch (a 64 MiB tensor: 25 ms to fill fresh, 2 ms to refill). The MoE's (rows, d)
-tensors are T*k x d = 65,536 x 256 (64 MiB fp32, 32 MiB bf16) against the dense layer's 8,192 x
-1,024, and the old autograd graph made about 13 of them per step (gather, weighted copy, scatter
-and their backwards, a cat for the gate/up gradient), so page faults and memory-bound copies, not
-FLOPs, made the difference. experts.py now makes only those it returns or saves (dispatch rows,
-gate|up, SwiGLU output, expert output; their gradients), combines and dispatch-backwards with a
-gather-sum (embedding_bag) and no scatter, and does elementwise work in chunks.
-Measured (medians, interleaved; load = 1-minute load average from other jobs on the 2 cores):
-  before: fp32 1.62x, bf16 2.70x (--clock cpu, 1 thread, load 5); 1.40x / 10.8x (wall, 2 threads, load 1-3)
-  after:  see the closing note of issue 15 and the numbers printed by this script.
-The remaining gap is the (rows, d) tensors that must exist (4 forward, 4 backward: about 0.4 ms
-per MiB of page faults without transparent huge pages; THP_MEM_ALLOC_ENABLE=1 cuts that 6x for
-both layers) and the router (fp32 linear, softmax, top-k: a few ms).
+Measured (torch 2.13 CPU, AMD EPYC with 2 cores shared with other jobs; load = 1-minute load
+average; "old" is experts.py before issue 15's speed work, run in the same process, interleaved):
+                               fp32 moe/dense          bf16 autocast moe/dense
+  wall, 2 threads, load 1.5-3  old 1.80x -> 1.12-1.15x   old 2.78x -> 1.53-1.57x
+  cpu clock, 1 thread, load 5  old 1.63x -> 1.12-1.14x   old 2.34x -> 1.43x
+  (under load 8 the 2-thread wall clock measures the scheduler, not the layer: every OpenMP
+  region waits for a descheduled thread, and the MoE runs hundreds of regions to the dense's 20.)
+fp32 is within 1.2x; bf16 is not. Where the MoE step goes (--profile, 2 threads, load 1.5):
+  fp32 282 ms: expert matmuls 70%, SwiGLU and weight casts 16%, sort/gather/combine 10%, router 3%
+  bf16 112 ms: expert matmuls 52% (58 ms: the dense layer's whole step is 71 ms), SwiGLU and casts
+  26%, sort/gather/combine 13%, router 8%.
+Why: the grouped matmuls themselves run at the dense layer's speed per FLOP (a 1,024 x 256 @ 256 x
+256 expert block and the 8,192 x 256 @ 256 x 2,048 dense block reach the same GFLOP/s, in both
+dtypes; the down projection's 128-deep blocks and the weight gradients over ~1,000 rows are 5-20%
+slower in bf16). What cost 1.5-1.9x was memory: a CPU tensor over 32 MiB is mmapped fresh on every
+allocation and pays a page fault per 4 KiB on first touch (64 MiB: 25 ms to fill fresh, 2 ms to
+refill), and the old autograd graph made about 13 tensors of T*k x d = 65,536 x 256 per step
+(gather, weighted copy, scatter, a cat, their backwards). experts.py now runs the local experts
+chunk by chunk (page faults per step: 232 MiB against the dense layer's 272 MiB in fp32), with
+gathers instead of scatters where it can.
+The remaining bf16 gap, per step on 2 threads: the fp32 router (linear, softmax, top-k and their
+backward, 9 ms; fp32 by design, moe.py), the MoE's 8x larger weights cast to bf16 and their
+gradients back (about 8 ms; the dense layer casts 1/8 of that), the index_add combine and its
+backward and the row gathers (14 ms, memory-bound over 65,536 rows), recomputing silu * up and
+the combine weights' gradient in the backward (about 10 ms), and 28 MiB of page faults for the
+saved gate|up chunks. Closing it needs fused kernels (gather + matmul + scatter in one), which
+plain PyTorch on a CPU does not offer.
 """
 
 from __future__ import annotations
@@ -147,6 +156,13 @@ def main() -> None:
                         help="wall: elapsed time; cpu: process CPU time (steadier on a busy machine)")
     parser.add_argument("--profile", action="store_true", help="also print where the MoE step's time goes")
     args = parser.parse_args()
+    for name in ("tokens", "d_model", "experts", "top_k", "d_expert", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.tokens % 8:
+        parser.error(f"--tokens {args.tokens}: must be a multiple of 8 (8 sequences of tokens/8)")
+    if args.top_k > args.experts:
+        parser.error(f"--top-k {args.top_k} is more than --experts {args.experts}")
     torch.manual_seed(0)
     d = args.d_model
     moe = MoEFeedForward(d, MoEConfig(n_experts=args.experts, top_k=args.top_k, d_expert=args.d_expert))

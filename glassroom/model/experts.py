@@ -10,18 +10,20 @@ Expert parallelism plugs in at one point: `run_experts(rows, counts)` maps rows 
 expert id to their unweighted expert outputs. With `self.ep` set (train/expert_parallel.py) the rows
 travel to the ranks that hold their experts and back, and `compute_local` runs this rank's experts.
 
-Speed (bench/moe_layer.py explains the measurements): the three steps are autograd Functions with
-hand-written backwards that gather instead of scatter and allocate as few (rows, d) tensors as the
-maths needs. On a CPU a fresh tensor of more than 32 MiB costs a page fault per 4 KiB on first touch
-(glibc hands such blocks back to the kernel when freed), which at these sizes costs as much as the
-memory-bound work itself; so no step materialises a (rows, d) temporary it does not return or save.
-- dispatch: rows = x[token of row] (one gather); backward sums each token's rows with
-  `embedding_bag` (a gather-sum in token order, no atomic scatter).
-- experts: gate_up grouped matmul, SwiGLU, down grouped matmul; the backward writes the gate and up
-  gradients straight into one buffer (no cat) and computes elementwise work in row chunks.
-- combine: each token's rows weighted and summed with `embedding_bag(per_sample_weights=...)`
-  (no (rows, d) product, no scatter); backward gathers the token's gradient once per row and scales
-  it in place, the weight gradients are row dot products computed in chunks.
+Speed (bench/moe_layer.py has the measurements). On a CPU a fresh tensor over 32 MiB is mmapped by
+glibc and pays a page fault per 4 KiB on first touch, which at MoE sizes (T*k rows of d) costs as
+much as the memory-bound work itself; so:
+- with every expert local on a CPU (`fuse`, the default there), dispatch, experts and combine run
+  as one autograd Function, chunk by chunk of CHUNK_ROWS sorted rows: gather the chunk's token rows,
+  gate|up grouped matmul (saved), SwiGLU times the combine weight, down grouped matmul, index_add
+  into the (T, d) output. Only gate|up is kept for the backward, which recomputes the rest per
+  chunk, gets the combine weights' gradient as <g @ down^T, act> (no expert output saved) and
+  writes each expert's weight gradient in place by matmul;
+- otherwise (expert parallelism, GPUs) dispatch -> run_experts -> combine, three Functions with
+  hand-written backwards: a gather, then grouped matmuls with a SwiGLU backward that writes gate and
+  up gradients into one buffer (no cat), then a weighted gather-sum (`embedding_bag`); their
+  backwards are a gather-sum, the grouped matmuls, and a gather scaled in place. No (rows, d)
+  temporary exists beyond those returned or saved.
 """
 
 from __future__ import annotations
