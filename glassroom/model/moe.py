@@ -143,7 +143,8 @@ class MoEFeedForward(nn.Module):
     def capacity(self, tokens: int) -> int:
         """Assignments each expert keeps out of `tokens` tokens (capacity_factor set); at most
         `tokens`, all an expert can be given (a huge factor is dropless)."""
-        return min(tokens, math.ceil(self.cfg.capacity_factor * tokens * self.top_k / self.n_experts))
+        wanted = self.cfg.capacity_factor * tokens * self.top_k / self.n_experts
+        return tokens if not wanted < tokens else math.ceil(wanted)  # 1.7e308 * tokens overflows to inf
 
     def drop_counts(self) -> torch.Tensor:
         """(dropped, routed) assignments of this step's training forwards, else of the last step's."""
