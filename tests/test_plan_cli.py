@@ -160,6 +160,11 @@ BAD_OPTIONS = {
                             "--gpus: 704 is not --dp 10 x --ep 64 = 640"),
     "dense with ep": (["experiments/llama3-8b.yaml", "--gpus", "8", "--ep", "2"],
                       "--ep: 2 needs a Mixture-of-Experts model (model.moe); this model is dense"),
+    "dense with ep from gpus and dp": (["experiments/llama3-8b.yaml", "--gpus", "8", "--dp", "2"],
+                                       "--ep: 4 (--gpus 8 / --dp 2) needs a Mixture-of-Experts model (model.moe); "
+                                       "this model is dense: use --ep 1, i.e. --dp 8"),
+    "gpu memory past a byte count": (["experiments/llama3-8b.yaml", "--gpu-memory", "1e300"],
+                                     "--gpu-memory: 1e+300 GiB is beyond any byte count"),
     "negative micro-batch": (["experiments/llama3-8b.yaml", "--micro-batch", "-4"],
                              "--micro-batch: must be at least 1 sequence, got -4"),
     "zero dp": (["experiments/llama3-8b.yaml", "--dp", "0"], "--dp: must be at least 1, got 0"),

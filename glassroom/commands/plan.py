@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         raise GlassroomError(f"--micro-batch: must be at least 1 sequence, got {args.micro_batch}")
     if args.gpu_memory is not None and not (0 < args.gpu_memory < math.inf):
         raise GlassroomError(f"--gpu-memory: must be a positive number of GiB, got {args.gpu_memory:g}")
+    if args.gpu_memory is not None and not math.isfinite(args.gpu_memory * GIB):  # 1e300 GiB: inf bytes
+        raise GlassroomError(f"--gpu-memory: {args.gpu_memory:g} GiB is beyond any byte count; give the GPU's "
+                             "memory in GiB, e.g. 141")
     if not 0 < args.mfu <= 1:
         raise GlassroomError(f"--mfu: must be above 0 and at most 1, got {args.mfu}")
     if args.seq_len is not None and args.seq_len < 1:

@@ -384,6 +384,7 @@ def resolve_mesh(cfg: ModelConfig, gpus: Optional[int], dp: Optional[int], ep: O
     """(dp, ep) from any of --gpus, --dp, --ep: any two give the third; alone, --gpus is dp (ep 1) and
     --dp or --ep take 1 for the other; all three must agree (dp * ep = gpus);
     a GlassroomError naming the option when they disagree or ep does not fit the model."""
+    given_ep = ep
     for option, value in (("--gpus", gpus), ("--dp", dp), ("--ep", ep)):
         if value is not None and value < 1:
             raise GlassroomError(f"{option}: must be at least 1, got {value}")
@@ -404,8 +405,9 @@ def resolve_mesh(cfg: ModelConfig, gpus: Optional[int], dp: Optional[int], ep: O
         raise GlassroomError(f"--gpus: {gpus} is not --dp {dp} x --ep {ep} = {dp * ep}; give two of the three")
     if ep > 1:
         if cfg.moe is None:
-            raise GlassroomError(f"--ep: {ep} needs a Mixture-of-Experts model (model.moe); this model is dense: "
-                                 "use --ep 1")
+            derived = "" if given_ep is not None else f" (--gpus {gpus} / --dp {dp})"
+            raise GlassroomError(f"--ep: {ep}{derived} needs a Mixture-of-Experts model (model.moe); this model is "
+                                 "dense: use --ep 1" + ("" if given_ep is not None else f", i.e. --dp {gpus}"))
         if cfg.moe.n_experts % ep:
             raise GlassroomError(f"--ep: {ep} does not divide model.moe.n_experts ({cfg.moe.n_experts}); "
                                  "give an ep that divides it")
