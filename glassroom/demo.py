@@ -1,6 +1,7 @@
 """`glassroom demo`: the whole story end to end on one small machine.
 
-Build the demo corpus (five real domains), train a ladder of small models, fit it and preregister
+Build the demo corpus (five real domains), train a ladder of small Mixture-of-Experts models (the
+story's routing: sigmoid router balanced by its bias, a shared expert), fit it and preregister
 the hero's predicted loss curve, train the hero while `glassroom serve` shows it live, publish the
 static site, and print where everything is with the hero's predicted and achieved loss. The work is
 the experiment experiments/demo.py run through the pipeline, so running the demo again reuses
@@ -113,6 +114,29 @@ def _downstream(run_dir: Path) -> dict:
     return out
 
 
+def _experts(run_dir: Path) -> dict:
+    """The hero's routing at its last step, per MoE layer: load imbalance (max / mean tokens per
+    expert, 1 = even) and the router bias's range; empty for a dense hero or a store without them."""
+    import math
+    import re
+
+    from glassroom.observe.store import StoreReader
+
+    with StoreReader(run_dir) as reader:
+        layers = sorted({int(m.group(1)) for n in reader.names() if (m := re.fullmatch(r"moe/layer_(\d+)/imbalance", n))})
+        rows = {}
+        for layer in layers:
+            latest = {k: reader.latest(f"moe/layer_{layer}/{k}") for k in ("imbalance", "bias_min", "bias_max")}
+            if all(v is not None and math.isfinite(v[1]) for v in latest.values()):
+                rows[layer] = latest
+    if not rows:
+        return {}
+    return {"step": max(int(v["imbalance"][0]) for v in rows.values()),
+            "imbalance": [float(rows[layer]["imbalance"][1]) for layer in sorted(rows)],
+            "bias_range": [min(float(v["bias_min"][1]) for v in rows.values()),
+                           max(float(v["bias_max"][1]) for v in rows.values())]}
+
+
 def _first_sample(event: dict) -> Optional[dict]:
     """A samples event's first {prompt, text} when it has the trainer's shape (an old or foreign
     store may hold another: the summary leaves such an event out rather than failing at the end)."""
@@ -195,6 +219,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     model = graph.nodes["hero-model"].output / "model"
     summary["model"] = str(model) if model.is_dir() else None
     summary["downstream"] = _downstream(hero_dir)
+    summary["experts"] = _experts(hero_dir)
     summary["posttrain"] = _posttrain(graph.nodes["hero-sft"].output, graph.nodes["hero-dpo"].output)
     backtest = fit_dir / "backtest.json"
     if backtest.is_file():
@@ -222,6 +247,12 @@ def format_summary(s: dict) -> str:
         step = max(step for step, _ in scores.values())
         shown = ", ".join(f"{name.split('/', 1)[1]} {value:.4f}" for name, (_, value) in scores.items())
         lines.append(f"downstream (step {step}): {shown}")
+    experts = s.get("experts") or {}
+    if experts.get("imbalance"):
+        lo, hi = experts["bias_range"]
+        lines.append(f"experts:  load imbalance (max / mean tokens per expert, 1 = even) by layer at step "
+                     f"{experts['step']}: " + ", ".join(f"{v:.2f}" for v in experts["imbalance"])
+                     + f"; router bias in [{lo:+.3f}, {hi:+.3f}] (the hero's page: expert load and router bias)")
     if s.get("model"):
         lines.append(f"model:    {s['model']} (Hugging Face folder with its card; `glassroom sample "
                      f"{s['model']} --prompt ...` writes with it)")

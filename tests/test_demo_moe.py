@@ -1,0 +1,43 @@
+"""The demo's MoE story: the summary's experts line read from the hero's router metrics."""
+
+from __future__ import annotations
+
+import math
+
+from glassroom.demo import _experts, format_summary
+from glassroom.observe.store import StoreWriter
+
+BASE = {"dataset": "d", "rungs": [], "ladder": "l", "hero": "h", "achieved": None, "site": "lab/site",
+        "seconds": {"train": 60.0, "publish": 1.0}}
+
+
+def write_router_metrics(run_dir, rows):
+    with StoreWriter(run_dir) as w:
+        for step, row in rows:
+            w.log(step, row)
+
+
+def test_the_summary_gives_the_heros_last_load_imbalance_and_bias_range(tmp_path):
+    rows = [(1, {"train/loss": 7.0, "moe/layer_0/imbalance": 3.9, "moe/layer_0/bias_min": -0.01, "moe/layer_0/bias_max": 0.01,
+                 "moe/layer_1/imbalance": 4.0, "moe/layer_1/bias_min": -0.01, "moe/layer_1/bias_max": 0.01}),
+            (2, {"train/loss": 6.0, "moe/layer_0/imbalance": 1.25, "moe/layer_0/bias_min": -0.17, "moe/layer_0/bias_max": 0.05,
+                 "moe/layer_1/imbalance": 1.5, "moe/layer_1/bias_min": -0.02, "moe/layer_1/bias_max": 0.11})]
+    write_router_metrics(tmp_path / "hero", rows)
+    experts = _experts(tmp_path / "hero")
+    assert experts["step"] == 2 and experts["imbalance"] == [1.25, 1.5]   # the last step's, layer by layer
+    assert experts["bias_range"] == [-0.17, 0.11]                         # over every layer
+    text = format_summary({**BASE, "experts": experts})
+    assert ("experts:  load imbalance (max / mean tokens per expert, 1 = even) by layer at step 2: 1.25, 1.50; "
+            "router bias in [-0.170, +0.110]") in text
+
+
+def test_a_dense_hero_or_a_layer_without_tokens_gives_no_experts_line(tmp_path):
+    write_router_metrics(tmp_path / "dense", [(1, {"train/loss": 7.0})])
+    assert _experts(tmp_path / "dense") == {}
+    assert "experts:" not in format_summary({**BASE, "experts": {}}) and "experts:" not in format_summary(BASE)
+    # A layer whose imbalance is NaN (no tokens counted) is left out rather than printed as nan.
+    write_router_metrics(tmp_path / "moe", [(3, {"moe/layer_0/imbalance": math.nan, "moe/layer_0/bias_min": 0.0,
+                                                 "moe/layer_0/bias_max": 0.0,
+                                                 "moe/layer_1/imbalance": 1.1, "moe/layer_1/bias_min": -0.1,
+                                                 "moe/layer_1/bias_max": 0.1})])
+    assert _experts(tmp_path / "moe") == {"step": 3, "imbalance": [1.1], "bias_range": [-0.1, 0.1]}
