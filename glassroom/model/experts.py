@@ -127,7 +127,7 @@ class _Combine(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_weights = torch.empty(out.shape[0], dtype=torch.float32, device=out.device)
             for s, e in _chunks(out.shape[0]):
-                grad_weights[s:e] = (grad_rows[s:e] * out[s:e]).sum(-1, dtype=torch.float32)
+                torch.sum(grad_rows[s:e] * out[s:e], -1, out=grad_weights[s:e])  # fp32 sums, no fp32 copy
             grad_weights = grad_weights.to(ctx.weights_dtype)
         grad_rows.mul_(weights.unsqueeze(-1))
         return grad_rows, grad_weights, None, None, None
@@ -187,11 +187,16 @@ def _chunk_plan(counts: list[int], n_rows: int):
 
 
 class _WeightGrad:
-    """A (E, K, M) weight gradient filled chunk by chunk: each expert's block is written by matmul
-    straight into place the first time (no zero fill, no copy), added to when a chunk cut its group."""
+    """A (E, K, M) weight gradient, in the parameter's dtype, filled chunk by chunk: each expert's
+    block is written by matmul straight into place the first time (no zero fill), added to when a
+    chunk cut its group. Under autocast the products are computed in the compute dtype into one
+    (K, M) scratch block and written into the fp32 gradient from there: no (E, K, M) bf16 gradient,
+    no cast of it afterwards, and a cut group's parts add up in fp32."""
 
-    def __init__(self, like: torch.Tensor):
-        self.grad = torch.empty_like(like)
+    def __init__(self, weight: torch.Tensor, param_dtype: torch.dtype):
+        """`weight`: the (E, K, M) weight as computed with (its dtype is the compute dtype)."""
+        self.grad = torch.empty_like(weight, dtype=param_dtype)
+        self.scratch = None if weight.dtype == param_dtype else torch.empty_like(weight[0])
         self.written = 0  # experts [0, written) hold their value so far
 
     def add(self, first: int, a: torch.Tensor, b: torch.Tensor, counts: list[int]) -> None:
@@ -199,14 +204,19 @@ class _WeightGrad:
             self.grad[self.written : first].zero_()
         start = 0
         for g, count in enumerate(counts, start=first):
-            block = self.grad[g]
-            if g < self.written:
-                block.addmm_(a[start : start + count].t(), b[start : start + count])
-            elif count:
-                torch.mm(a[start : start + count].t(), b[start : start + count], out=block)
-            else:
-                block.zero_()
+            block, seen = self.grad[g], g < self.written
+            a_g, b_g = a[start : start + count].t(), b[start : start + count]
             start += count
+            if not count:
+                if not seen:
+                    block.zero_()
+            elif self.scratch is not None:
+                torch.mm(a_g, b_g, out=self.scratch)
+                block.add_(self.scratch) if seen else block.copy_(self.scratch)
+            elif seen:
+                block.addmm_(a_g, b_g)
+            else:
+                torch.mm(a_g, b_g, out=block)
         self.written = max(self.written, first + len(counts))
 
     def result(self) -> torch.Tensor:
@@ -214,58 +224,96 @@ class _WeightGrad:
         return self.grad
 
 
+class _Scratch:
+    """Per-chunk temporaries, allocated once per forward or backward and reused by every chunk. A
+    CPU tensor over glibc's mmap threshold goes back to the OS when freed and page-faults again on
+    its next first touch (a 4 MiB chunk of rows: about 1 ms, as long as the gather that fills it);
+    reused, its pages fault once."""
+
+    def __init__(self, rows: int, like: torch.Tensor):
+        self.rows, self.like, self.buffers = rows, like, {}
+
+    def __call__(self, name: str, rows: int, width: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            buffer = self.buffers[name] = self.like.new_empty(self.rows, width, dtype=dtype or self.like.dtype)
+        return buffer[:rows]
+
+
+def _mm_groups(a: torch.Tensor, w: torch.Tensor, counts: list[int], out: torch.Tensor, transpose=False):
+    """out[group g's rows] = a[group g's rows] @ w[g] (w[g]^T with `transpose`): a grouped matmul
+    written into `out` (on a CPU F.grouped_mm is this loop, without out=)."""
+    start = 0
+    for g, count in enumerate(counts):
+        if count:
+            torch.mm(a[start : start + count], w[g].t() if transpose else w[g], out=out[start : start + count])
+        start += count
+    return out
+
+
 class _FusedLocalExperts(torch.autograd.Function):
     """Dispatch, SwiGLU experts and combine in one, chunk by chunk of sorted rows, for experts all
     held locally on a CPU: only gate|up (N, 2h) is kept for the backward; every other (rows, d) or
-    (rows, h) tensor lives for one chunk, so the allocator recycles it instead of faulting in pages.
-    The combine weight's gradient uses <g, act @ down> = <g @ down^T, act>: no expert output saved."""
+    (rows, h) tensor lives in a per-call scratch buffer that each chunk reuses (_Scratch).
+    The combine weight's gradient uses <g, act @ down> = <g @ down^T, act>: no expert output saved.
+    The expert weights come in their parameter dtype and are cast to x's dtype (the compute dtype)
+    once, here, for forward and backward; their gradients go back in the parameter dtype."""
 
     @staticmethod
     def forward(ctx, x, gate_up, down, row_weights, token_index, counts):
         plan = _chunk_plan(counts, token_index.numel())
-        width = down.shape[1]
+        width, d_model = down.shape[1], x.shape[1]
+        gate_up_c, down_c = gate_up.to(x.dtype), down.to(x.dtype)
         y = torch.zeros(x.shape, dtype=x.dtype, device=x.device)  # summed in the compute dtype, as before
         weights = row_weights.to(x.dtype)
+        scratch = _Scratch(max((e - s for s, e, *_ in plan), default=0), x)
         hidden_chunks = []
         for s, e, g0, g1, local in plan:
-            local_counts = torch.tensor(local, device=x.device)
-            tokens = token_index[s:e]
-            hidden = grouped_matmul(x.index_select(0, tokens), gate_up[g0:g1], local_counts)
+            n, tokens = e - s, token_index[s:e]
+            rows = torch.index_select(x, 0, tokens, out=scratch("rows", n, d_model))
+            hidden = _mm_groups(rows, gate_up_c[g0:g1], local, x.new_empty(n, 2 * width))
             hidden_chunks.append(hidden)
             # weight the (rows, h) activation rather than the (rows, d) output: down is linear
-            act = F.silu(hidden[:, :width]).mul_(hidden[:, width:]).mul_(weights[s:e].unsqueeze(-1))
-            y.index_add_(0, tokens, grouped_matmul(act, down[g0:g1], local_counts))
+            act = torch.ops.aten.silu.out(hidden[:, :width], out=scratch("act", n, width))
+            act.mul_(hidden[:, width:]).mul_(weights[s:e].unsqueeze(-1))
+            y.index_add_(0, tokens, _mm_groups(act, down_c[g0:g1], local, scratch("out", n, d_model)))
         ctx.plan = plan
-        ctx.save_for_backward(x, gate_up, down, weights, token_index, *hidden_chunks)
-        ctx.weights_dtype = row_weights.dtype
+        ctx.save_for_backward(x, gate_up_c, down_c, weights, token_index, *hidden_chunks)
+        ctx.weights_dtype, ctx.param_dtypes = row_weights.dtype, (gate_up.dtype, down.dtype)
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         x, gate_up, down, weights, token_index, *hidden_chunks = ctx.saved_tensors
-        width = down.shape[1]
+        width, d_model = down.shape[1], x.shape[1]
         grad = grad.to(x.dtype)
         grad_x = torch.zeros_like(x)
-        grad_gate_up, grad_down = _WeightGrad(gate_up), _WeightGrad(down)
+        grad_gate_up = _WeightGrad(gate_up, ctx.param_dtypes[0])
+        grad_down = _WeightGrad(down, ctx.param_dtypes[1])
         grad_weights = torch.empty(token_index.numel(), dtype=torch.float32, device=x.device)
+        scratch = _Scratch(max((h.shape[0] for h in hidden_chunks), default=0), x)
         for (s, e, g0, g1, local), hidden in zip(ctx.plan, hidden_chunks):
-            local_counts = torch.tensor(local, device=x.device)
-            tokens, w = token_index[s:e], weights[s:e].unsqueeze(-1)
-            grad_rows = grad.index_select(0, tokens)  # d loss / d (unweighted expert output) / w
+            n, tokens, w = e - s, token_index[s:e], weights[s:e].unsqueeze(-1)
+            # d loss / d (unweighted expert output) / w
+            grad_rows = torch.index_select(grad, 0, tokens, out=scratch("grad_rows", n, d_model))
             gate, up = hidden[:, :width], hidden[:, width:]
-            grad_act = grouped_matmul(grad_rows, down[g0:g1].transpose(1, 2), local_counts)
-            silu = F.silu(gate)
-            act = silu * up
-            grad_weights[s:e] = (grad_act * act).sum(-1, dtype=torch.float32)
+            grad_act = _mm_groups(grad_rows, down[g0:g1], local, scratch("grad_act", n, width), transpose=True)
+            silu = torch.ops.aten.silu.out(gate, out=scratch("silu", n, width))
+            act = torch.mul(silu, up, out=scratch("act", n, width))
+            product = torch.mul(grad_act, act, out=scratch("product", n, width))
+            if product.dtype != torch.float32:  # summed in fp32; cast into a reused buffer (sum's
+                product = scratch("product32", n, width, torch.float32).copy_(product)  # dtype= allocates)
+            torch.sum(product, -1, out=grad_weights[s:e])
             grad_act.mul_(w)
             grad_down.add(g0, act.mul_(w), grad_rows, local)
-            grad_hidden = torch.empty_like(hidden)
+            grad_hidden = scratch("grad_hidden", n, 2 * width)
             torch.mul(grad_act, silu, out=grad_hidden[:, width:])
             torch.ops.aten.silu_backward.grad_input(grad_act.mul_(up), gate, grad_input=grad_hidden[:, :width])
-            rows = x.index_select(0, tokens)
+            rows = torch.index_select(x, 0, tokens, out=scratch("rows", n, d_model))
             grad_gate_up.add(g0, rows, grad_hidden, local)
-            grad_x.index_add_(0, tokens, grouped_matmul(grad_hidden, gate_up[g0:g1].transpose(1, 2), local_counts))
+            grad_in = _mm_groups(grad_hidden, gate_up[g0:g1], local, scratch("grad_in", n, d_model), transpose=True)
+            grad_x.index_add_(0, tokens, grad_in)
         return (grad_x, grad_gate_up.result(), grad_down.result(), grad_weights.to(ctx.weights_dtype), None, None)
 
 
@@ -321,10 +369,9 @@ class GroupedExperts(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         fuse = self.fuse if self.fuse is not None else x.device.type == "cpu"
         if fuse and self.ep is None:
-            gate_up, down = self.expert_weights()
+            gate_up, down = self.expert_weights()  # cast inside, once: the gradients come back fp32
             row_weights = weights.flatten().index_select(0, order)
-            return _FusedLocalExperts.apply(
-                x.to(dtype), gate_up.to(dtype), down.to(dtype), row_weights, token_index, counts.tolist())
+            return _FusedLocalExperts.apply(x.to(dtype), gate_up, down, row_weights, token_index, counts.tolist())
         # Each token's rows in token order (its "bag"), for the gather-sums of combine and dispatch.
         position = torch.empty(flat.shape, dtype=torch.long, device=flat.device)
         position[order] = torch.arange(kept, device=flat.device)
