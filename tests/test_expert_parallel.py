@@ -185,6 +185,8 @@ def test_parallel_is_operational_for_the_hero_digest(tmp_path):
     ("train.parallel={ep: 2, strategy: ddp}", "train.parallel.strategy: expert parallelism runs with FSDP2 only"),
     ("train.parallel={ep: 2, strateg: fsdp}", "train.parallel.strateg: unknown key (expected ep, strategy)"),
     ("train.parallel={strategy: fsdp}", "train.parallel.ep: missing"),
+    ("train.parallel={ep:2}", "train.parallel.ep:2: unknown key (expected ep, strategy); YAML reads {ep:2} as one "
+                              "key: put a space after the colon, e.g. {ep: 2}"),
     ("train.parallel=zero", "train.parallel: 'zero' is not one of fsdp, ddp, {ep: N}"),
     ("train.parallel=[2]", "train.parallel: expected fsdp, ddp or a mapping such as {ep: 2}"),
     ("train.parallel={ep: 2}", "train.parallel.ep: 2 does not divide the world size (1 process)"),

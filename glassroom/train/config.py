@@ -142,7 +142,9 @@ def check_parallel(value: Any, path: str) -> None:
         raise ConfigError(f"{path}: expected fsdp, ddp or a mapping such as {{ep: 2}}, got {value!r}")
     for key in value:
         if key not in ("ep", "strategy"):
-            raise ConfigError(f"{path}.{key}: unknown key (expected ep, strategy)")
+            hint = (f"; YAML reads {{{key}}} as one key: put a space after the colon, e.g. {{ep: 2}}"
+                    if isinstance(key, str) and ":" in key else "")
+            raise ConfigError(f"{path}.{key}: unknown key (expected ep, strategy){hint}")
     if "ep" not in value:
         raise ConfigError(f"{path}.ep: missing; give the expert-parallel degree, e.g. {{ep: 2}}")
     ep = value["ep"]
