@@ -120,6 +120,33 @@ def test_bf16_autocast_matches_loosely(fuse):
 
 
 @both_paths
+def test_bf16_autocast_with_chunk_edges_inside_expert_groups(monkeypatch, fuse):
+    # the fused path's scratch buffers are reused by chunks of different sizes, and a cut group's
+    # bf16 weight-gradient parts are added up in the fp32 gradient
+    monkeypatch.setattr(experts_mod, "CHUNK_ROWS", 7)
+    torch.manual_seed(4)
+    chosen = torch.randn(40, 8).topk(3, dim=-1).indices
+    chosen[torch.rand(chosen.shape) < 0.2] = -1
+    check(chosen, fuse, n_experts=8, autocast=True)
+
+
+def test_fused_path_takes_fp32_weights_and_returns_fp32_gradients_under_autocast():
+    """The bf16 copies of the expert weights are made inside the fused Function, once; their
+    gradients are written into fp32 directly, with no bf16 gradient cast by a ToCopy node."""
+    module = make_experts()
+    chosen = torch.tensor(PLANTED)
+    x = torch.randn(len(PLANTED), 8, requires_grad=True)
+    counts = torch.bincount(chosen.flatten(), minlength=6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = module(x, chosen, torch.rand(chosen.shape), counts)
+    weight_nodes = [fn for fn, _ in out.grad_fn.next_functions[1:3]]  # inputs: x, gate_up, down, ...
+    assert [type(fn).__name__ for fn in weight_nodes] == ["AccumulateGrad"] * 2  # no ToCopyBackward0
+    assert weight_nodes[0].variable is module.gate_up_proj and weight_nodes[1].variable is module.down_proj
+    out.float().sum().backward()
+    assert module.gate_up_proj.grad.dtype == module.down_proj.grad.dtype == torch.float32
+
+
+@both_paths
 def test_unaligned_widths_take_the_per_expert_loop(fuse):
     # rows of 6 floats are not 16-byte aligned: grouped_mm refuses, the loop computes
     check(PLANTED, fuse, d_model=6, d_expert=3)
