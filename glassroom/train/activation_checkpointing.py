@@ -46,6 +46,13 @@ SAVED_OPS = frozenset({
 })
 
 
+# Profiler annotations are not computation: FSDP2 adds some only in the recompute (a separately
+# sharded module inside a block, as expert parallelism's experts, runs its root_pre_forward again in
+# backward), which would shift selective's per-op count and fail "... not found in storage".
+torch.utils.checkpoint.SAC_IGNORED_OPS.update(
+    {torch.ops.profiler._record_function_enter_new.default, torch.ops.profiler._record_function_exit._RecordFunction})
+
+
 def _policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     # Ops run without gradient (inside a custom autograd Function such as experts.py's fused experts,
     # or under no_grad) are not autograd's to keep, and their outputs may be changed in place: recompute.
