@@ -16,6 +16,7 @@ from glassroom.train.config import run_config_from_mapping
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "experiments" / "ladder-demo.yaml"
 STORY = ROOT / "experiments" / "ladder-story.yaml"
+RUNG_NAMES = ["37.4K-A35.1K", "75.0K-A61.2K", "102K-A83.6K", "221K-A159K"]  # the demo's MoE rungs (total-Aactive)
 
 
 def glassroom(*args, cwd=ROOT):
@@ -30,6 +31,12 @@ def test_demo_expansion_follows_the_written_rules():
         model, train = run.config["model"], run.config["train"]
         assert model["n_layers"] == max(1, round(run.dial / 16))
         assert model["n_heads"] == run.dial // 8 and model["d_ff"] == 4 * run.dial
+        # The story's MoE: 8 routed experts of d_model / 2 (rounded up to 8), top-2, one shared expert,
+        # sigmoid router balanced by its bias (no auxiliary loss).
+        moe = model["moe"]
+        assert moe["d_expert"] == max(8, -(-run.dial // 2 // 8) * 8)
+        assert (moe["n_experts"], moe["top_k"], moe["n_shared_experts"], moe["router"]) == (8, 2, 1, "sigmoid")
+        assert moe["bias_update_rate"] > 0 and not moe.get("aux_loss_coef")
         assert train["steps"] == round(run.params * 10 / (train["batch_size"] * 128))
         assert run.tokens == train["steps"] * train["batch_size"] * 128
         c = run.flops_per_token * run.params * 10  # the compute the rules were evaluated at
@@ -38,7 +45,7 @@ def test_demo_expansion_follows_the_written_rules():
         assert train["warmup_steps"] == round(0.05 * train["steps"])
         assert train["eval_every"] == max(1, round(0.05 * train["steps"]))
         run_config_from_mapping(run.config)  # a valid `glassroom train` config
-    assert [r.name for r in rungs] == ["36.9K", "67.7K", "98.5K", "209K"]
+    assert [r.name for r in rungs] == RUNG_NAMES and hero.name == "361K-A232K"
     flops = [r.flops for r in rungs]
     assert flops == sorted(flops) and hero.flops > flops[-1]
 
@@ -55,7 +62,7 @@ def test_story_names_and_tokens_are_story_shaped():
 def test_compute_budgets_pick_the_nearest_dial_values():
     raw = yaml.safe_load(DEMO.read_text())
     del raw["rungs"]
-    raw["rung_budgets"] = [3e10, 3e11, 2e12]
+    raw["rung_budgets"] = [3e10, 2e11, 1e12]  # the rungs at 16, 32 and 48 plan 2.6e10, 2.1e11, 9.6e11
     rungs, _ = expand(spec_from_mapping(raw))
     assert [r.dial for r in rungs] == [16, 32, 48]
 
@@ -66,7 +73,7 @@ def test_plan_prints_rungs_and_hero_with_time():
     assert "28.8B-A1.6B" in result.stdout and "hero" in result.stdout and "days" in result.stdout
     result = glassroom("ladder", "plan", str(DEMO), "--cpu-flops", "1e11", "--json")
     report = json.loads(result.stdout)
-    assert [r["name"] for r in report["rungs"]] == ["36.9K", "67.7K", "98.5K", "209K"]
+    assert [r["name"] for r in report["rungs"]] == RUNG_NAMES
     hero = report["hero"]
     assert hero["seconds"] == pytest.approx(hero["flops"] / (1e11 * 0.15))
 
@@ -90,3 +97,17 @@ def test_bad_specs_are_one_line_errors(tmp_path, edit, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert "Traceback" not in result.stderr
+
+
+def test_the_demo_hero_is_exported_as_a_sigmoid_moe_with_a_shared_expert():
+    """The demo's later stages (export, eval, SFT, DPO) start from the hero: an MoE with sigmoid
+    routing, a router bias and a shared expert is written as GLM-4-MoE (no qk_norm), not as a
+    softmax MoE that would refuse the moved router bias."""
+    from glassroom.config import build_section
+    from glassroom.hf.architectures import choose
+    from glassroom.model.config import ModelConfig
+
+    _, hero = expand(load_spec(DEMO))
+    cfg = build_section(ModelConfig, hero.config["model"], "model")
+    assert cfg.moe is not None and cfg.moe.n_shared_experts == 1
+    assert choose(cfg, router_bias_zero=False) == "glm4_moe"
