@@ -86,6 +86,11 @@ def test_plan_prints_rungs_and_hero_with_time():
     (lambda r: r["base"]["model"].update(d_model=64), "base.model.d_model: set by the dial"),
     (lambda r: r.update(rungs=[16, 20]), "dial 20: d_model must be a multiple of shape.head_dim"),
     (lambda r: r["scaling"].update(lr={"preset": "deepseek", "base": 1.0}), "scaling.lr: set exactly one"),
+    # The demo's MoE keys edited carelessly: one line naming the key.
+    (lambda r: r["base"]["model"]["moe"].update(top_k=9), "model.moe.top_k: 9 is larger than n_experts (8)"),
+    (lambda r: r["shape"].pop("expert_ratio"), "shape.expert_ratio: needed for a MoE base model"),
+    (lambda r: r["base"]["model"]["moe"].update(bias_update_rate=-1), "model.moe.bias_update_rate: must be zero or more"),
+    (lambda r: r["base"]["model"]["moe"].update(n_experts="lots"), "model.moe.n_experts: expected a whole number"),
 ])
 def test_bad_specs_are_one_line_errors(tmp_path, edit, message):
     raw = yaml.safe_load(DEMO.read_text())
