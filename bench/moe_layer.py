@@ -30,12 +30,23 @@ refill), and the old autograd graph made about 13 tensors of T*k x d = 65,536 x 
 (gather, weighted copy, scatter, a cat, their backwards). experts.py now runs the local experts
 chunk by chunk (page faults per step: 232 MiB against the dense layer's 272 MiB in fp32), with
 gathers instead of scatters where it can.
-The remaining bf16 gap, per step on 2 threads: the fp32 router (linear, softmax, top-k and their
-backward, 9 ms; fp32 by design, moe.py), the MoE's 8x larger weights cast to bf16 and their
-gradients back (about 8 ms; the dense layer casts 1/8 of that), the index_add combine and its
-backward and the row gathers (14 ms, memory-bound over 65,536 rows), recomputing silu * up and
-the combine weights' gradient in the backward (about 10 ms), and 28 MiB of page faults for the
-saved gate|up chunks. Closing it needs fused kernels (gather + matmul + scatter in one), which
+The remaining bf16 gap (1 thread, cpu clock, load 3-6, 2026-12-01): the bench gives 1.34x (dense
+141 ms, MoE 189 ms); old and new experts.py interleaved in one process give 1.37-1.42x before and
+1.36-1.43x after the last round of work (scratch buffers reused by every chunk, expert weights cast
+once inside the fused Function with their gradients written straight into fp32, the combine
+weights' gradient summed in fp32 without sum(dtype=)'s allocating cast): equal within the noise.
+Measured apart in the same process: the expert matmuls alone, on their real shapes, 106 ms (the
+floor: as fast per FLOP as the dense layer's, whose whole step is 121-141 ms); the fused experts
+forward + backward 160-164 ms; the router 18 ms (fp32 linear and its two gradients 8 ms, topk on
+(8192, 64) 5.3 ms, sigmoid, gather, renormalising and their backwards 5 ms). So 1.2x leaves
+25-60 ms beside the matmuls, and the MoE spends about 80: the router (18, fp32 by design), the
+scatter-add combine and its backward (15 ms, 16 index_add_ of 8,192 rows into the (T, d) output,
+cache-cold), the row gathers (12 ms, 24 index_select of 8,192 rows), the SwiGLU recompute and
+gradient (27 ms; the dense layer spends 38 on the same 8M elements), fresh fp32 weight gradients
+(8x the dense layer's parameters: 24 MiB of first-touch page faults, 9 ms) and Python dispatch of
+the per-expert matmuls (5 ms). Tried and dropped: top-k by repeated max (5.7 ms) or by sorting
+(12 ms) instead of topk (5.3); topk on bf16 scores (5.5); chunks of 2,048-16,384 rows (no change).
+Closing it needs fused kernels (gather + matmul + scatter in one, a fused top-k router), which
 plain PyTorch on a CPU does not offer.
 """
 

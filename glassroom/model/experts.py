@@ -18,7 +18,11 @@ much as the memory-bound work itself; so:
   gate|up grouped matmul (saved), SwiGLU times the combine weight, down grouped matmul, index_add
   into the (T, d) output. Only gate|up is kept for the backward, which recomputes the rest per
   chunk, gets the combine weights' gradient as <g @ down^T, act> (no expert output saved) and
-  writes each expert's weight gradient in place by matmul;
+  writes each expert's weight gradient in place by matmul. Every other per-chunk temporary lives in
+  a scratch buffer that all chunks reuse (out= gathers, matmuls and silu). The expert weights enter
+  in their parameter dtype and are cast to the compute dtype once inside, for forward and backward;
+  under bf16 autocast their gradients are written straight into fp32 (no bf16 gradient tensor, no
+  cast node, a group cut by a chunk edge adds up in fp32);
 - otherwise (expert parallelism, GPUs) dispatch -> run_experts -> combine, three Functions with
   hand-written backwards: a gather, then grouped matmuls with a SwiGLU backward that writes gate and
   up gradients into one buffer (no cat), then a weighted gather-sum (`embedding_bag`); their
