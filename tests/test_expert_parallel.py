@@ -205,6 +205,11 @@ def test_ep_on_a_dense_model_or_with_muon_is_refused(tiny_dataset, tmp_path):
     muon = run_train(tmp_path / "muon", tiny_dataset, "train.optimizer=muon", "train.parallel={ep: 2}")
     assert muon.returncode == 2 and "train.parallel.ep: FSDP2 shards the matrices muon needs whole" in muon.stderr
     assert not (tmp_path / "dense").exists() and not (tmp_path / "muon").exists()
+    # torch.compile failed inside the first step with a dynamo traceback (mixed Tensor and DTensor)
+    compiled = run_train(tmp_path / "compiled", tiny_dataset, "train.compile=true", "train.parallel={ep: 2}")
+    assert compiled.returncode == 2 and compiled.stderr.strip().count("\n") == 0, compiled.stderr
+    assert "train.compile: torch.compile does not run expert parallelism's experts" in compiled.stderr
+    assert not (tmp_path / "compiled").exists()
 
 
 def test_ep_not_dividing_the_launch_is_refused_on_every_rank(tiny_dataset, tmp_path):

@@ -120,6 +120,9 @@ class TrainSection:
         if self.expert_parallel > 1 and self.optimizer == "muon":
             raise ConfigError(f"{path}.parallel.ep: FSDP2 shards the matrices muon needs whole; "
                               "use train.optimizer: adamw with ep (or parallel: ddp with muon)")
+        if self.expert_parallel > 1 and self.compile:  # dynamo hands the experts' ep DTensors to grouped_mm whole
+            raise ConfigError(f"{path}.compile: torch.compile does not run expert parallelism's experts (their "
+                              "DTensor shards); set train.compile: false with ep, or parallel: fsdp to compile")
 
     @property
     def parallel_strategy(self) -> str:
