@@ -142,6 +142,10 @@ def test_fused_path_takes_fp32_weights_and_returns_fp32_gradients_under_autocast
     weight_nodes = [fn for fn, _ in out.grad_fn.next_functions[1:3]]  # inputs: x, gate_up, down, ...
     assert [type(fn).__name__ for fn in weight_nodes] == ["AccumulateGrad"] * 2  # no ToCopyBackward0
     assert weight_nodes[0].variable is module.gate_up_proj and weight_nodes[1].variable is module.down_proj
+    # nothing of the experts' size is kept in bf16 for the backward: each chunk casts its own experts
+    saved = out.grad_fn.saved_tensors
+    assert not any(t.dtype == torch.bfloat16 and t.dim() == 3 for t in saved)
+    assert any(t is module.gate_up_proj for t in saved) and any(t is module.down_proj for t in saved)
     out.float().sum().backward()
     assert module.gate_up_proj.grad.dtype == module.down_proj.grad.dtype == torch.float32
 

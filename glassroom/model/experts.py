@@ -20,9 +20,10 @@ much as the memory-bound work itself; so:
   chunk, gets the combine weights' gradient as <g @ down^T, act> (no expert output saved) and
   writes each expert's weight gradient in place by matmul. Every other per-chunk temporary lives in
   a scratch buffer that all chunks reuse (out= gathers, matmuls and silu). The expert weights enter
-  in their parameter dtype and are cast to the compute dtype once inside, for forward and backward;
-  under bf16 autocast their gradients are written straight into fp32 (no bf16 gradient tensor, no
-  cast node, a group cut by a chunk edge adds up in fp32);
+  in their parameter dtype and each chunk casts its own experts to the compute dtype (no bf16 copy
+  of all experts is kept for the backward); under bf16 autocast their gradients are written
+  straight into fp32 (no bf16 gradient tensor, no cast node, a group cut by a chunk edge adds up in
+  fp32);
 - otherwise (expert parallelism, GPUs) dispatch -> run_experts -> combine, three Functions with
   hand-written backwards: a gather, then grouped matmuls with a SwiGLU backward that writes gate and
   up gradients into one buffer (no cat), then a weighted gather-sum (`embedding_bag`); their
@@ -197,10 +198,10 @@ class _WeightGrad:
     (K, M) scratch block and written into the fp32 gradient from there: no (E, K, M) bf16 gradient,
     no cast of it afterwards, and a cut group's parts add up in fp32."""
 
-    def __init__(self, weight: torch.Tensor, param_dtype: torch.dtype):
-        """`weight`: the (E, K, M) weight as computed with (its dtype is the compute dtype)."""
-        self.grad = torch.empty_like(weight, dtype=param_dtype)
-        self.scratch = None if weight.dtype == param_dtype else torch.empty_like(weight[0])
+    def __init__(self, weight: torch.Tensor, compute_dtype: torch.dtype):
+        """`weight`: the (E, K, M) parameter (the gradient's dtype); products in `compute_dtype`."""
+        self.grad = torch.empty_like(weight)
+        self.scratch = None if weight.dtype == compute_dtype else torch.empty_like(weight[0], dtype=compute_dtype)
         self.written = 0  # experts [0, written) hold their value so far
 
     def add(self, first: int, a: torch.Tensor, b: torch.Tensor, counts: list[int]) -> None:
@@ -232,10 +233,23 @@ class _Scratch:
     """Per-chunk temporaries, allocated once per forward or backward and reused by every chunk. A
     CPU tensor over glibc's mmap threshold goes back to the OS when freed and page-faults again on
     its next first touch (a 4 MiB chunk of rows: about 1 ms, as long as the gather that fills it);
-    reused, its pages fault once."""
+    reused, its pages fault once. `like` gives the compute dtype and device."""
 
-    def __init__(self, rows: int, like: torch.Tensor):
-        self.rows, self.like, self.buffers = rows, like, {}
+    def __init__(self, plan, like: torch.Tensor):
+        self.rows = max((e - s for s, e, *_ in plan), default=0)
+        self.experts = max((g1 - g0 for _, _, g0, g1, _ in plan), default=0)
+        self.like, self.buffers = like, {}
+
+    def weights(self, name: str, weight: torch.Tensor, g0: int, g1: int) -> torch.Tensor:
+        """Experts [g0, g1) of a parameter in the compute dtype: itself when it already is, else
+        cast into a buffer of the chunk's experts (never a bf16 copy of every expert, nor one kept
+        for the backward: it casts its chunk's experts again)."""
+        if weight.dtype == self.like.dtype:
+            return weight[g0:g1]
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            buffer = self.buffers[name] = self.like.new_empty(self.experts, *weight.shape[1:])
+        return buffer[: g1 - g0].copy_(weight[g0:g1])
 
     def __call__(self, name: str, rows: int, width: int, dtype: torch.dtype | None = None) -> torch.Tensor:
         buffer = self.buffers.get(name)
@@ -260,30 +274,32 @@ class _FusedLocalExperts(torch.autograd.Function):
     held locally on a CPU: only gate|up (N, 2h) is kept for the backward; every other (rows, d) or
     (rows, h) tensor lives in a per-call scratch buffer that each chunk reuses (_Scratch).
     The combine weight's gradient uses <g, act @ down> = <g @ down^T, act>: no expert output saved.
-    The expert weights come in their parameter dtype and are cast to x's dtype (the compute dtype)
-    once, here, for forward and backward; their gradients go back in the parameter dtype."""
+    The expert weights come in their parameter dtype; each chunk casts its experts to x's dtype
+    (the compute dtype) into a reused buffer, in the forward and again in the backward, so no copy
+    of every expert in the compute dtype is made or kept; their gradients go back in the
+    parameter dtype."""
 
     @staticmethod
     def forward(ctx, x, gate_up, down, row_weights, token_index, counts):
         plan = _chunk_plan(counts, token_index.numel())
         width, d_model = down.shape[1], x.shape[1]
-        gate_up_c, down_c = gate_up.to(x.dtype), down.to(x.dtype)
         y = torch.zeros(x.shape, dtype=x.dtype, device=x.device)  # summed in the compute dtype, as before
         weights = row_weights.to(x.dtype)
-        scratch = _Scratch(max((e - s for s, e, *_ in plan), default=0), x)
+        scratch = _Scratch(plan, x)
         hidden_chunks = []
         for s, e, g0, g1, local in plan:
             n, tokens = e - s, token_index[s:e]
             rows = torch.index_select(x, 0, tokens, out=scratch("rows", n, d_model))
-            hidden = _mm_groups(rows, gate_up_c[g0:g1], local, x.new_empty(n, 2 * width))
+            hidden = _mm_groups(rows, scratch.weights("gate_up", gate_up, g0, g1), local, x.new_empty(n, 2 * width))
             hidden_chunks.append(hidden)
             # weight the (rows, h) activation rather than the (rows, d) output: down is linear
             act = torch.ops.aten.silu.out(hidden[:, :width], out=scratch("act", n, width))
             act.mul_(hidden[:, width:]).mul_(weights[s:e].unsqueeze(-1))
-            y.index_add_(0, tokens, _mm_groups(act, down_c[g0:g1], local, scratch("out", n, d_model)))
+            out = _mm_groups(act, scratch.weights("down", down, g0, g1), local, scratch("out", n, d_model))
+            y.index_add_(0, tokens, out)
         ctx.plan = plan
-        ctx.save_for_backward(x, gate_up_c, down_c, weights, token_index, *hidden_chunks)
-        ctx.weights_dtype, ctx.param_dtypes = row_weights.dtype, (gate_up.dtype, down.dtype)
+        ctx.save_for_backward(x, gate_up, down, weights, token_index, *hidden_chunks)
+        ctx.weights_dtype = row_weights.dtype
         return y
 
     @staticmethod
@@ -293,16 +309,16 @@ class _FusedLocalExperts(torch.autograd.Function):
         width, d_model = down.shape[1], x.shape[1]
         grad = grad.to(x.dtype)
         grad_x = torch.zeros_like(x)
-        grad_gate_up = _WeightGrad(gate_up, ctx.param_dtypes[0])
-        grad_down = _WeightGrad(down, ctx.param_dtypes[1])
+        grad_gate_up, grad_down = _WeightGrad(gate_up, x.dtype), _WeightGrad(down, x.dtype)
         grad_weights = torch.empty(token_index.numel(), dtype=torch.float32, device=x.device)
-        scratch = _Scratch(max((h.shape[0] for h in hidden_chunks), default=0), x)
+        scratch = _Scratch(ctx.plan, x)
         for (s, e, g0, g1, local), hidden in zip(ctx.plan, hidden_chunks):
             n, tokens, w = e - s, token_index[s:e], weights[s:e].unsqueeze(-1)
             # d loss / d (unweighted expert output) / w
             grad_rows = torch.index_select(grad, 0, tokens, out=scratch("grad_rows", n, d_model))
             gate, up = hidden[:, :width], hidden[:, width:]
-            grad_act = _mm_groups(grad_rows, down[g0:g1], local, scratch("grad_act", n, width), transpose=True)
+            down_c = scratch.weights("down", down, g0, g1)
+            grad_act = _mm_groups(grad_rows, down_c, local, scratch("grad_act", n, width), transpose=True)
             silu = torch.ops.aten.silu.out(gate, out=scratch("silu", n, width))
             act = torch.mul(silu, up, out=scratch("act", n, width))
             product = torch.mul(grad_act, act, out=scratch("product", n, width))
@@ -316,7 +332,8 @@ class _FusedLocalExperts(torch.autograd.Function):
             torch.ops.aten.silu_backward.grad_input(grad_act.mul_(up), gate, grad_input=grad_hidden[:, :width])
             rows = torch.index_select(x, 0, tokens, out=scratch("rows", n, d_model))
             grad_gate_up.add(g0, rows, grad_hidden, local)
-            grad_in = _mm_groups(grad_hidden, gate_up[g0:g1], local, scratch("grad_in", n, d_model), transpose=True)
+            gate_up_c = scratch.weights("gate_up", gate_up, g0, g1)
+            grad_in = _mm_groups(grad_hidden, gate_up_c, local, scratch("grad_in", n, d_model), transpose=True)
             grad_x.index_add_(0, tokens, grad_in)
         return (grad_x, grad_gate_up.result(), grad_down.result(), grad_weights.to(ctx.weights_dtype), None, None)
 
