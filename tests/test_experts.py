@@ -154,6 +154,31 @@ def test_fused_path_takes_fp32_weights_and_returns_fp32_gradients_under_autocast
 def test_unaligned_widths_take_the_per_expert_loop(fuse):
     # rows of 6 floats are not 16-byte aligned: grouped_mm refuses, the loop computes
     check(PLANTED, fuse, d_model=6, d_expert=3)
+    check(PLANTED, fuse, d_model=6, d_expert=3, autocast=True)
+
+
+@both_paths
+def test_bf16_parameters_under_fp32_inputs_and_fp32_parameters_under_bf16_inputs(fuse):
+    """Without autocast the compute dtype is x's: the weights are cast to it (chunk by chunk on the
+    fused path) and their gradients come back in the parameters' own dtype."""
+    chosen = torch.tensor(PLANTED)
+    counts = torch.bincount(chosen.flatten(), minlength=6)
+    for params, inputs in ((torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)):
+        module = make_experts().to(params)
+        module.fuse = fuse
+        reference = make_experts()  # fp32, weights rounded as the module's
+        reference.load_state_dict({k: v.float() for k, v in module.state_dict().items()})
+        x = torch.randn(len(PLANTED), 8).to(inputs)
+        weights = torch.rand(chosen.shape)
+        out = module(x.requires_grad_(), chosen, weights, counts)
+        assert out.dtype == inputs
+        out.float().sum().backward()
+        want = naive(reference, x.detach().float(), chosen, weights)
+        want.sum().backward()
+        torch.testing.assert_close(out.float(), want, rtol=5e-2, atol=5e-2)
+        for got, ref in ((module.gate_up_proj, reference.gate_up_proj), (module.down_proj, reference.down_proj)):
+            assert got.grad.dtype == params
+            torch.testing.assert_close(got.grad.float(), ref.grad, rtol=5e-2, atol=5e-2)
 
 
 def test_grouped_weight_grad_matches_per_group_products_and_zero_for_empty_groups():

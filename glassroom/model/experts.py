@@ -363,11 +363,11 @@ class GroupedExperts(nn.Module):
     def compute_local(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """rows (N, d) sorted by local expert, `counts` per local expert -> SwiGLU outputs (N, d)."""
         gate_up, down = self.expert_weights()
-        dtype = rows.dtype
+        dtype = rows.dtype  # without autocast the rows' dtype computes, as on the fused path
         if torch.is_autocast_enabled(rows.device.type):
-            # grouped_mm is not autocast-aware: cast operands ourselves, once.
             dtype = torch.get_autocast_dtype(rows.device.type)
-            gate_up, down = gate_up.to(dtype), down.to(dtype)
+        # grouped_mm is not autocast-aware and wants one dtype: cast operands ourselves, once.
+        gate_up, down = gate_up.to(dtype), down.to(dtype)
         return _SwiGLUExperts.apply(rows.to(dtype), gate_up, down, counts)
 
     def run_experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
