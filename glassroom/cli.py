@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except GlassroomError as exc:
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        # one write: under torchrun (python -u) every rank says it at once, and print's two writes
+        # (text, then newline) interleave into "error: ...error: ..." lines
+        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.flush()
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

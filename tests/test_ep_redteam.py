@@ -67,3 +67,28 @@ def test_ep2_with_selective_checkpointing_samples_and_exports_as_one_process(tin
         assert result.returncode == 0, result.stderr
         texts.append(result.stdout)
     assert texts[0] and json.loads(texts[0])["completion"] == json.loads(texts[1])["completion"]
+
+
+def test_a_user_error_is_written_in_one_piece(monkeypatch, tmp_path):
+    """Under torchrun (python -u) every rank reports a launch mistake at once: the line must reach
+    stderr in one write, or two ranks' lines interleave ("error: ...error: ...", then a blank line)."""
+    from glassroom import cli
+
+    class Recorder:
+        def __init__(self):
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    recorder = Recorder()
+    monkeypatch.setattr(sys, "stderr", recorder)
+    missing = tmp_path / "missing.yaml"
+    assert cli.main(["train", str(missing), "--out", str(tmp_path / "out")]) == 2
+    assert len(recorder.writes) == 1, recorder.writes
+    assert recorder.writes[0].startswith("error: ") and recorder.writes[0].endswith("\n")
+    assert recorder.writes[0].count("\n") == 1
