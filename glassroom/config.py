@@ -131,7 +131,9 @@ def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
     if origin is Literal:
         if value not in args:
             allowed = ", ".join(str(a) for a in args)
-            raise ConfigError(f"{path}: {value!r} is not one of {allowed}")
+            hint = ("; YAML reads off, no and false (on, yes, true) as a boolean: write one of the words above"
+                    if isinstance(value, bool) and all(isinstance(a, str) for a in args) else "")
+            raise ConfigError(f"{path}: {value!r} is not one of {allowed}{hint}")
         return value
     if dataclasses.is_dataclass(hint):
         return build_section(hint, value, path)

@@ -92,3 +92,19 @@ def test_a_user_error_is_written_in_one_piece(monkeypatch, tmp_path):
     assert len(recorder.writes) == 1, recorder.writes
     assert recorder.writes[0].startswith("error: ") and recorder.writes[0].endswith("\n")
     assert recorder.writes[0].count("\n") == 1
+
+
+def test_off_for_a_checkpointing_mode_names_yamls_boolean():
+    """`activation_checkpointing: off` is YAML's False: the one-line error says so instead of only
+    "False is not one of none, full, selective"."""
+    import pytest
+
+    from glassroom.errors import ConfigError
+    from glassroom.train.config import load_run_config
+    from train_helpers import TINY
+
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(TINY, ["train.activation_checkpointing=off"])
+    message = str(caught.value)
+    assert "train.activation_checkpointing: False is not one of none, full, selective; YAML reads off" in message
+    assert "\n" not in message
