@@ -30,11 +30,13 @@ refill), and the old autograd graph made about 13 tensors of T*k x d = 65,536 x 
 (gather, weighted copy, scatter, a cat, their backwards). experts.py now runs the local experts
 chunk by chunk (page faults per step: 232 MiB against the dense layer's 272 MiB in fp32), with
 gathers instead of scatters where it can.
-The remaining bf16 gap (1 thread, cpu clock, load 3-6, 2026-12-01): the bench gives 1.34x (dense
-141 ms, MoE 189 ms); old and new experts.py interleaved in one process give 1.37-1.42x before and
-1.36-1.43x after the last round of work (scratch buffers reused by every chunk, expert weights cast
-once inside the fused Function with their gradients written straight into fp32, the combine
-weights' gradient summed in fp32 without sum(dtype=)'s allocating cast): equal within the noise.
+The remaining bf16 gap (1 thread, cpu clock, load 3-6, 2026-12-01): the bench gives 1.34-1.35x
+(dense 141-146 ms, MoE 189-197 ms; fp32 1.09-1.11x). Before and after the last round of work
+(scratch buffers reused by every chunk; each chunk casts its own experts, so no bf16 copy of the
+expert weights is made or kept for the backward: 12 MiB less saved per layer here; weight gradients
+written straight into fp32; the combine weights' gradient summed in fp32 without sum(dtype=)'s
+allocating cast), interleaved in one process with the dense layer: bf16 1.56x -> 1.53x, fp32
+1.14x -> 1.11x (12 rounds; other runs 1.37-1.42x -> 1.36-1.43x): a few percent, near the noise.
 Measured apart in the same process: the expert matmuls alone, on their real shapes, 106 ms (the
 floor: as fast per FLOP as the dense layer's, whose whole step is 121-141 ms); the fused experts
 forward + backward 160-164 ms; the router 18 ms (fp32 linear and its two gradients 8 ms, topk on
@@ -45,7 +47,11 @@ cache-cold), the row gathers (12 ms, 24 index_select of 8,192 rows), the SwiGLU 
 gradient (27 ms; the dense layer spends 38 on the same 8M elements), fresh fp32 weight gradients
 (8x the dense layer's parameters: 24 MiB of first-touch page faults, 9 ms) and Python dispatch of
 the per-expert matmuls (5 ms). Tried and dropped: top-k by repeated max (5.7 ms) or by sorting
-(12 ms) instead of topk (5.3); topk on bf16 scores (5.5); chunks of 2,048-16,384 rows (no change).
+(12 ms) instead of topk (5.3); topk on bf16 scores (5.5); the router linear as x @ W^T made
+contiguous (2.85 ms against F.linear's 2.64); one gather of [grad | x] rows in the backward instead
+of two (0.63 against 0.69 ms, minus the cat's 0.65); chunks of 2,048-16,384 rows (no change).
+torch.mm / addmm with out_dtype=torch.float32 do not exist for CPU tensors in torch 2.13, so the
+bf16 weight gradients are computed per expert into a (K, M) bf16 block and written into fp32.
 Closing it needs fused kernels (gather + matmul + scatter in one, a fused top-k router), which
 plain PyTorch on a CPU does not offer.
 """
