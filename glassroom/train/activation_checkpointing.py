@@ -49,8 +49,10 @@ SAVED_OPS = frozenset({
 # Profiler annotations are not computation: FSDP2 adds some only in the recompute (a separately
 # sharded module inside a block, as expert parallelism's experts, runs its root_pre_forward again in
 # backward), which would shift selective's per-op count and fail "... not found in storage".
-torch.utils.checkpoint.SAC_IGNORED_OPS.update(
-    {torch.ops.profiler._record_function_enter_new.default, torch.ops.profiler._record_function_exit._RecordFunction})
+for _name, _overload in (("_record_function_enter_new", "default"), ("_record_function_exit", "_RecordFunction")):
+    _op = getattr(getattr(torch.ops.profiler, _name, None), _overload, None)
+    if _op is not None and hasattr(torch.utils.checkpoint, "SAC_IGNORED_OPS"):
+        torch.utils.checkpoint.SAC_IGNORED_OPS.add(_op)
 
 
 def _policy(ctx, op, *args, **kwargs) -> CheckpointPolicy:
