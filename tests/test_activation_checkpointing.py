@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 import sys
 
 import numpy as np
@@ -153,16 +154,22 @@ def test_runs_with_full_and_selective_match_a_run_without(tiny_dataset, tmp_path
     np.testing.assert_array_equal(losses(out), losses(runs["none"]))
 
 
-def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(tiny_dataset, tmp_path):
+def _torchrun_against_one(tiny_dataset, tmp_path, sets: tuple[str, ...], parallel: str) -> tuple[Path, Path]:
+    """(one process run, 2-process torchrun with full checkpointing and `parallel`) of `sets`."""
     one = tmp_path / "one"
-    assert run_train(one, tiny_dataset, "train.steps=4").returncode == 0
-    out = tmp_path / "fsdp-ac"
+    assert run_train(one, tiny_dataset, *sets).returncode == 0
+    out = tmp_path / "two-ac"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
-           *train_cmd(out, tiny_dataset, "train.steps=4", "train.activation_checkpointing=full")[3:],
-           "--set", "train.parallel=fsdp"]
+           *train_cmd(out, tiny_dataset, *sets, "train.activation_checkpointing=full")[3:],
+           "--set", f"train.parallel={parallel}"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
+    return one, out
+
+
+def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(tiny_dataset, tmp_path):
+    _, out = _torchrun_against_one(tiny_dataset, tmp_path, ("train.steps=4",), "fsdp")
     assert len(losses(out)) == 4
 
 
@@ -170,16 +177,8 @@ def test_torchrun_ep2_with_full_checkpointing_and_capacity_matches_one_process(t
     """Expert parallelism (train.parallel {ep: 2}) with full checkpointing and a capacity factor: each
     rank's micro-batch is one of the single process's, so the same assignments are dropped, and the
     drop fraction, summed over both ranks (512 assignments a step), is the single process's."""
-    sets = ("train.steps=4", "model.moe.capacity_factor=1.0")
-    one = tmp_path / "one"
-    assert run_train(one, tiny_dataset, *sets).returncode == 0
-    out = tmp_path / "ep2-ac"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
-           *train_cmd(out, tiny_dataset, *sets, "train.activation_checkpointing=full")[3:],
-           "--set", "train.parallel={ep: 2}"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
+    one, out = _torchrun_against_one(tiny_dataset, tmp_path, ("train.steps=4", "model.moe.capacity_factor=1.0"),
+                                     "{ep: 2}")
     drops = losses(one, "moe/layer_1/drop_fraction")
     assert len(drops) == 4 and drops.max() > 0
     got = losses(out, "moe/layer_1/drop_fraction")
