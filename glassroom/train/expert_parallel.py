@@ -141,9 +141,9 @@ def clip_grad_norm_(parameters, max_norm: float, all_reduce: Callable[[torch.Ten
     locals_ = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
     device = locals_[0].device if locals_ else torch.device("cpu")
     square = torch.zeros((), dtype=torch.float64, device=device)
-    for g in locals_:
+    for g in locals_:  # each shard's norm (fp32 accumulation, no fp64 copy of a gradient), squared in fp64
         if g.numel():
-            square += g.detach().double().pow(2).sum()
+            square += torch.linalg.vector_norm(g.detach(), dtype=torch.float32).double().square()
     all_reduce(square)
     norm = square.sqrt().float()
     scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
