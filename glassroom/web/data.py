@@ -24,6 +24,7 @@ import numpy as np
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader, downsample
+from glassroom.web.compute import run_compute
 from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
@@ -112,6 +113,7 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         "events": events,
         "config": config,
         "config_text": config_text,
+        "compute": run_compute(config),   # the compare page's tokens and FLOPs axes
         "artifacts": {k: v for k, v in artifacts.items() if v is not None},
     }
 
