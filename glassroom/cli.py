@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "glassroom.commands.metrics",
     "glassroom.commands.runs",
     "glassroom.commands.note",
+    "glassroom.commands.incident",
     "glassroom.commands.run",
     "glassroom.commands.ladder",
     "glassroom.commands.show",
