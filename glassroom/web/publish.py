@@ -38,6 +38,7 @@ from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, 
 from glassroom.observe.store import StoreReader
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
+from glassroom.web.ladder_page import publish_ladders
 from glassroom.web.server import FRONTEND, render_page
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
@@ -194,6 +195,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                       render_page("run", {"mode": "static", "base": base, "page": "run", "runs": [run_id]}))
 
     publish_atlases(root, out)
+    publish_ladders(root, out, set(exported), log=log)
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
     _replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 

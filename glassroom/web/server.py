@@ -39,6 +39,7 @@ from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error, summarize
 from glassroom.web import data
 from glassroom.web.atlas_page import atlas_routes
+from glassroom.web.ladder_page import ladder_routes
 
 FRONTEND = Path(__file__).parent / "frontend"
 POLL_SECONDS = 0.25
@@ -420,6 +421,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         Route("/api/events", api(events)),
         Route("/api/stream", stream),
         *atlas_routes(root),
+        *ladder_routes(root, public=public),
         Mount("/static", StaticFiles(directory=FRONTEND, follow_symlink=False), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})
