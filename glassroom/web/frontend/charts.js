@@ -1,12 +1,15 @@
 // Charts: line charts on uPlot fed with min/max buckets (a spike stays visible at any zoom), event
 // markers, an optional predicted band with its deviation readout, synced zoom that re-fetches detail,
-// live appends; and a canvas heatmap for the tokens each expert received, per layer, over time.
+// live appends, incidents (incidents.js draws them), a marked point (permalink.js) with its value in
+// the readout, an x axis in steps or, on the compare page, tokens / FLOPs (compute.js converts);
+// and a canvas heatmap for the tokens each expert received, per layer, over time.
 "use strict";
 
 GR.charts = [];
 GR.fmt = function (v) {
   if (v === null || v === undefined || !isFinite(v)) return "–";
   const a = Math.abs(v);
+  if (a >= 1e12) return v.toExponential(2).replace("e+", "e");
   if (a >= 1e9) return (v / 1e9).toFixed(2) + "B";
   if (a >= 1e6) return (v / 1e6).toFixed(2) + "M";
   if (a >= 1e4) return (v / 1e3).toFixed(1) + "k";
@@ -21,6 +24,7 @@ GR.ticks = function (u, vals, axisIdx, space, incr) {
   return vals.map((v) => {
     if (v === null || v === undefined) return "";
     const a = Math.abs(v);
+    if (a >= 1e12) return String(+v.toPrecision(3)).replace("e+", "e");
     if (a >= 1e9) return +(v / 1e9).toPrecision(3) + "B";
     if (a >= 1e6) return +(v / 1e6).toPrecision(3) + "M";
     if (a >= 1e4) return +(v / 1e3).toPrecision(3) + "k";
@@ -55,6 +59,14 @@ GR.bucketsToXY = function (p) {
   return [xs, ys];
 };
 
+// The index of the drawn x nearest to x (null when there is none or x lies outside the data).
+function nearest(xs, x) {
+  if (!xs.length || x < xs[0] - 0.5 || x > xs[xs.length - 1] + 0.5) return null;
+  let lo = 0, hi = xs.length - 1;
+  while (hi - lo > 1) { const m = (lo + hi) >> 1; if (xs[m] <= x) lo = m; else hi = m; }
+  return Math.abs(xs[hi] - x) < Math.abs(x - xs[lo]) ? hi : lo;
+}
+
 function interp(xs, ys, x) {
   if (!xs.length || x < xs[0] || x > xs[xs.length - 1]) return null;
   let lo = 0, hi = xs.length - 1;
@@ -63,7 +75,8 @@ function interp(xs, ys, x) {
   return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo]);
 }
 
-// A line chart. lines: [{key, run, name, label, color, dash, width}]; opts: {title, log, band, unit}.
+// A line chart. lines: [{key, run, name, label, color, dash, width}]; opts: {title, log, band, unit,
+// axis}: axis (compute.js) maps a run's steps to the x drawn (tokens, FLOPs); without it x is the step.
 GR.LineChart = class {
   constructor(parent, lines, opts) {
     this.lines = lines;
@@ -75,7 +88,11 @@ GR.LineChart = class {
     const head = GR.el("div", "card-head", this.card);
     GR.el("h3", "", head).textContent = this.title;
     this.readout = GR.el("div", "readout", head);
+    const link = GR.el("button", "link", head);
+    link.textContent = "link"; link.title = "copy a link to this chart, its range and the marked point";
+    link.addEventListener("click", () => GR.permalink && GR.permalink.copy(this, link));
     this.body = GR.el("div", "chart", this.card);
+    this.axis = this.opts.axis || null;
     this.band = this.opts.band || null;   // {steps, mean, lo, hi}: a predicted curve with its interval
     this._build();
     GR.charts.push(this);
@@ -125,7 +142,18 @@ GR.LineChart = class {
       for (const i of [series.length - 1, series.length - 2]) if (rows[i]) rows[i].style.display = "none";
     }
     this.u.over.addEventListener("dblclick", () => GR.zoomAll(null));
+    // A click (not a drag) marks the x under the cursor on every chart.
+    let downX = null;
+    this.u.over.addEventListener("mousedown", (e) => { downX = e.clientX; });
+    this.u.over.addEventListener("click", (e) => {
+      if (downX === null || Math.abs(e.clientX - downX) > 3 || !GR.permalink) return;
+      const x = this.u.posToVal(this.u.cursor.left, "x");
+      if (Number.isFinite(x)) GR.permalink.markAt(x, this);
+    });
   }
+
+  // The x drawn for a run's step: the step itself, or its tokens / FLOPs (null: not known).
+  xOf(run, step) { return this.axis ? this.axis.toX(run, step) : step; }
 
   _data() {
     const tables = this.lines.map((l) => this.raw[l.key] || [[], []]);
@@ -139,20 +167,36 @@ GR.LineChart = class {
     if (x0 === undefined || x0 === null) return;
     ctx.save();
     for (const e of GR.events) {
-      if (e.step === null || e.step === undefined || e.kind === "eval" || e.step < x0 || e.step > x1) continue;
+      if (e.step === null || e.step === undefined || e.kind === "eval" || e.kind === "incident") continue;
       if (this.opts.runs && e.run && !this.opts.runs.includes(e.run)) continue;
-      const x = Math.round(u.valToPos(e.step, "x", true)) + 0.5;
+      const at = this.xOf(e.run, e.step);
+      if (at === null || at < x0 || at > x1) continue;
+      const x = Math.round(u.valToPos(at, "x", true)) + 0.5;
       ctx.strokeStyle = GR.EVENT_COLORS[e.kind] || "#999";
       ctx.lineWidth = e.kind === "anomaly" ? 1.5 * devicePixelRatio : devicePixelRatio;
       ctx.setLineDash(e.kind === "checkpoint" ? [3 * devicePixelRatio, 3 * devicePixelRatio] : []);
       ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
     }
     ctx.restore();
+    if (GR.drawIncidents) GR.drawIncidents(this, u);
+    if (GR.mark !== null && GR.mark !== undefined && GR.mark >= x0 && GR.mark <= x1) {   // the marked point
+      const x = Math.round(u.valToPos(GR.mark, "x", true)) + 0.5;
+      ctx.save();
+      ctx.fillStyle = "rgba(250, 204, 21, 0.28)";
+      ctx.fillRect(x - 3 * devicePixelRatio, u.bbox.top, 6 * devicePixelRatio, u.bbox.height);
+      ctx.strokeStyle = "#ca8a04"; ctx.lineWidth = devicePixelRatio;
+      ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke();
+      ctx.restore();
+    }
   }
 
   // Replace the drawn points from a series payload ({name: {steps, min, max}}) of one run.
   setPayload(run, series) {
-    for (const l of this.lines) if (l.run === run && series[l.name]) this.raw[l.key] = GR.bucketsToXY(series[l.name]);
+    for (const l of this.lines) {
+      if (l.run !== run || !series[l.name]) continue;
+      const xy = GR.bucketsToXY(series[l.name]);
+      this.raw[l.key] = this.axis ? this.axis.convert(run, xy) : xy;
+    }
     this.redraw();
   }
 
@@ -163,7 +207,10 @@ GR.LineChart = class {
       if (l.run !== run || l.name !== name) continue;
       const r = this.raw[l.key] || (this.raw[l.key] = [[], []]);
       const last = r[0].length ? r[0][r[0].length - 1] : -Infinity;
-      for (let i = 0; i < steps.length; i++) if (steps[i] > last) { r[0].push(steps[i]); r[1].push(values[i]); changed = true; }
+      for (let i = 0; i < steps.length; i++) {
+        const x = this.xOf(run, steps[i]);
+        if (x !== null && x > last) { r[0].push(x); r[1].push(values[i]); changed = true; }
+      }
     }
     if (changed) this.redraw();
     return changed;
@@ -180,9 +227,16 @@ GR.LineChart = class {
     // With a band, the line of the predicted metric (e.g. eval/macro/loss), else the first line.
     const l = (this.band && this.band.metric && this.lines.find((x) => x.name === this.band.metric)) || this.lines[0];
     const r = l && this.raw[l.key];
-    if (!r || !r[0].length) { this.readout.textContent = ""; return; }
-    const step = r[0][r[0].length - 1], value = r[1][r[1].length - 1];
-    let text = `${GR.fmt(value)} at step ${GR.fmt(step)}`;
+    if (!r || !r[0].length) { this.readout.textContent = ""; this.marked = null; return; }
+    let step = r[0][r[0].length - 1], value = r[1][r[1].length - 1];
+    const marked = GR.mark !== null && GR.mark !== undefined;
+    if (marked) {   // the value at the marked x: the drawn point nearest to it
+      const i = nearest(r[0], GR.mark);
+      step = GR.mark; value = i === null ? null : r[1][i];
+      this.marked = {x: GR.mark, value, at: i === null ? null : r[0][i]};
+    } else this.marked = null;
+    const where = this.axis ? `${GR.fmt(step)} ${this.axis.unit}` : `step ${GR.fmt(step)}`;
+    let text = marked ? `${value === null ? "no value" : GR.fmt(value)} at ${where} (marked)` : `${GR.fmt(value)} at ${where}`;
     if (this.band && value !== null) {
       const mean = interp(this.band.steps, this.band.mean, step);
       const lo = interp(this.band.steps, this.band.lo, step), hi = interp(this.band.steps, this.band.hi, step);

@@ -1,5 +1,7 @@
 // The three pages: the run list, one run (charts, heatmaps, events, config), and several runs
 // compared on shared charts. Which charts a run gets follows from its metric names (docs/serve.md).
+// Permalinks (permalink.js), the compute axis (compute.js), incidents (incidents.js) and search
+// (search.js) live in their own files; this one wires them into the pages.
 "use strict";
 
 const GROUP_KINDS = ["embedding", "attention", "mlp", "experts", "shared_experts", "router", "router_bias", "norms", "head"];
@@ -61,6 +63,10 @@ GR.indexPage = async function () {
     }
     GR.ready = true;
   }
+  document.getElementById("to-incidents").href = GR.incidentsHref();
+  document.getElementById("lab-feed").href = GR.feedHref(null);
+  GR.feedLink(null);
+  if (GR.searchBox) GR.searchBox(document.getElementById("search"));
   try { render(await GR.source.runs()); } catch (e) { showError(e); }
   GR.source.subscribe([], {runs: render, reload: async () => render(await GR.source.runs())});
 };
@@ -180,10 +186,11 @@ GR.Board = class {
   points() { return Math.min(4000, Math.max(400, 2 * Math.round(this.main.clientWidth / 2))); }
 
   async load(range) {
-    const [start, end] = range || [null, null];
     const byRun = {};
     for (const c of this.lineCharts) for (const l of c.lines) (byRun[l.run] ||= new Set()).add(l.name);
     const jobs = Object.entries(byRun).map(async ([run, names]) => {
+      // On a compute axis the range is in tokens or FLOPs: each run fetches its own step range.
+      const [start, end] = this.axis ? this.axis.stepRange(run, range) : (range || [null, null]);
       const list = [...names];
       for (let i = 0; i < list.length; i += 200) {
         const p = await GR.source.series(run, list.slice(i, i + 200), start, end, this.points());
@@ -209,6 +216,8 @@ GR.Board = class {
   }
 
   onUpdate(u) {
+    const seen = (u.series || {})[GR.TOKENS_SEEN];
+    if (this.axis && seen) this.axis.extend(u.run, seen.steps, seen.values);   // before the points it places
     for (const [name, s] of Object.entries(u.series || {})) {
       for (const c of this.lineCharts) c.append(u.run, name, s.steps, s.values);
       GR.lastPoint = {run: u.run, name, step: s.steps[s.steps.length - 1], value: s.values[s.values.length - 1], at: Date.now()};
@@ -222,8 +231,11 @@ GR.Board = class {
 };
 
 GR.zoom = null;
-GR.zoomAll = function (range) {
+// Zooms every chart to range ([min, max] in the x axis's units; null: all); the URL's hash follows
+// unless `quiet` (a permalink being applied).
+GR.zoomAll = function (range, quiet) {
   GR.zoom = range;
+  if (!quiet && GR.permalink) GR.permalink.update();
   clearTimeout(GR._zoomTimer);
   GR._zoomTimer = setTimeout(() => GR.board && GR.board.load(range).catch(showError), 60);
 };
@@ -239,10 +251,18 @@ function renderEvents(box, events, run) {
     GR.el("span", `kind ${e.kind}`, li).textContent = e.kind;
     GR.el("span", "step", li).textContent = e.step === null || e.step === undefined ? "" : `step ${e.step}`;
     GR.el("span", "when", li).textContent = new Date(e.time * 1000).toLocaleString();
-    GR.el("div", "text", li).textContent = (run ? "" : `${e.run}: `) + e.text;
+    const inc = e.kind === "incident" && e.data && typeof e.data.incident === "string" ? e.data : null;
+    GR.el("div", "text", li).textContent = (run ? "" : `${e.run}: `) + (inc ? `${inc.incident} ${inc.action}: ` : "") + e.text;
+    if (e.kind === "anomaly" && run && e.step !== null && e.step !== undefined && Number.isInteger(e.id)) {
+      const cmd = GR.el("code", "command", li);   // selects whole with one click: copy, fill in the title
+      cmd.textContent = GR.incidentCommand(run, e);
+      cmd.title = "open this anomaly as an incident: run this in the served folder";
+      cmd.addEventListener("click", (ev) => ev.stopPropagation());
+    }
     if (e.step !== null && e.step !== undefined) li.addEventListener("click", () => {
-      const span = Math.max(20, Math.round((GR.lastStep || e.step) / 20));
-      GR.zoomAll([e.step - span, e.step + span]);
+      const view = GR.permalink.around(e.step, GR.lastStep);
+      GR.zoomAll([view.start, view.end]);
+      GR.permalink.markAt(e.step, null);
     });
   }
 }
@@ -252,6 +272,8 @@ GR.runPage = async function () {
   const run = GR.boot.runs[0];
   document.title = `${run} · glassroom`;
   document.getElementById("run-id").textContent = run;
+  document.getElementById("run-feed").href = GR.feedHref(run);
+  GR.feedLink(run);
   const main = document.getElementById("charts");
   const board = GR.board = new GR.Board(main, [run]);
   const eventsBox = document.getElementById("events");
@@ -268,7 +290,7 @@ GR.runPage = async function () {
     const step = Math.max(u.status ? u.status.step || 0 : 0, loss ? loss.steps[loss.steps.length - 1] : 0);
     if (u.status) header(Object.assign({}, u.status, {step, updated: Date.now() / 1000}));
   };
-  board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); GR.showSamples(events); };
+  board.onEvents = (evs) => { events = events.concat(evs); renderEvents(eventsBox, events, run); GR.showSamples(events); GR.showIncidents(run); };
   const unreadable = (msg) => {   // the run's store cannot be read: say so in words, stop updating
     const st = document.getElementById("run-state");
     st.innerHTML = ""; st.appendChild(badge("unreadable", false));
@@ -286,6 +308,7 @@ GR.runPage = async function () {
     events = meta.events.map((e) => Object.assign(e, {run}));
     GR.events = events.slice();
     renderEvents(eventsBox, events, run);
+    GR.showIncidents(run);
     document.getElementById("config").textContent = meta.config_text || "(no config.yaml in this run)";
     const seal = GR.sealOf(meta);
     for (const section of GR.planCharts(meta.names, meta.vector_names, meta)) {
@@ -303,6 +326,7 @@ GR.runPage = async function () {
     GR.showModel(meta.artifacts && meta.artifacts.export);
     GR.showLineage(meta.artifacts && meta.artifacts.lineage);
     GR.showSamples(events);
+    GR.permalink.start();   // the first build: apply the URL's hash (zoom, mark, scroll)
     await board.load(GR.zoom);
     GR.ready = true;
   }
@@ -369,30 +393,69 @@ GR.comparePage = async function () {
   document.getElementById("run-id").textContent = runs.join(" · ");
   const main = document.getElementById("charts");
   const board = GR.board = new GR.Board(main, runs);
+  board.onEvents = () => GR.refreshIncidents();   // before the charts redraw
+  const note = document.getElementById("axis-note");
+  const buttons = [...document.querySelectorAll("#xaxis button")];
+  GR.xMode = GR.permalink.parse(location.hash).x || "step";
+  let building = null;
   async function build() {
     const metas = await Promise.all(runs.map((r) => GR.source.meta(r)));
+    // The x axis: steps, or each run's tokens / FLOPs (runs that cannot be placed are left out).
+    let axis = null, left = [];
+    if (GR.xMode !== "step") { axis = new GR.ComputeAxis(GR.xMode); left = await axis.prepare(runs, metas); }
+    board.axis = axis;
+    buttons.forEach((b) => b.classList.toggle("on", b.dataset.x === GR.xMode));
+    note.textContent = left.map((l) => `${l.run}: not on the ${GR.AXIS_UNITS[GR.xMode]} axis (${l.why})`).join("; ");
+    note.hidden = !left.length;
+    const shown = runs.filter((r) => !axis || axis.has(r));
     main.innerHTML = ""; GR.charts.length = 0; board.lineCharts = [];
     GR.events = metas.flatMap((m, i) => m.events.map((e) => Object.assign(e, {run: runs[i]})));
+    GR.refreshIncidents();
     const legend = document.getElementById("legend"); legend.innerHTML = "";
-    runs.forEach((r, i) => { const a = GR.el("a", "chip", legend); a.href = GR.runHref(r); a.textContent = r; a.style.borderColor = GR.colorFor(null, i); });
-    const band = (metas.find((m) => m.artifacts && m.artifacts.prediction) || {artifacts: {}}).artifacts.prediction;
+    runs.forEach((r, i) => {
+      const a = GR.el("a", "chip", legend); a.href = GR.runHref(r); a.textContent = r; a.style.borderColor = GR.colorFor(null, i);
+      if (!shown.includes(r)) a.classList.add("left-out");
+    });
+    const bandRun = runs.find((r, i) => metas[i].artifacts && metas[i].artifacts.prediction);
+    let band = bandRun ? metas[runs.indexOf(bandRun)].artifacts.prediction : null;
+    if (band && axis) band = axis.band(bandRun, band);
     const grid = GR.el("div", "grid", main);
     for (const [name, title] of GR.COMPARE) {
-      const lines = runs.map((r, i) => metas[i].names.includes(name) && {run: r, name, label: r, color: GR.colorFor(null, i)}).filter(Boolean);
-      if (lines.length) board.addLineChart(grid, {title, lines, wide: name === "train/loss", band: name === "train/loss" ? band : null, height: name === "train/loss" ? 300 : 220});
+      const lines = runs.map((r, i) => shown.includes(r) && metas[i].names.includes(name) && {run: r, name, label: r, color: GR.colorFor(null, i)}).filter(Boolean);
+      if (lines.length) board.addLineChart(grid, {title: axis ? `${title} by ${axis.unit}` : title, lines, wide: name === "train/loss", axis,
+        band: name === "train/loss" ? band : null, height: name === "train/loss" ? 300 : 220});
     }
+    GR.permalink.start();
     await board.load(GR.zoom);
     GR.ready = true;
   }
+  const rebuild = () => { building = (building || Promise.resolve()).then(build).catch(showError); return building; };
+  // Switching the axis: the range and the mark were in the old axis's units, so both go.
+  const setMode = (mode) => {
+    if (mode === GR.xMode) return;
+    GR.xMode = mode; GR.zoom = null; GR.mark = null; GR.ready = false;
+    GR.permalink.update();
+    rebuild();
+  };
+  buttons.forEach((b) => b.addEventListener("click", () => setMode(b.dataset.x)));
+  window.addEventListener("hashchange", () => { const x = GR.permalink.parse(location.hash).x || "step"; if (x !== GR.xMode) { GR.xMode = x; rebuild().then(() => GR.permalink.apply(GR.permalink.parse(location.hash), true)); } });
   GR.source.subscribe(runs, {
-    hello: () => { build().catch(showError); },   // a reconnect rebuilds: events or names may be new
+    hello: () => { rebuild(); },   // a reconnect rebuilds: events or names may be new
     update: (u) => board.onUpdate(u),
-    reload: () => build().catch(showError),
+    reload: () => rebuild(),
   });
+};
+
+// The page's Atom feed (a run's, or the lab's) as <link rel="alternate">, for feed readers.
+GR.feedLink = function (run) {
+  const link = document.createElement("link");
+  link.rel = "alternate"; link.type = "application/atom+xml"; link.href = GR.feedHref(run);
+  link.title = run ? `${run} · glassroom` : "glassroom lab";
+  document.head.appendChild(link);
 };
 
 document.addEventListener("DOMContentLoaded", () => {
   GR.setConnection(true);
-  const pages = {index: GR.indexPage, run: GR.runPage, compare: GR.comparePage};
+  const pages = {index: GR.indexPage, run: GR.runPage, compare: GR.comparePage, incidents: GR.incidentsPage};
   (pages[GR.boot.page] || GR.indexPage)().catch(showError);
 });

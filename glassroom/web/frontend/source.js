@@ -1,7 +1,8 @@
 // Where the pages get their data: the live server's JSON API and event stream (`glassroom serve`),
 // or the static site's JSON files (`glassroom publish`), behind one interface:
 //   runs(), meta(run), series(run, names, start, end, points), vectors(run, name, start, end, points),
-//   subscribe(runs, {hello, update, runs, reload}).
+//   subscribe(runs, {hello, update, runs, reload}), incidents() (lab-wide, newest first),
+//   search(q) ({q, metrics: [{run, name}], events: [{run, id, step, kind, text}], truncated}).
 "use strict";
 window.GR = window.GR || {};
 
@@ -32,6 +33,8 @@ GR.liveSource = function (base) {
       ["run", run], ...names.map((n) => ["name", n]), ["start", start], ["end", end], ["points", points]])}`),
     vectors: (run, name, start, end, points) => GR.getJSON(`${base}api/vectors?${q([
       ["run", run], ["name", name], ["start", start], ["end", end], ["points", points]])}`),
+    incidents: () => GR.getJSON(`${base}api/incidents`),
+    search: (text) => GR.getJSON(`${base}api/search?${q([["q", text]])}`),
     // One EventSource per page. On a reconnect the server sends `hello` again with fresh cursors,
     // and the page reloads its data, so nothing written while disconnected is missed. A server-sent
     // `error` event (a run store that cannot be read) ends the stream for good: no reconnect loop.
@@ -60,6 +63,7 @@ GR.liveSource = function (base) {
 GR.staticSource = function (base) {
   let site = null;
   const metas = {};
+  let searchIndex = null;
   const enc = (run) => run.split("/").map(encodeURIComponent).join("/");
   const root = () => `${base}data/${site.generation}/`;
   async function loadSite() { site = await GR.getJSON(`${base}site.json?t=${Date.now()}`); return site; }
@@ -114,6 +118,15 @@ GR.staticSource = function (base) {
       }, every);
       return {close: () => clearInterval(timer)};
     },
+    async incidents() { if (!site) await loadSite(); return GR.getJSON(`${root()}incidents.json`); },
+    // search.json ({runs: {run: {names, events}}}) filtered here as /api/search does on the server:
+    // a case-insensitive substring of a metric name or an event's text, at most 200 of each.
+    async search(text) {
+      if (!site) await loadSite();
+      const key = site.generation;
+      if (!searchIndex || searchIndex.key !== key) searchIndex = {key, data: await GR.getJSON(`${root()}search.json`)};
+      return GR.searchIndex(searchIndex.data, text);
+    },
     site: () => site,
     loadSite,
   };
@@ -129,3 +142,33 @@ GR.compareHref = (runs) => GR.boot.mode === "static"
   ? `${GR.boot.base}compare.html?${runs.map((r) => "run=" + encodeURIComponent(r)).join("&")}`
   : `${GR.boot.base}compare?${runs.map((r) => "run=" + encodeURIComponent(r)).join("&")}`;
 GR.indexHref = () => GR.boot.mode === "static" ? `${GR.boot.base}index.html` : GR.boot.base;
+
+GR.incidentsHref = () => GR.boot.mode === "static" ? `${GR.boot.base}incidents.html` : `${GR.boot.base}incidents`;
+// Atom feeds: the whole lab's (run null) or one run's.
+GR.feedHref = (run) => {
+  if (run === null || run === undefined) return `${GR.boot.base}feed.atom`;
+  return GR.boot.mode === "static"
+    ? `${GR.boot.base}runs/${run.split("/").map(encodeURIComponent).join("/")}/feed.atom`
+    : `${GR.boot.base}feed.atom?run=${encodeURIComponent(run)}`;
+};
+
+// The static site's search: search.json = {runs: {run_id: {names: [...], events: [{id, step, kind, text}]}}}.
+GR.SEARCH_MOST = 200;
+GR.searchIndex = function (index, text) {
+  const q = String(text || "").toLowerCase();
+  if (!q || q.length > 200) throw new Error("search: give 1 to 200 characters");
+  const out = {q: String(text), metrics: [], events: [], truncated: false};
+  const runs = index && typeof index.runs === "object" && index.runs ? index.runs : {};
+  for (const run of Object.keys(runs).sort()) {
+    const r = runs[run] || {};
+    for (const name of Array.isArray(r.names) ? r.names : []) {
+      if (typeof name !== "string" || !name.toLowerCase().includes(q)) continue;
+      if (out.metrics.length < GR.SEARCH_MOST) out.metrics.push({run, name}); else out.truncated = true;
+    }
+    for (const e of Array.isArray(r.events) ? r.events : []) {
+      if (!e || typeof e.text !== "string" || !e.text.toLowerCase().includes(q)) continue;
+      if (out.events.length < GR.SEARCH_MOST) out.events.push({run, id: e.id, step: e.step, kind: e.kind, text: e.text}); else out.truncated = true;
+    }
+  }
+  return out;
+};
