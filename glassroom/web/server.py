@@ -1,7 +1,8 @@
 """`glassroom serve`: the read-only live dashboard over every run below a folder (Starlette + uvicorn).
 
 Pages: `/` (run list), `/runs/<run>` (one run's charts, events, config), `/compare?run=a&run=b`
-(several runs on one chart). JSON API under `/api/`; live updates as Server-Sent Events from
+(several runs on one chart), `/incidents` (every run's incidents). Atom feeds: `/feed.atom` (the lab)
+and `/feed.atom?run=ID` (glassroom.web.feeds); search: `/api/search?q=` (glassroom.web.search). JSON API under `/api/`; live updates as Server-Sent Events from
 `/api/stream` (one stream per page; the store is polled every 0.25 s, so a new point reaches the
 page well within 2 s of its commit). Series are downsampled here (glassroom.web.data).
 
@@ -31,13 +32,13 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error, summarize
-from glassroom.web import data
+from glassroom.web import data, feeds, search as search_mod
 from glassroom.web.atlas_page import atlas_routes
 from glassroom.web.ladder_page import ladder_routes
 
@@ -301,6 +302,46 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 out.update(data.series_payload(reader, [name], start, end, points)["series"])
         return {"series": out, "start": start, "end": end, "points": points}
 
+    def lab_name() -> str:
+        return redact_text(root.resolve().name)
+
+    def feed(request: Request) -> str:
+        """Atom 1.0: the whole lab's newest entries, or one run's (?run=ID); absolute links."""
+        base = str(request.base_url)
+        if "run" in request.query_params:
+            run_id = _one(request, "run")
+            return feeds.run_feed(run_id, runs.get(run_id), root, public, base, lab_name())
+        return feeds.lab_feed(runs.all(), root, public, base, lab_name())
+
+    async def feed_atom(request: Request):
+        try:
+            text = await run_in_threadpool(feed, request)
+        except (sqlite3.DatabaseError, OSError) as exc:
+            raise StoreUnreadable(request.query_params.get("run", "?")[:200], exc) from None
+        except HTTPException:
+            raise
+        except Exception as exc:
+            raise HTTPException(500, _cannot_show(request.query_params.get("run", "?")[:200], exc)) from None
+        return Response(text, media_type="application/atom+xml; charset=utf-8", headers={"Cache-Control": "no-cache"})
+
+    def incidents(request: Request):
+        return {"incidents": feeds.lab_incidents(runs.all(), root, public)}
+
+    async def incidents_page(request: Request):
+        if not (FRONTEND / "incidents.html").is_file():
+            raise HTTPException(404, "the incidents page is not installed (frontend/incidents.html); see /api/incidents")
+        return page("incidents")
+
+    def search(request: Request):
+        raw = request.query_params.getlist("q")
+        if len(raw) > 1:
+            raise HTTPException(400, "expected at most one q= parameter")
+        try:
+            q = search_mod.check_query(raw[0] if raw else None)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        return search_mod.search(runs.all(), q, public, root=root)
+
     def vectors(request: Request):
         run_dir = runs.get(_one(request, "run"))
         name = _one(request, "name")
@@ -420,6 +461,10 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         Route("/api/vectors", api(vectors)),
         Route("/api/events", api(events)),
         Route("/api/stream", stream),
+        Route("/api/incidents", api(incidents)),
+        Route("/api/search", api(search)),
+        Route("/incidents", incidents_page),
+        Route("/feed.atom", feed_atom),
         *atlas_routes(root),
         *ladder_routes(root, public=public),
         Mount("/static", StaticFiles(directory=FRONTEND, follow_symlink=False), name="static"),

@@ -1,0 +1,140 @@
+"""Search across runs by metric name and event text, for `glassroom serve` (GET /api/search?q=) and
+the published site (data/<generation>/search.json, filtered in the page).
+
+A match is a case-insensitive substring of a metric name (scalar series, as StoreReader.names, less
+names that hold a secret) or of an event's text as the outside sees it: redacted, private notes out
+when public, a private base run named nowhere (glassroom.web.feeds.shown). The store is asked with
+SQL (`instr(lower(text), q)`) so only candidate rows reach Python; each candidate is redacted and
+checked again, so a search never finds an event by a secret the page does not show. A query that
+could match inside the `<redacted>` marker itself (it holds `<`, `>` or is part of the word) scans
+the newest SCAN_EVENTS events of each run instead. Non-ASCII letters are compared case-folded in
+Python (SQLite's lower() knows ASCII only). At most MAX_HITS metrics and MAX_HITS events per query
+(`truncated` says when more matched). Never imports torch.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Optional
+
+from glassroom.observe.redact import REDACTED
+from glassroom.observe.runs import looks_secret
+from glassroom.observe.store import StoreReader
+from glassroom.web.feeds import _parse, shown
+
+MAX_HITS = 200
+MAX_QUERY_CHARS = 200
+SCAN_EVENTS = 20_000          # events of one run read for a query SQL cannot narrow down
+SITE_EVENTS = 10_000          # newest events per run in the published search.json
+NAME_SQL = ("SELECT name FROM names WHERE {match} AND EXISTS (SELECT 1 FROM metrics WHERE name_id = names.id) "
+            "ORDER BY name LIMIT ?")
+
+
+def check_query(q: Optional[str]) -> str:
+    """The query, or ValueError with one line (empty, too long)."""
+    if q is None or not q.strip():
+        raise ValueError("q: give 1 to 200 characters to search for")
+    if len(q) > MAX_QUERY_CHARS:
+        raise ValueError(f"q: {len(q)} characters, more than the {MAX_QUERY_CHARS} a search may have")
+    return q
+
+
+def _needs_scan(q: str) -> bool:
+    """True when `q` could match text that spans or lies inside a `<redacted>` marker."""
+    marker = REDACTED.lower()
+    return "<" in q or ">" in q or q in marker
+
+
+def _matcher(conn: sqlite3.Connection, q: str) -> tuple[str, tuple]:
+    """A SQL condition on `text`/`name` columns (as `{col}`) that holds for every row containing q."""
+    if q.isascii():
+        return "instr(lower({col}), ?) > 0", (q,)
+    conn.create_function("gr_contains", 2, lambda text, sub: isinstance(text, str) and sub in text.lower(),
+                         deterministic=True)
+    return "gr_contains({col}, ?)", (q,)
+
+
+def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: bool,
+              want_names: int, want_events: int) -> tuple[list[dict], list[dict], bool]:
+    """(metric hits, event hits, more) of one run, at most want_names + 1 / want_events + 1 looked at."""
+    names: list[dict] = []
+    events: list[dict] = []
+    more = False
+    with StoreReader(run_dir) as reader:
+        cond, args = _matcher(reader.conn, q)
+        if want_names > 0:
+            rows = reader.conn.execute(NAME_SQL.format(match=cond.format(col="name")), (*args, want_names + 1 + 50))
+            found = [r[0] for r in rows if not looks_secret(r[0])]
+            more |= len(found) > want_names
+            names = [{"run": run_id, "name": n} for n in found[:want_names]]
+        if want_events > 0:
+            if _needs_scan(q):
+                candidates = _newest(reader.conn, SCAN_EVENTS)
+            else:
+                rows = reader.conn.execute(
+                    f"SELECT id, time, step, kind, text, data FROM events WHERE {cond.format(col='text')} "
+                    "ORDER BY id DESC LIMIT ?", (*args, SCAN_EVENTS))
+                candidates = [_row(r) for r in rows]
+            for event in shown(candidates, reader, run_dir, root, public):
+                if q in (event.get("text") or "").lower():
+                    if len(events) == want_events:
+                        more = True
+                        break
+                    events.append({"run": run_id, "id": event["id"], "step": event.get("step"),
+                                   "kind": event["kind"], "text": event["text"]})
+    return names, events, more
+
+
+def _row(row) -> dict:
+    id_, when, step, kind, text, data = row
+    return {"id": id_, "time": when, "step": step, "kind": kind, "text": text if isinstance(text, str) else "",
+            "data": _parse(data)}
+
+
+def _newest(conn: sqlite3.Connection, limit: int) -> list[dict]:
+    rows = conn.execute("SELECT id, time, step, kind, text, data FROM events ORDER BY id DESC LIMIT ?", (limit,))
+    return [_row(r) for r in rows]
+
+
+def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = None) -> dict:
+    """{"q", "metrics": [{"run", "name"}], "events": [{"run", "id", "step", "kind", "text"}], "truncated"}
+    over `runs` (id -> folder), runs in id order, events newest first within a run. A run whose store
+    cannot be read is skipped."""
+    q = check_query(q)
+    needle = q.lower()
+    metrics: list[dict] = []
+    events: list[dict] = []
+    truncated = False
+    for run_id, run_dir in sorted(runs.items()):
+        want_names, want_events = MAX_HITS - len(metrics), MAX_HITS - len(events)
+        if want_names <= 0 and want_events <= 0:
+            truncated = True
+            break
+        try:
+            names, hits, more = _run_hits(run_id, run_dir, needle, root, public, want_names, want_events)
+        except (sqlite3.DatabaseError, OSError, ValueError):
+            continue
+        metrics += names
+        events += hits
+        truncated |= more
+    return {"q": q, "metrics": metrics, "events": events, "truncated": truncated}
+
+
+def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
+    """The published site's search.json: {"runs": {run_id: {"names": [...], "events": [{"id", "step",
+    "kind", "text"}]}}}, the public view, the newest SITE_EVENTS events of each run."""
+    out: dict[str, dict] = {}
+    for run_id, run_dir in sorted(runs.items()):
+        try:
+            with StoreReader(run_dir) as reader:
+                rows = reader.conn.execute(NAME_SQL.format(match="1"), (1_000_000,))
+                names = [r[0] for r in rows if not looks_secret(r[0])]
+                events = shown(_newest(reader.conn, SITE_EVENTS), reader, run_dir, root, True)
+        except (sqlite3.DatabaseError, OSError, ValueError):
+            continue
+        out[run_id] = {"names": names,
+                       "events": [{"id": e["id"], "step": e.get("step"), "kind": e["kind"], "text": e["text"]}
+                                  for e in events]}
+    return {"runs": out}
+
