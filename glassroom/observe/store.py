@@ -12,6 +12,12 @@ Layout (RUN_DIR/store.sqlite):
 - events(id, time, step, kind, text, data, digest): start, resume, checkpoint, eval, anomaly, note, end,
   error; `digest` chains each event to the one before (journal.py).
 - artifacts(name, time, value): JSON documents such as the resolved config, status, prediction.
+- tiles, tile_dirty, series_counters, run_counters (observe/tiles.py, PRAGMA user_version 1): per
+  metric, min/max/last/count tiles at 13 resolutions (4**k steps), kept at each flush in the same
+  transaction as the rows, so a chart of any range reads a few thousand rows; and counters (rows,
+  last step and value, newest write, events, anomalies) so run lists never count rows. A store
+  made before them is upgraded once by the first writer or reader that opens it; a reader that
+  cannot write reads the raw rows.
 
 The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
 `flush_seconds`), so logging stays a small fraction of a training step; events and artifacts
@@ -31,7 +37,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
-from glassroom.observe import journal
+from glassroom.observe import journal, tiles
 
 STORE_FILE = "store.sqlite"
 WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
@@ -83,6 +89,7 @@ class StoreWriter:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(SCHEMA)
         journal.migrate(self.conn)  # events.digest for stores made before the chained journal
+        tiles.ensure(self.conn)     # tiles and counters: built once for an older store
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self._name_ids: dict[str, int] = dict(
@@ -124,9 +131,10 @@ class StoreWriter:
         """Commit buffered rows in one transaction."""
         if self._rows or self._vectors:
             with self.conn:
-                self.conn.execute("BEGIN")
+                self.conn.execute("BEGIN IMMEDIATE")
                 self.conn.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)", self._rows)
                 self.conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)", self._vectors)
+                tiles.apply_dirty(self.conn)   # the buckets these rows touched, same transaction
             self._rows, self._vectors = [], []
         self._last_flush = time.monotonic()
 
@@ -138,9 +146,10 @@ class StoreWriter:
         self._vectors = [row for row in self._vectors if row[1] <= step]
         self.flush()
         with self.conn:
-            self.conn.execute("BEGIN")
+            self.conn.execute("BEGIN IMMEDIATE")
             removed = self.conn.execute("DELETE FROM metrics WHERE step > ?", (int(step),)).rowcount
             removed += self.conn.execute("DELETE FROM vectors WHERE step > ?", (int(step),)).rowcount
+            tiles.apply_dirty(self.conn)
         return removed
 
     def journal_from(self, step: int) -> list[tuple[str, int]]:
@@ -214,6 +223,18 @@ class StoreReader:
         # fragment or query (which opened another, empty database)
         uri = f"{self.path.absolute().as_uri()}?mode=ro"
         self.conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+        # Tiles and counters usable (an older store is upgraded here, once, when the file is writable)
+        self.tiled = tiles.ensure_for_reader(self.path, self.conn)
+
+    def _current(self) -> bool:
+        """Tiles and counters match the committed rows now (a writer from before tiles may have
+        added rows since this reader opened: then the raw rows are read)."""
+        if not self.tiled:
+            return False
+        try:
+            return tiles.is_current(self.conn)
+        except sqlite3.Error:
+            return False
 
     def close(self) -> None:
         self.conn.close()
@@ -226,12 +247,19 @@ class StoreReader:
 
     def names(self) -> list[str]:
         """Names that have scalar values, sorted."""
+        if self._current():
+            return [r[0] for r in self.conn.execute(
+                "SELECT name FROM names WHERE id IN (SELECT name_id FROM series_counters WHERE rows > 0) ORDER BY name")]
         rows = self.conn.execute(
             "SELECT name FROM names WHERE id IN (SELECT DISTINCT name_id FROM metrics) ORDER BY name"
         )
         return [r[0] for r in rows]
 
     def vector_names(self) -> list[str]:
+        if self._current():
+            return [r[0] for r in self.conn.execute(
+                "SELECT name FROM names WHERE id IN (SELECT name_id FROM series_counters "
+                "WHERE vector_last IS NOT NULL) ORDER BY name")]
         rows = self.conn.execute(
             "SELECT name FROM names WHERE id IN (SELECT DISTINCT name_id FROM vectors) ORDER BY name"
         )
@@ -255,10 +283,43 @@ class StoreReader:
         data = np.fromiter(cursor, dtype=[("step", np.int64), ("value", np.float64)])
         return data["step"], data["value"]
 
+    def view(self, name: str, start: Optional[int] = None, end: Optional[int] = None,
+             points: int = 1500) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(steps, mins, maxs, n): `name` over [start, end] in at most `points` buckets (and the
+        newest point), as downsample() shows the raw rows; `n` = raw points in the range. From the
+        tiles (a few thousand rows at most), else from the raw rows."""
+        id_ = self._id(name)
+        if id_ is not None and self._current():
+            return tiles.view(self.conn, id_, start, end, points, lambda lo, hi: self.series(name, lo, hi))
+        steps, values = self.series(name, start, end)
+        s, lo, hi = downsample(steps, values, points)
+        return s, lo, hi, int(len(steps))
+
+    def counters(self) -> Optional[dict[int, tuple[int, Optional[int], Optional[int]]]]:
+        """name id -> (rows, last step, last vector step) as the writer keeps them; None when this
+        store has no current counters (read the rows instead)."""
+        if not self._current():
+            return None
+        rows = self.conn.execute("SELECT name_id, rows, last_step, vector_last FROM series_counters")
+        return {id_: (count, last, vlast) for id_, count, last, vlast in rows}
+
+    def event_counts(self) -> tuple[int, int]:
+        """(events, anomalies) in the journal."""
+        if self._current():
+            row = self.conn.execute("SELECT events, anomalies FROM run_counters WHERE id = 1").fetchone()
+            if row is not None:
+                return int(row[0]), int(row[1])
+        row = self.conn.execute("SELECT COUNT(*), SUM(kind = 'anomaly') FROM events").fetchone()
+        return int(row[0] or 0), int(row[1] or 0)
+
     def latest(self, name: str) -> Optional[tuple[int, float]]:
         id_ = self._id(name)
         if id_ is None:
             return None
+        if self._current():
+            row = self.conn.execute("SELECT last_step, last_value FROM series_counters WHERE name_id = ? AND rows > 0",
+                                    (id_,)).fetchone()
+            return None if row is None else (int(row[0]), float("nan") if row[1] is None else float(row[1]))
         row = self.conn.execute(
             "SELECT step, value FROM metrics WHERE name_id = ? ORDER BY step DESC LIMIT 1", (id_,)
         ).fetchone()
@@ -296,7 +357,11 @@ class StoreReader:
         return self.artifact("status") or {"state": "unknown", "step": 0}
 
     def max_metric_id(self) -> tuple[int, float]:
-        """(number of scalar rows, newest write time): a cheap 'has anything changed' probe."""
+        """(number of scalar rows, newest write time): from the counters, else counted."""
+        if self._current():
+            row = self.conn.execute("SELECT rows, newest FROM run_counters WHERE id = 1").fetchone()
+            if row is not None:
+                return int(row[0]), float(row[1])
         row = self.conn.execute("SELECT COUNT(*), IFNULL(MAX(time), 0) FROM metrics").fetchone()
         return int(row[0]), float(row[1])
 

@@ -1,0 +1,342 @@
+"""Multi-resolution series tiles and the writer's counters, kept inside a run's store.sqlite.
+
+Why: a chart of a long run shows ~1,500 buckets of (first step, min, max); reading a million raw
+rows to draw them took 0.7 s. The store keeps, per metric name, precomputed tiles at 13 resolutions,
+so any view of any range is answered from a few thousand rows.
+
+Layout (tables next to observe/store.py's; PRAGMA user_version = TILE_VERSION once they exist):
+- tiles(name_id, level, bucket, first_step, last_step, min, max, last, count, newest): level k
+  (1..LEVELS) covers steps [bucket * 4**k, (bucket + 1) * 4**k); `bucket = step >> 2k` (floor, so
+  negative steps work). min/max over the finite values (null when none), `last` the value at
+  last_step (null for a NaN row), `count` the raw rows, `newest` the newest write time. Level 0 is
+  the raw `metrics` table. Only buckets holding rows exist, so sparse series (evals every 100 steps)
+  cost what they hold.
+- tile_dirty(name_id, bucket): level-1 buckets whose raw rows changed, filled by SQLite triggers on
+  every INSERT, REPLACE and DELETE on `metrics`, whoever writes (an older glassroom too). The
+  writer recomputes exactly those buckets, and their parents level by level, at each flush in the
+  same transaction as the rows (`apply_dirty`), and empties the table; so committed state never has
+  dirty rows unless a writer that knows nothing of tiles wrote them. Readers then use the raw path.
+- series_counters(name_id, rows, first_step, last_step, last_value, newest, vector_last) and
+  run_counters(rows, newest, events, anomalies): what run lists and live streams ask for, instead
+  of COUNT(*) and MAX() over every row. Metric counters follow the top level's tiles; vector_last
+  and the event counters are kept by triggers.
+
+Upgrade: a store made before tiles (user_version 0) is upgraded once, by the first StoreWriter or
+StoreReader that opens it, in one BEGIN IMMEDIATE transaction that checks the version again inside
+(two upgraders never double-count). A reader that cannot write (read-only file or folder, a lock
+held past the busy timeout) reads the raw rows, which is correct and slower.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+TILE_VERSION = 1
+LEVELS = 13                 # widest tile: 4**13 = 67M steps
+FAR = 2**62                 # steps beyond +-FAR are not read (as StoreReader.series)
+CHUNK = 65_536              # level-1 buckets recomputed at once (bounds memory when building)
+UPGRADE_BUSY_SECONDS = 5.0  # a reader waits this long for a live writer's lock, then reads raw
+
+TILE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tiles (
+        name_id INTEGER NOT NULL, level INTEGER NOT NULL, bucket INTEGER NOT NULL,
+        first_step INTEGER NOT NULL, last_step INTEGER NOT NULL, min REAL, max REAL, last REAL,
+        count INTEGER NOT NULL, newest REAL NOT NULL,
+        PRIMARY KEY (name_id, level, bucket)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS tile_dirty (
+        name_id INTEGER NOT NULL, bucket INTEGER NOT NULL, PRIMARY KEY (name_id, bucket)) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS series_counters (
+        name_id INTEGER PRIMARY KEY, rows INTEGER NOT NULL DEFAULT 0, first_step INTEGER,
+        last_step INTEGER, last_value REAL, newest REAL, vector_last INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS run_counters (
+        id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL, newest REAL NOT NULL,
+        events INTEGER NOT NULL, anomalies INTEGER NOT NULL)""",
+    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_insert AFTER INSERT ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 2); END""",
+    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_delete AFTER DELETE ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 2); END""",
+    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_update AFTER UPDATE ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 2);
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 2); END""",
+    """CREATE TRIGGER IF NOT EXISTS vectors_counter_insert AFTER INSERT ON vectors BEGIN
+        INSERT INTO series_counters (name_id, vector_last) VALUES (NEW.name_id, NEW.step)
+        ON CONFLICT (name_id) DO UPDATE SET vector_last = MAX(IFNULL(vector_last, NEW.step), NEW.step); END""",
+    """CREATE TRIGGER IF NOT EXISTS vectors_counter_delete AFTER DELETE ON vectors BEGIN
+        UPDATE series_counters SET vector_last = (SELECT MAX(step) FROM vectors WHERE name_id = OLD.name_id)
+        WHERE name_id = OLD.name_id; END""",
+    """CREATE TRIGGER IF NOT EXISTS events_counter_insert AFTER INSERT ON events BEGIN
+        UPDATE run_counters SET events = events + 1, anomalies = anomalies + (NEW.kind = 'anomaly')
+        WHERE id = 1; END""",
+    """CREATE TRIGGER IF NOT EXISTS events_counter_delete AFTER DELETE ON events BEGIN
+        UPDATE run_counters SET events = events - 1, anomalies = anomalies - (OLD.kind = 'anomaly')
+        WHERE id = 1; END""",
+)
+
+_ITEM = [("first", np.int64), ("last_step", np.int64), ("min", np.float64), ("max", np.float64),
+         ("last", np.float64), ("count", np.int64), ("newest", np.float64)]
+_KEYED = [("name_id", np.int64), ("bucket", np.int64)] + _ITEM
+
+
+# ------------------------------------------------------------------ state probes
+
+def version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def is_current(conn: sqlite3.Connection) -> bool:
+    """Tiles and counters exist and match every committed raw row."""
+    if version(conn) < TILE_VERSION:
+        return False
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM tile_dirty)").fetchone()[0] == 0
+
+
+# ------------------------------------------------------------------ writing (inside a write transaction)
+
+def _reduce(keys: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group `items` (sorted by key, then step) by `keys` (name_id, bucket): one tile per group."""
+    change = np.r_[True, (keys["name_id"][1:] != keys["name_id"][:-1]) | (keys["bucket"][1:] != keys["bucket"][:-1])]
+    starts = np.flatnonzero(change)
+    ends = np.r_[starts[1:], len(items)] - 1
+    out = np.zeros(len(starts), dtype=_KEYED)
+    out["name_id"], out["bucket"] = keys["name_id"][starts], keys["bucket"][starts]
+    out["first"], out["last_step"] = items["first"][starts], items["last_step"][ends]
+    with np.errstate(invalid="ignore"):
+        out["min"] = np.fmin.reduceat(items["min"], starts)
+        out["max"] = np.fmax.reduceat(items["max"], starts)
+        out["newest"] = np.fmax.reduceat(items["newest"], starts)
+    out["last"] = items["last"][ends]
+    out["count"] = np.add.reduceat(items["count"], starts)
+    return out
+
+
+def _write_tiles(conn: sqlite3.Connection, level: int, tiles: np.ndarray) -> None:
+    """Insert tiles (NaN min/max/last are stored as null: SQLite binds NaN as NULL)."""
+    if len(tiles):
+        conn.executemany(
+            "INSERT OR REPLACE INTO tiles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            zip(tiles["name_id"].tolist(), [level] * len(tiles), tiles["bucket"].tolist(), tiles["first"].tolist(),
+                tiles["last_step"].tolist(), tiles["min"].tolist(), tiles["max"].tolist(), tiles["last"].tolist(),
+                tiles["count"].tolist(), tiles["newest"].tolist()))
+
+
+def _recompute(conn: sqlite3.Connection, level: int, keys: np.ndarray) -> None:
+    """Rebuild the tiles of `level` named by `keys` (name_id, bucket) from level - 1 (raw rows for
+    level 1); a bucket left with no rows loses its tile."""
+    conn.execute("DELETE FROM temp.tile_keys")
+    conn.executemany("INSERT INTO temp.tile_keys VALUES (?, ?)", zip(keys["name_id"].tolist(), keys["bucket"].tolist()))
+    conn.execute("DELETE FROM tiles WHERE level = ? AND (name_id, bucket) IN (SELECT name_id, bucket FROM temp.tile_keys)",
+                 (level,))
+    if level == 1:
+        sql = ("SELECT k.name_id, k.bucket, m.step, m.step, IFNULL(m.value, 'NaN'), IFNULL(m.value, 'NaN'), "
+               "IFNULL(m.value, 'NaN'), 1, m.time FROM temp.tile_keys k JOIN metrics m "
+               "ON m.name_id = k.name_id AND m.step BETWEEN k.bucket * 4 AND k.bucket * 4 + 3 "
+               "ORDER BY k.name_id, k.bucket, m.step")
+        rows = conn.execute(sql)
+    else:
+        sql = ("SELECT k.name_id, k.bucket, t.first_step, t.last_step, IFNULL(t.min, 'NaN'), IFNULL(t.max, 'NaN'), "
+               "IFNULL(t.last, 'NaN'), t.count, t.newest FROM temp.tile_keys k JOIN tiles t "
+               "ON t.name_id = k.name_id AND t.level = ? AND t.bucket BETWEEN k.bucket * 4 AND k.bucket * 4 + 3 "
+               "ORDER BY k.name_id, k.bucket, t.bucket")
+        rows = conn.execute(sql, (level - 1,))
+    data = np.fromiter(rows, dtype=_KEYED)
+    if len(data):
+        if level == 1:   # Inf never reaches the store (StoreWriter stores it as null); be sure anyway
+            finite = np.isfinite(data["min"])
+            data["min"] = np.where(finite, data["min"], np.nan)
+            data["max"] = data["min"]
+        _write_tiles(conn, level, _reduce(data, data))
+
+
+def _parents(keys: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(keys), dtype=keys.dtype)
+    out["name_id"], out["bucket"] = keys["name_id"], keys["bucket"] >> 2
+    return np.unique(out)
+
+
+def _update_counters(conn: sqlite3.Connection, name_ids: list[int]) -> None:
+    """series_counters of `name_ids` from their top-level tiles; run_counters from series_counters."""
+    conn.execute("DELETE FROM temp.tile_keys")
+    conn.executemany("INSERT INTO temp.tile_keys VALUES (?, 0)", ((i,) for i in name_ids))
+    top = np.fromiter(conn.execute(
+        "SELECT t.name_id, t.bucket, t.first_step, t.last_step, IFNULL(t.min, 'NaN'), IFNULL(t.max, 'NaN'), "
+        "IFNULL(t.last, 'NaN'), t.count, t.newest FROM tiles t "
+        "WHERE t.level = ? AND t.name_id IN (SELECT name_id FROM temp.tile_keys) ORDER BY t.name_id, t.bucket",
+        (LEVELS,)), dtype=_KEYED)
+    per_name = np.zeros(len(top), dtype=[("name_id", np.int64), ("bucket", np.int64)])
+    per_name["name_id"] = top["name_id"]
+    summary = _reduce(per_name, top) if len(top) else np.zeros(0, dtype=_KEYED)
+    conn.executemany("UPDATE series_counters SET rows = 0, first_step = NULL, last_step = NULL, last_value = NULL, "
+                     "newest = NULL WHERE name_id = ?", ((i,) for i in name_ids))
+    conn.executemany(
+        "INSERT INTO series_counters (name_id, rows, first_step, last_step, last_value, newest) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (name_id) DO UPDATE SET rows = excluded.rows, first_step = excluded.first_step, "
+        "last_step = excluded.last_step, last_value = excluded.last_value, newest = excluded.newest",
+        zip(summary["name_id"].tolist(), summary["count"].tolist(), summary["first"].tolist(),
+            summary["last_step"].tolist(), summary["last"].tolist(), summary["newest"].tolist()))
+    conn.execute("UPDATE run_counters SET rows = (SELECT IFNULL(SUM(rows), 0) FROM series_counters), "
+                 "newest = (SELECT IFNULL(MAX(newest), 0) FROM series_counters) WHERE id = 1")
+
+
+def apply_dirty(conn: sqlite3.Connection) -> int:
+    """Recompute the tiles and counters of every dirty bucket, level by level; empties tile_dirty.
+    Call inside the write transaction that changed the rows. Returns how many level-1 buckets."""
+    keys = np.fromiter(conn.execute("SELECT name_id, bucket FROM tile_dirty ORDER BY name_id, bucket"),
+                       dtype=[("name_id", np.int64), ("bucket", np.int64)])
+    if not len(keys):
+        return 0
+    conn.execute("DELETE FROM tile_dirty")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS tile_keys (name_id INTEGER NOT NULL, bucket INTEGER NOT NULL)")
+    # In chunks, in (name, bucket) order: a parent shared by two chunks is recomputed again by the
+    # later one, once all its children are current.
+    for at in range(0, len(keys), CHUNK):
+        level_keys = keys[at:at + CHUNK]
+        for level in range(1, LEVELS + 1):
+            if level > 1:
+                level_keys = _parents(level_keys)
+            _recompute(conn, level, level_keys)
+    _update_counters(conn, np.unique(keys["name_id"]).tolist())
+    return len(keys)
+
+
+def _build(conn: sqlite3.Connection) -> None:
+    """Tiles and counters for every row of a store that has none (inside a write transaction)."""
+    for statement in TILE_SCHEMA:
+        conn.execute(statement)
+    for table in ("tiles", "tile_dirty", "series_counters", "run_counters"):
+        conn.execute(f"DELETE FROM {table}")
+    conn.execute("INSERT INTO run_counters SELECT 1, 0, 0, COUNT(*), IFNULL(SUM(kind = 'anomaly'), 0) FROM events")
+    conn.execute("INSERT INTO series_counters (name_id, vector_last) SELECT name_id, MAX(step) FROM vectors "
+                 "GROUP BY name_id")
+    # One name at a time bounds the memory (a name's dirty level-1 buckets, not the whole store).
+    for (name_id,) in conn.execute("SELECT DISTINCT name_id FROM metrics").fetchall():
+        conn.execute("INSERT OR IGNORE INTO tile_dirty SELECT name_id, step >> 2 FROM metrics WHERE name_id = ?",
+                     (name_id,))
+        apply_dirty(conn)
+    conn.execute(f"PRAGMA user_version = {TILE_VERSION}")
+
+
+def ensure(conn: sqlite3.Connection) -> bool:
+    """Bring `conn`'s store (a writable connection in autocommit mode) up to date: build the tiles of
+    an old store once, fold in rows a tile-unaware writer added. True when it changed anything."""
+    if is_current(conn):
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        changed = False
+        if version(conn) < TILE_VERSION:   # checked again under the write lock: one upgrader only
+            _build(conn)
+            changed = True
+        elif apply_dirty(conn):
+            changed = True
+        conn.execute("COMMIT")
+        return changed
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _open_writable(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, timeout=UPGRADE_BUSY_SECONDS, isolation_level=None)
+
+
+def ensure_for_reader(path: Path, conn: sqlite3.Connection) -> bool:
+    """For a read-only connection `conn` on `path`: True when its tiles can be used, upgrading the
+    store once through a short-lived writable connection when needed. Any failure (not writable,
+    locked, damaged) returns False: the reader then reads raw rows."""
+    try:
+        if is_current(conn):
+            return True
+        if not path.is_file():
+            return False
+        writer = _open_writable(path)
+        try:
+            ensure(writer)
+        finally:
+            writer.close()
+        return is_current(conn)
+    except (sqlite3.Error, OSError):
+        return False
+
+
+# ------------------------------------------------------------------ reading
+
+def segments(a: int, b: int, level: int) -> list[tuple[int, int, int]]:
+    """[a, b] cut into whole tiles, coarsest first where they fit: (level, first bucket, last
+    bucket), in step order; level 0 entries are raw step ranges (at most 3 steps each side)."""
+    out: list[tuple[int, int, int]] = []
+
+    def cut(lo: int, hi: int, k: int) -> None:
+        if lo > hi:
+            return
+        if k == 0:
+            out.append((0, lo, hi))
+            return
+        width = 1 << (2 * k)
+        first, last = -((-lo) // width), (hi + 1) // width - 1
+        if first > last:
+            cut(lo, hi, k - 1)
+            return
+        cut(lo, first * width - 1, k - 1)
+        out.append((k, first, last))
+        cut((last + 1) * width, hi, k - 1)
+
+    cut(a, b, level)
+    return out
+
+
+def _items(conn: sqlite3.Connection, name_id: int, a: int, b: int, level: int) -> np.ndarray:
+    parts = []
+    for k, lo, hi in segments(a, b, level):
+        if k == 0:
+            rows = conn.execute(
+                "SELECT step, step, IFNULL(value, 'NaN'), IFNULL(value, 'NaN'), IFNULL(value, 'NaN'), 1, time "
+                "FROM metrics WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step", (name_id, lo, hi))
+        else:
+            rows = conn.execute(
+                "SELECT first_step, last_step, IFNULL(min, 'NaN'), IFNULL(max, 'NaN'), IFNULL(last, 'NaN'), count, "
+                "newest FROM tiles WHERE name_id = ? AND level = ? AND bucket BETWEEN ? AND ? ORDER BY bucket",
+                (name_id, k, lo, hi))
+        parts.append(np.fromiter(rows, dtype=_ITEM))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=_ITEM)
+
+
+def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Optional[int], points: int,
+         raw) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(steps, mins, maxs, n) of a series over [start, end] in at most `points` buckets (plus the
+    newest point, exact), as observe.store.downsample gives from the raw rows: each bucket's first
+    step and the min and max of every raw value in it, so a one-step spike shows at every zoom.
+    Buckets are unions of whole tiles, so their edges may sit up to one tile from downsample's.
+    `raw(lo, hi)` reads raw (steps, values), used for small ranges and ranges of few points."""
+    from glassroom.observe.store import downsample
+
+    empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), 0)
+    row = conn.execute("SELECT rows, first_step, last_step FROM series_counters WHERE name_id = ?", (name_id,)).fetchone()
+    if row is None or not row[0]:
+        return empty
+    a = max(-FAR if start is None else int(start), int(row[1]), -FAR)
+    b = min(FAR if end is None else int(end), int(row[2]), FAR)
+    if a > b:
+        return empty
+    per_bucket = -(-(b - a + 1) // max(1, points))
+    level = min(LEVELS, (per_bucket.bit_length() - 1) // 2)   # at most ~4 x points tiles in [a, b]
+    if level > 0:
+        items = _items(conn, name_id, a, b, level)
+        n = int(items["count"].sum())
+        if n > points:
+            lo, hi = int(items["first"][0]), int(items["last_step"][-1])
+            width = max(1, -(-(hi - lo + 1) // points))
+            index = (items["first"] - lo) // width
+            starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
+            with np.errstate(invalid="ignore"):
+                mins = np.fmin.reduceat(items["min"], starts)
+                maxs = np.fmax.reduceat(items["max"], starts)
+            last = items["last"][-1]
+            return (np.r_[items["first"][starts], hi], np.r_[mins, last], np.r_[maxs, last], n)
+    steps, values = raw(a, b)
+    s, lo_, hi_ = downsample(steps, values, points)
+    return s, lo_, hi_, int(len(steps))
