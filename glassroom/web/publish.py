@@ -7,7 +7,11 @@ Layout of SITE:
   site.json                                          {generation, generated, interval, runs}
   data/<generation>/runs.json                        the run list
   data/<generation>/runs/<run>/meta.json             status, names, events, redacted config, prediction
-  data/<generation>/runs/<run>/series/<hash>.json    one downsampled series (min/max buckets)
+  data/<generation>/runs/<run>/series/<hash>.json    one series' overview (min/max buckets) and, for a
+                                                     long series, the index of its tiles
+  data/<generation>/chunks.json                      the tile chunks this generation references
+  data/chunks/<key>.json                             tile chunks, shared by the generations
+                                                     (glassroom/web/site_tiles.py: levels, chunks, reuse)
   data/<generation>/runs/<run>/vectors/<hash>.json   one vector series (tokens per expert, router bias)
 
 Each export writes a new generation into a temporary folder, renames it into place, and only then
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -32,14 +37,18 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
+
 from glassroom.errors import GlassroomError
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
-from glassroom.observe.store import StoreReader
+from glassroom.observe.store import StoreReader, downsample
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
+from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
 from glassroom.web.server import FRONTEND, render_page
+from glassroom.web.site_tiles import ChunkStore
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
 VECTOR_POINTS = 400
@@ -68,14 +77,27 @@ def _file_key(name: str) -> str:
     return hashlib.sha1(name.encode("utf-8")).hexdigest()[:16]
 
 
-def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None) -> dict:
-    """Writes one run's meta, series and vectors below `dest`; returns its meta."""
+def _overview(steps, values) -> dict:
+    """{steps, min, max, n}: the same buckets as the live API's full view at SERIES_POINTS."""
+    s, lo, hi = downsample(steps, values, SERIES_POINTS)
+    floats = lambda a: [v if math.isfinite(v) else None for v in a.astype(np.float64).tolist()]
+    return {"steps": s.tolist(), "min": floats(lo), "max": floats(hi), "n": int(len(steps))}
+
+
+def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None,
+               chunks: Optional[ChunkStore] = None) -> dict:
+    """Writes one run's meta, series and vectors below `dest` (and, with `chunks`, the tiles of its
+    long series into the shared chunk folder); returns its meta."""
     meta = data.run_meta(run_id, run_dir, root=root, public=True)
     meta["files"], meta["vector_files"] = {}, {}
     with StoreReader(run_dir) as reader:
         for name in meta["names"]:
             rel = f"series/{_file_key(name)}.json"
-            payload = data.series_payload(reader, [name], points=SERIES_POINTS)["series"][name]
+            steps, values = reader.series(name)   # read once: the overview and the tiles come from it
+            payload = _overview(steps, values)
+            tiles = chunks.index(steps, values, SERIES_POINTS) if chunks is not None else None
+            if tiles is not None:
+                payload["tiles"] = tiles
             _write_json(dest / rel, payload)
             meta["files"][name] = rel
         for name in meta["vector_names"]:
@@ -151,6 +173,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     tmp = data_dir / f".tmp-{generation}-{os.getpid()}"
     runs = find_runs(root)
     now = time.time()
+    chunks = ChunkStore(data_dir)
     summaries, exported = [], []
     try:
         for run_id, run_dir in sorted(runs.items()):
@@ -163,7 +186,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 if is_private(run_dir):
                     log(f"left out {run_id}: marked private")
                     continue
-                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root)
+                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks)
             except (sqlite3.DatabaseError, OSError) as exc:   # one unreadable run must not stop the others
                 shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
                 log(f"skipped {run_id}: {store_error(exc)}")
@@ -175,6 +198,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
             summaries.append(summarize(run_id, run_dir, now))
             exported.append(run_id)
         _write_json(tmp / "runs.json", {"root": redact_text(root.resolve().name), "generated": now, "runs": summaries})
+        chunks.write_manifest(tmp)
         os.rename(tmp, data_dir / generation)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -196,6 +220,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
 
     publish_atlases(root, out)
     publish_ladders(root, out, set(exported), log=log)
+    publish_feeds(root, out, exported, data_dir / generation)   # feeds, incidents.json, search.json
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
     _replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 
@@ -206,6 +231,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
             if p.name.startswith(".tmp-") and p.name.endswith(f"-{os.getpid()}"):
                 continue
             shutil.rmtree(p, ignore_errors=True)
+    chunks.collect(log)   # after the switch: chunk files that no kept generation references
     log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
     return site
 

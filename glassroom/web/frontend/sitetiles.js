@@ -1,0 +1,114 @@
+// The published site's zoom (`glassroom publish`, no server): a series' overview file holds 2,000
+// min/max buckets and, for a long series, the index of its tiles (glassroom/web/site_tiles.py):
+// levels of bucket width 1 (raw points), 8, 64, ... steps, each cut into chunk files
+// data/chunks/<key>.json. GR.siteSeries answers a view [start, end] at `points` buckets as the live
+// API does ({steps, min, max, n}): it picks the coarsest level (the overview first) that still has at
+// least `points` buckets over the range, down to the raw points, fetches only the chunks covering
+// the range (cached: their names are content hashes, so they never change), cuts them to the range
+// and reduces them to at most `points` min/max buckets, keeping the newest point.
+"use strict";
+window.GR = window.GR || {};
+
+GR.siteTiles = {
+  limit: 96,            // files kept in memory (chunks ~100-180 KB of JSON each, overviews smaller)
+  cache: new Map(),     // url -> Promise of parsed JSON, oldest first
+  async json(url) {
+    const c = GR.siteTiles.cache;
+    if (c.has(url)) { const p = c.get(url); c.delete(url); c.set(url, p); return p; }
+    const p = (async () => {
+      const r = await fetch(url);   // immutable files: the browser's cache may keep them too
+      if (!r.ok) throw new Error(`${url}: HTTP ${r.status} (the site was re-exported? reload the page)`);
+      return r.json();
+    })();
+    c.set(url, p);
+    p.catch(() => c.delete(url));
+    while (c.size > GR.siteTiles.limit) c.delete(c.keys().next().value);
+    return p;
+  },
+};
+
+// Buckets of `p` (steps ascending; raw chunks have `values`) from the one that holds step `from`
+// (buckets aligned on `origin` with `width` steps) through step `to`.
+GR.siteCut = function (p, from, to, width, origin) {
+  const lo = width > 1 ? origin + Math.floor((from - origin) / width) * width : from;
+  const mn = p.min || p.values, mx = p.max || p.values;
+  const out = {steps: [], min: [], max: []};
+  for (let i = 0; i < p.steps.length; i++) {
+    const s = p.steps[i];
+    if (s < lo || s > to) continue;
+    out.steps.push(s); out.min.push(mn[i]); out.max.push(mx[i]);
+  }
+  return out;
+};
+
+// At most `points` buckets of equal step width over `c` (min of mins, max of maxs, first step).
+GR.siteReduce = function (c, points) {
+  const n = c.steps.length;
+  if (n <= points) return c;
+  const first = c.steps[0], width = Math.max(1, Math.ceil((c.steps[n - 1] - first + 1) / points));
+  const out = {steps: [], min: [], max: []};
+  let key = null;
+  for (let i = 0; i < n; i++) {
+    const k = Math.floor((c.steps[i] - first) / width), lo = c.min[i], hi = c.max[i];
+    if (k !== key) { key = k; out.steps.push(c.steps[i]); out.min.push(lo); out.max.push(hi); continue; }
+    const j = out.steps.length - 1;
+    if (lo !== null && (out.min[j] === null || lo < out.min[j])) out.min[j] = lo;
+    if (hi !== null && (out.max[j] === null || hi > out.max[j])) out.max[j] = hi;
+  }
+  return out;
+};
+
+// Buckets a level has over [a, b], estimated from its chunks' step ranges and counts.
+GR.siteCount = function (level, a, b) {
+  let n = 0;
+  for (const [f, l, count] of level.chunks) {
+    if (l < a || f > b) continue;
+    n += count * (Math.min(l, b) - Math.max(f, a) + 1) / (l - f + 1);
+  }
+  return n;
+};
+
+// overview: a series file ({steps, min, max, n[, tiles]}); chunkBase: the URL of data/chunks/.
+GR.siteSeries = async function (overview, start, end, points, chunkBase) {
+  points = Math.max(2, Math.floor(points || 1500));
+  const lo = start === null || start === undefined ? -Infinity : Number(start);
+  const hi = end === null || end === undefined ? Infinity : Number(end);
+  const t = overview.tiles;
+  if (!t || !Array.isArray(t.levels) || !t.levels.length) {   // the overview holds every raw point
+    const c = GR.siteCut(overview, lo, hi, 1, 0);
+    return Object.assign(GR.siteReduce(c, points), {n: c.steps.length});
+  }
+  const raw = t.levels[0], [lastStep, lastValue] = t.last;
+  const a = Math.max(lo, raw.chunks[0][0]), b = Math.min(hi, lastStep);
+  const empty = {steps: [], min: [], max: [], n: 0};
+  if (!(a <= b)) return empty;
+  const n = Math.round(GR.siteCount(raw, a, b));
+  let cut = null, width = 1;
+  const inOverview = overview.steps.filter((s) => s >= a && s <= b).length;
+  if (inOverview >= points) {
+    const o = t.overview || {width: 1, origin: 0};   // the overview's buckets: `width` steps from `origin`
+    cut = GR.siteCut(overview, a, b, o.width, o.origin);
+    width = o.width;
+  } else {
+    let level = raw;
+    for (let i = t.levels.length - 1; i > 0; i--) {
+      if (GR.siteCount(t.levels[i], a, b) >= points) { level = t.levels[i]; break; }
+    }
+    width = level.width;
+    const from = width > 1 ? Math.floor(a / width) * width : a;
+    const files = level.chunks.filter(([f, l]) => l >= from && f <= b);
+    const parts = await Promise.all(files.map((c) => GR.siteTiles.json(`${chunkBase}${c[3]}.json`)));
+    cut = {steps: [], min: [], max: []};
+    for (const p of parts) {
+      const c = GR.siteCut(p, a, b, width, 0);
+      for (const k of ["steps", "min", "max"]) for (const v of c[k]) cut[k].push(v);
+    }
+  }
+  const out = GR.siteReduce(cut, points);
+  if (out === cut && width === 1) return Object.assign(out, {n: out.steps.length});   // the raw points themselves
+  // The newest point is shown as itself, not hidden inside its bucket (as the live API does).
+  if (lastStep >= a && lastStep <= b && (!out.steps.length || out.steps[out.steps.length - 1] < lastStep)) {
+    out.steps.push(lastStep); out.min.push(lastValue); out.max.push(lastValue);
+  }
+  return Object.assign(out, {n});
+};
