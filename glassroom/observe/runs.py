@@ -187,7 +187,8 @@ def _finite(x: Optional[float]) -> Optional[float]:
 
 
 def summarize(run_id: str, run_dir: Path, now: Optional[float] = None) -> dict:
-    """Status and latest values of one run, for the run list."""
+    """Status and latest values of one run, for the run list: from the counters the writer keeps
+    (observe/tiles.py), never by counting rows (a store without counters is counted)."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {"id": run_id, "state": "unknown", "step": None, "updated": None, "age_s": None}
     try:
@@ -211,9 +212,7 @@ def summarize(run_id: str, run_dir: Path, now: Optional[float] = None) -> dict:
                             out["step"] = max(int(out["step"] or 0), got[0])
                         break
             out["latest"] = latest
-            events = reader.conn.execute(
-                "SELECT COUNT(*), SUM(kind = 'anomaly') FROM events").fetchone()
-            out["events"], out["anomalies"] = int(events[0] or 0), int(events[1] or 0)
+            out["events"], out["anomalies"] = reader.event_counts()
             visibility = reader.artifact(VISIBILITY)
             out["private"] = bool(isinstance(visibility, dict) and visibility.get("private"))
     except Exception as exc:  # a half-created or foreign file must not break the run list

@@ -1,9 +1,10 @@
 """What the dashboard's pages read, as plain JSON-able dicts: shared by the live server and the
 static site so both show the same thing.
 
-Series are downsampled here, on the server side: at most `points` buckets of equal step width over
+Series are downsampled on the server side: at most `points` buckets of equal step width over
 the requested range, each with its min and max (so a one-step spike survives every zoom level) and
-the newest point kept exactly (observe.store.downsample). Vectors (tokens per expert, router bias)
+the newest point kept exactly, read from the store's precomputed tiles (observe/tiles.py; the raw
+rows and observe.store.downsample when a store has none). Vectors (tokens per expert, router bias)
 are averaged per bucket for the heatmaps and trajectories.
 
 Everything that carries text a person or a process wrote (events and notes, the config, artifacts)
@@ -23,7 +24,7 @@ import numpy as np
 
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
-from glassroom.observe.store import StoreReader, downsample
+from glassroom.observe.store import StoreReader
 from glassroom.web.compute import run_compute
 from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 
@@ -49,9 +50,8 @@ def series_payload(reader: StoreReader, names: list[str], start: Optional[int] =
     """{name: {steps, min, max, n}} for each name; `n` counts the raw points in the range."""
     out: dict[str, Any] = {}
     for name in names:
-        steps, values = reader.series(name, start, end)
-        s, lo, hi = downsample(steps, values, points)
-        out[name] = {"steps": s.tolist(), "min": _json_floats(lo), "max": _json_floats(hi), "n": int(len(steps))}
+        s, lo, hi, n = reader.view(name, start, end, points)   # from the store's tiles (observe/tiles.py)
+        out[name] = {"steps": s.tolist(), "min": _json_floats(lo), "max": _json_floats(hi), "n": n}
     return {"series": out, "start": start, "end": end, "points": points}
 
 
@@ -145,9 +145,15 @@ class Cursor:
         self.status: Any = None
         self._name_count = -1
         self._refresh_names()
+        counters = self.reader.counters()   # the writer's counters: one query, not two per series
         for id_ in self.names:
-            self.last_step[id_] = self._max_step("metrics", id_)
-            self.vector_last[id_] = self._max_step("vectors", id_)
+            if counters is None:
+                self.last_step[id_] = self._max_step("metrics", id_)
+                self.vector_last[id_] = self._max_step("vectors", id_)
+            else:
+                _, last, vlast = counters.get(id_, (0, None, None))
+                self.last_step[id_] = -(2**62) if last is None else int(last)
+                self.vector_last[id_] = -(2**62) if vlast is None else int(vlast)
         row = self.reader.conn.execute("SELECT IFNULL(MAX(id), 0) FROM events").fetchone()
         self.last_event = int(row[0])
         self.status = self.reader.status()
@@ -176,8 +182,15 @@ class Cursor:
         series: dict[str, Any] = {}
         vectors: dict[str, Any] = {}
         reload = False
+        # Which series grew, from the writer's counters in one query (None: ask each series)
+        counters = self.reader.counters()
         for id_, name in self.names.items():
             last = self.last_step.get(id_, -(2**62))
+            vlast = self.vector_last.get(id_, -(2**62))
+            if counters is not None:
+                _, top, vtop = counters.get(id_, (0, None, None))
+                if (top is None or top <= last) and (vtop is None or vtop <= vlast):
+                    continue
             rows = conn.execute(
                 "SELECT step, value FROM metrics WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
                 (id_, last, self.MAX_NEW + 1)).fetchall()
@@ -189,7 +202,6 @@ class Cursor:
                     self.last_step[id_] = rows[-1][0]
                     series[name] = {"steps": [r[0] for r in rows],
                                     "values": [r[1] if r[1] is None or math.isfinite(r[1]) else None for r in rows]}
-            vlast = self.vector_last.get(id_, -(2**62))
             vrows = conn.execute(
                 "SELECT step, value FROM vectors WHERE name_id = ? AND step > ? ORDER BY step LIMIT 200",
                 (id_, vlast)).fetchall()

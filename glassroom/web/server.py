@@ -37,8 +37,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from glassroom.observe.redact import redact_text
-from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error, summarize
-from glassroom.web import data, feeds, search as search_mod
+from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error
+from glassroom.web import data, feeds, run_list, search as search_mod
 from glassroom.web.atlas_page import atlas_routes
 from glassroom.web.ladder_page import ladder_routes
 
@@ -278,7 +278,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
     def list_runs(request: Request):
         now = time.time()
         return {"root": redact_text(root.resolve().name), "generated": now,
-                "runs": [summarize(i, p, now) for i, p in sorted(runs.all().items())]}
+                "runs": run_list.summaries(sorted(runs.all().items()), now)}   # cached, shared by all tabs
 
     def run_meta(request: Request):
         run_id = _one(request, "run")
