@@ -24,7 +24,7 @@ GR.ticks = function (u, vals, axisIdx, space, incr) {
   return vals.map((v) => {
     if (v === null || v === undefined) return "";
     const a = Math.abs(v);
-    if (a >= 1e12) return String(+v.toPrecision(3)).replace("e+", "e");
+    if (a >= 1e12) { const e = Math.floor(Math.log10(a)); return +(v / 10 ** e).toPrecision(3) + "e" + e; }
     if (a >= 1e9) return +(v / 1e9).toPrecision(3) + "B";
     if (a >= 1e6) return +(v / 1e6).toPrecision(3) + "M";
     if (a >= 1e4) return +(v / 1e3).toPrecision(3) + "k";
@@ -236,7 +236,12 @@ GR.LineChart = class {
       this.marked = {x: GR.mark, value, at: i === null ? null : r[0][i]};
     } else this.marked = null;
     const where = this.axis ? `${GR.fmt(step)} ${this.axis.unit}` : `step ${GR.fmt(step)}`;
-    let text = marked ? `${value === null ? "no value" : GR.fmt(value)} at ${where} (marked)` : `${GR.fmt(value)} at ${where}`;
+    let text = `${GR.fmt(value)} at ${where}`;
+    if (marked) {   // the nearest drawn point may lie off the mark (evals every N steps, a coarse bucket)
+      const at = this.marked.at, off = at !== null && (this.axis ? GR.fmt(at) !== GR.fmt(GR.mark) : Math.abs(at - GR.mark) > 0.5);
+      const atText = at === null ? "" : this.axis ? `${GR.fmt(at)} ${this.axis.unit}` : `step ${GR.fmt(Math.round(at))}`;
+      text = value === null ? `no value at ${where} (marked)` : off ? `${GR.fmt(value)} at ${atText}, nearest to the marked ${where}` : `${GR.fmt(value)} at ${where} (marked)`;
+    }
     if (this.band && value !== null) {
       const mean = interp(this.band.steps, this.band.mean, step);
       const lo = interp(this.band.steps, this.band.lo, step), hi = interp(this.band.steps, this.band.hi, step);

@@ -48,6 +48,7 @@ GR.drawIncidents = function (chart, u) {
   const ctx = u.ctx, dpr = devicePixelRatio;
   ctx.save();
   ctx.font = `${11 * dpr}px system-ui, sans-serif`;
+  ctx.textAlign = "left"; ctx.textBaseline = "alphabetic";
   for (const inc of GR.incidents) {
     if (inc.step === null || (chart.opts.runs && inc.run && !chart.opts.runs.includes(inc.run))) continue;
     const at = chart.xOf(inc.run, inc.step);
@@ -70,7 +71,7 @@ function when(t) { return Number.isFinite(t) ? new Date(t * 1000).toLocaleString
 
 // One incident as a list item: status, id, step (a link to that point), title, write-up, updates.
 GR.incidentItem = function (parent, inc, href) {
-  const li = GR.el("li", `incident ${inc.status}`, parent);
+  const li = GR.el("li", `inc-item ${inc.status}`, parent);
   const head = GR.el("div", "inc-head", li);
   GR.el("span", `badge ${inc.status === "resolved" ? "resolved" : "open"}`, head).textContent = inc.status === "resolved" ? "resolved" : "open";
   const a = GR.el("a", "inc-id", head);

@@ -171,7 +171,7 @@ GR.Board = class {
 
   addLineChart(parent, spec, run) {
     const lines = spec.lines.map((l) => Object.assign({}, l, {run: l.run || run, key: `${l.run || run}|${l.name}`}));
-    const c = new GR.LineChart(parent, lines, {title: spec.title, log: spec.log, wide: spec.wide, band: spec.band, height: spec.height, runs: this.runs});
+    const c = new GR.LineChart(parent, lines, {title: spec.title, log: spec.log, wide: spec.wide, band: spec.band, height: spec.height, runs: this.runs, axis: spec.axis});
     this.lineCharts.push(c);
     return c;
   }

@@ -91,9 +91,17 @@ GR.permalink = {
     const chart = GR.permalink.findChart(view.chart);
     GR.activeChart = chart ? view.chart : null;
     GR.charts.forEach((c) => c.lines && c.redraw());
-    if (chart && scroll) chart.card.scrollIntoView({block: "center"});
-    if (chart) { chart.card.classList.add("linked"); setTimeout(() => chart.card.classList.remove("linked"), 2500); }
+    if (chart && scroll) GR.permalink.scrollTo(chart);
     return view.start !== null || view.point !== null || !!chart;
+  },
+
+  // Scrolls the chart into view once the page has settled (panels above it fill in as data loads).
+  scrollTo(chart) {
+    chart.card.classList.add("linked");
+    const go = () => chart.card.scrollIntoView({block: "center"});
+    go();
+    for (const ms of [300, 1000]) setTimeout(() => { if (!GR.userScrolled) go(); }, ms);
+    setTimeout(() => chart.card.classList.remove("linked"), 3000);
   },
 
   // Marks x on every chart (a click on a chart); the hash follows.
@@ -131,5 +139,6 @@ GR.permalink = {
     GR.permalink.apply(GR.permalink.parse(location.hash), true);
     GR.permalinkApplied = true;
     window.addEventListener("hashchange", () => GR.permalink.apply(GR.permalink.parse(location.hash), true));
+    for (const ev of ["wheel", "keydown", "touchmove"]) window.addEventListener(ev, () => { GR.userScrolled = true; }, {once: true, passive: true});
   },
 };

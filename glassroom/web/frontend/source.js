@@ -59,7 +59,7 @@ GR.liveSource = function (base) {
 };
 
 // The static site: data/<generation>/... written by `glassroom publish`; site.json names the
-// current generation, so a page never mixes two exports. Zooming filters the exported points.
+// current generation, so a page never mixes two exports. Series zoom through the tiles (sitetiles.js).
 GR.staticSource = function (base) {
   let site = null;
   const metas = {};
@@ -88,13 +88,15 @@ GR.staticSource = function (base) {
     live: false,
     async runs() { if (!site) await loadSite(); return GR.getJSON(`${root()}runs.json`); },
     meta,
-    async series(run, names, start, end) {
+    async series(run, names, start, end, points) {
       const m = await meta(run);
       const out = {};
       await Promise.all(names.map(async (n) => {
         const file = m.files[n];
         if (!file) return;
-        out[n] = clip(await GR.getJSON(`${root()}runs/${enc(run)}/${file}`), start, end);
+        const url = `${root()}runs/${enc(run)}/${file}`;   // zoom through the tiles (sitetiles.js) when loaded
+        out[n] = GR.siteSeries ? await GR.siteSeries(await GR.siteTiles.json(url), start, end, points, `${base}data/chunks/`)
+          : clip(await GR.getJSON(url), start, end);
       }));
       return {series: out};
     },
