@@ -1,0 +1,226 @@
+"""The published site's tiles (glassroom/web/site_tiles.py, frontend/sitetiles.js): every level's chunks
+put back together equal the raw min/max per bucket, re-exports write only the chunks that changed and
+delete those no kept generation references, a reader of the previous generation keeps finding its
+chunks, a run marked private leaves none behind, and in Chromium a one-step spike is drawn at every
+zoom level with the raw points themselves at the deepest."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glassroom.errors import GlassroomError
+from glassroom.observe.runs import VISIBILITY
+from glassroom.observe.store import StoreWriter
+from glassroom.web import publish as publish_mod
+from glassroom.web import site_tiles
+from glassroom.web.publish import publish, watch
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    """Overviews of 100 buckets and chunks of 500: several levels and chunks from a few thousand points."""
+    monkeypatch.setattr(publish_mod, "SERIES_POINTS", 100)
+    monkeypatch.setattr(site_tiles, "CHUNK", 500)
+
+
+def write_series(run_dir: Path, series: dict[str, tuple[list[int], list[float]]]) -> None:
+    with StoreWriter(run_dir, flush_rows=100_000, flush_seconds=3600) as w:
+        rows: dict[int, dict] = {}
+        for name, (steps, values) in series.items():
+            for s, v in zip(steps, values):
+                rows.setdefault(int(s), {})[name] = v
+        for s in sorted(rows):
+            w.log(s, rows[s])
+        w.set_status("running", max(rows))
+
+
+def site_series(site: Path, run: str, name: str) -> tuple[dict, str]:
+    gen = json.loads((site / "site.json").read_text())["generation"]
+    meta = json.loads((site / "data" / gen / "runs" / run / "meta.json").read_text())
+    return json.loads((site / "data" / gen / "runs" / run / meta["files"][name]).read_text()), gen
+
+
+def chunk_files(site: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (site / "data" / "chunks").iterdir()}
+
+
+def referenced(overview: dict) -> set[str]:
+    return {f"{c[3]}.json" for level in overview["tiles"]["levels"] for c in level["chunks"]}
+
+
+def expected_buckets(steps, values, width):
+    """Per aligned bucket (step // width): its first step, and min and max of its finite values
+    (None when it has none), computed the slow, obvious way."""
+    out: dict[int, list] = {}
+    for s, v in zip(steps, values):
+        b = out.setdefault(s // width, [s, None, None])
+        if v is not None and math.isfinite(v):
+            b[1] = v if b[1] is None else min(b[1], v)
+            b[2] = v if b[2] is None else max(b[2], v)
+    return [out[k] for k in sorted(out)]
+
+
+def test_chunks_put_back_together_equal_raw_min_max_per_bucket(tmp_path, small_tiles):
+    rng = np.random.default_rng(3)
+    # Negative and irregular steps, a gap, NaN and infinities, a spike; and a sparse series (every
+    # 10 steps) whose width-8 level would repeat its raw points.
+    steps = list(range(-40, 6000)) + list(range(9000, 9400)) + [2**40]
+    values = [float(v) for v in rng.normal(2.0, 0.1, len(steps))]
+    values[100], values[101], values[3000] = float("nan"), float("inf"), 50.0
+    sparse = list(range(0, 40_000, 10))
+    write_series(tmp_path / "lab" / "run", {"train/loss": (steps, values),
+                                           "eval/loss": (sparse, [1.0 + s * 1e-5 for s in sparse]),
+                                           "short": ([1, 2, 3], [1.0, 2.0, 3.0])})
+    site = tmp_path / "site"
+    publish(tmp_path / "lab", site)
+
+    short, _ = site_series(site, "run", "short")
+    assert "tiles" not in short and short["steps"] == [1, 2, 3]   # the overview is the raw series
+
+    loss, _ = site_series(site, "run", "train/loss")
+    tiles = loss["tiles"]
+    assert tiles["last"] == [2**40, values[-1]] and loss["n"] == len(steps)
+    widths = [lv["width"] for lv in tiles["levels"]]
+    assert widths[0] == 1 and len(widths) >= 3 and all(b == a * 8 ** round(math.log(b / a, 8)) for a, b in zip(widths, widths[1:]))
+    for level in tiles["levels"]:
+        w = level["width"]
+        got_steps, got_min, got_max = [], [], []
+        for first, last, count, key in level["chunks"]:
+            chunk = json.loads((site / "data" / "chunks" / f"{key}.json").read_text())
+            assert chunk["steps"][0] == first and chunk["steps"][-1] == last and len(chunk["steps"]) == count
+            assert count <= 500
+            got_steps += chunk["steps"]
+            got_min += chunk["values"] if w == 1 else chunk["min"]
+            got_max += chunk["values"] if w == 1 else chunk["max"]
+        want = expected_buckets(steps, values, w)
+        assert got_steps == [b[0] for b in want], w
+        assert got_min == [b[1] for b in want] and got_max == [b[2] for b in want], w
+        if w == 1:
+            assert got_steps == steps
+        assert len(want) > 100   # a level exists only while finer than the overview
+    for level in tiles["levels"]:   # the spike (step 2960) is the max of its bucket at every level
+        chunks = [json.loads((site / "data" / "chunks" / f"{c[3]}.json").read_text()) for c in level["chunks"]]
+        at = [(s, m) for ch in chunks for s, m in zip(ch["steps"], ch.get("max") or ch["values"]) if s <= 2960]
+        assert at[-1][1] == 50.0, level["width"]
+
+    sparse_tiles = site_series(site, "run", "eval/loss")[0]["tiles"]
+    counts = [sum(c[2] for c in lv["chunks"]) for lv in sparse_tiles["levels"]]
+    assert counts[0] == 4000 and 8 not in [lv["width"] for lv in sparse_tiles["levels"]]
+    assert all(b <= a // 2 for a, b in zip(counts, counts[1:]))
+
+
+def test_reexports_reuse_chunks_and_drop_unreferenced_ones_while_readers_follow(tmp_path, small_tiles):
+    lab = tmp_path / "lab"
+    steps = list(range(1, 20_001))
+    write_series(lab / "run", {"train/loss": (steps, [2.0 + math.sin(s / 50) for s in steps])})
+    site = tmp_path / "site"
+    publish(lab, site)
+    first, gen1 = site_series(site, "run", "train/loss")
+    before = chunk_files(site)
+    assert set(before) == referenced(first) and len(before) > 40
+
+    errors, reads, stop = [], [0], threading.Event()
+
+    def reader():   # follows site.json and reads every chunk its generation's index names
+        while not stop.is_set():
+            try:
+                overview, _ = site_series(site, "run", "train/loss")
+                for name in referenced(overview):
+                    json.loads((site / "data" / "chunks" / name).read_text())
+                reads[0] += 1
+            except Exception as exc:
+                errors.append(repr(exc))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with StoreWriter(lab / "run") as w:
+            w.log(20_001, {"train/loss": 9.0})
+        publish(lab, site)
+        second, gen2 = site_series(site, "run", "train/loss")
+        after = chunk_files(site)
+        new = set(after) - set(before)
+        # only the last chunk of each level changed: each other file is the very same file, untouched
+        assert 0 < len(new) <= len(second["tiles"]["levels"])
+        assert all(after[n] == before[n] for n in set(before) & set(after))
+        # the previous generation is kept for readers still on it, with every chunk it names
+        assert (site / "data" / gen1).is_dir() and referenced(first) <= set(after)
+
+        with StoreWriter(lab / "run") as w:
+            w.log(20_002, {"train/loss": 9.5})
+        watch(lab, site, interval=0.0, log=lambda m: None, rounds=2)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert reads[0] > 0
+    third, gen3 = site_series(site, "run", "train/loss")
+    kept = chunk_files(site)
+    assert not (site / "data" / gen1).exists()
+    gens = sorted(p.name for p in (site / "data").iterdir() if p.name.startswith("g"))
+    assert gen3 in gens and len(gens) == 2
+    previous = site_series_at(site, gens[0], "run", "train/loss")
+    assert set(kept) == referenced(third) | referenced(previous)   # nothing else left behind
+    assert referenced(first) - referenced(third) - referenced(previous)   # gen1's own last chunks went
+    assert not [p for p in (site / "data" / "chunks").iterdir() if ".tmp-" in p.name]
+
+
+def site_series_at(site: Path, gen: str, run: str, name: str) -> dict:
+    meta = json.loads((site / "data" / gen / "runs" / run / "meta.json").read_text())
+    return json.loads((site / "data" / gen / "runs" / run / meta["files"][name]).read_text())
+
+
+def test_a_run_marked_private_leaves_no_chunk_behind(tmp_path, small_tiles):
+    lab = tmp_path / "lab"
+    steps = list(range(1, 3001))
+    write_series(lab / "open", {"train/loss": (steps, [1.0 + s * 1e-4 for s in steps])})
+    write_series(lab / "secret-run", {"train/loss": (steps, [7.0 + s * 1e-3 for s in steps])})
+    site = tmp_path / "site"
+    publish(lab, site)
+    private_chunks = referenced(site_series(site, "secret-run", "train/loss")[0])
+    open_chunks = referenced(site_series(site, "open", "train/loss")[0])
+    assert private_chunks and not private_chunks & open_chunks
+    assert private_chunks <= set(chunk_files(site))
+
+    with StoreWriter(lab / "secret-run") as w:
+        w.set_artifact(VISIBILITY, {"private": True})
+    publish(lab, site, log=lambda m: None)
+    left = set(chunk_files(site))
+    assert not private_chunks & left and open_chunks <= left
+    text = "".join(p.read_text() for p in (site / "data").rglob("*.json"))
+    assert "secret-run" not in text and "7.0003" not in text
+
+
+def test_hostile_sites_and_manifests(tmp_path, small_tiles):
+    lab = tmp_path / "lab"
+    steps = list(range(1, 1001))
+    write_series(lab / "run", {"train/loss": (steps, [float(s) for s in steps])})
+    site = tmp_path / "site"
+    publish(lab, site)
+    before = set(chunk_files(site))
+
+    # a manifest that cannot be read: no chunk is deleted that round (a reader may still need it)
+    gen = json.loads((site / "site.json").read_text())["generation"]
+    (site / "data" / gen / site_tiles.MANIFEST).write_text("{not json")
+    with StoreWriter(lab / "run") as w:
+        w.log(1001, {"train/loss": 0.0})
+    notes = []
+    publish(lab, site, log=notes.append)
+    assert before <= set(chunk_files(site)) and any("cannot be read" in n for n in notes)
+
+    # data/chunks replaced by a link to somewhere else: refused before anything is written there
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    chunks = site / "data" / "chunks"
+    os.rename(chunks, tmp_path / "moved")
+    chunks.symlink_to(elsewhere)
+    with pytest.raises(GlassroomError, match="data/chunks is a symbolic link"):
+        publish(lab, site)
+    assert not any(elsewhere.iterdir())
