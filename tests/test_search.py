@@ -1,0 +1,122 @@
+"""Search across runs (glassroom.web.search): GET /api/search?q= on the live server and the published
+data/<generation>/search.json filtered as the page does agree; matches are case-insensitive substrings
+of metric names and of event texts as shown (redacted: no finding an event by its secret; private
+notes out when public); at most 200 of each with `truncated`; 400 on an empty, too long or repeated q."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from glassroom.observe.store import StoreWriter
+from glassroom.web.publish import publish
+from glassroom.web.search import search
+from glassroom.web.server import create_app
+
+SECRET = "sk-" + "proj" + "Zx9Yw8Vu7Ts6Rq5Po4"
+PRIVATE = "private: ask ops about node 7"
+
+
+def make_run(run_dir: Path, names: list[str], notes: list[str], private_notes=(), private_run=False) -> Path:
+    with StoreWriter(run_dir) as w:
+        for s in range(1, 4):
+            w.log(s, {n: float(s) for n in names})
+        for i, text in enumerate(notes):
+            w.event("note", text, i)
+        for text in private_notes:
+            w.event("note", text, 9, {"private": True})
+        if private_run:
+            w.set_artifact("visibility", {"private": True})
+        w.set_status("finished", 3)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("search") / "lab"
+    make_run(root / "hero", ["train/loss", "eval/code/bpb", "moe/layer_1/Router_Bias_Norm", f"secret/{SECRET}"],
+             ["router bias norm spiked at step 480", f"rotated the key; old one was {SECRET}",
+              "Überlauf im Router: fixed", "a < b & c > d"], private_notes=[PRIVATE])
+    make_run(root / "rung-1", ["train/loss", "eval/prose/bpb"], ["ROUTER warmup shortened"])
+    make_run(root / "scratch", ["train/loss", "scratch/router"], ["router test in a private run"], private_run=True)
+    return root
+
+
+def static_filter(index: dict, q: str) -> dict:
+    """What the published page does with search.json: case-insensitive substring on names and texts."""
+    q = q.lower()
+    metrics, events = [], []
+    for run, entry in index["runs"].items():
+        metrics += [{"run": run, "name": n} for n in entry["names"] if q in n.lower()]
+        events += [{"run": run, **e} for e in entry["events"] if q in e["text"].lower()]
+    return {"metrics": metrics, "events": events}
+
+
+def as_sets(result: dict) -> tuple[set, set]:
+    return ({(m["run"], m["name"]) for m in result["metrics"]},
+            {(e["run"], e["id"], e["step"], e["kind"], e["text"]) for e in result["events"]})
+
+
+def test_live_and_published_agree(lab, tmp_path):
+    site = tmp_path / "site"
+    publish(lab, site)
+    generation = json.loads((site / "site.json").read_text())["generation"]
+    index = json.loads((site / "data" / generation / "search.json").read_text())
+    assert set(index["runs"]) == {"hero", "rung-1"}   # the private run is not published
+    app = create_app(lab, loopback_only=False, hosts={"lab.example.org"})   # public: as the site
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        for q in ("router", "ROUTER", "loss", "über", "redacted", "<", "d>", "e", "node 7", "old one", SECRET[:10],
+                  "nothing like this"):
+            got = client.get("/api/search", params={"q": q})
+            assert got.status_code == 200, got.text
+            body = got.json()
+            assert body["q"] == q and body["truncated"] is False
+            assert as_sets(body) == as_sets(static_filter(index, q)), q
+        router = as_sets(client.get("/api/search", params={"q": "router"}).json())
+        assert ("hero", "moe/layer_1/Router_Bias_Norm") in router[0] and not any(r == "scratch" for r, _ in router[0])
+        texts = {t for *_, t in router[1]}
+        assert texts == {"router bias norm spiked at step 480", "Überlauf im Router: fixed", "ROUTER warmup shortened"}
+        # never found by its secret, nor by a private note, nor as a series whose name holds a secret
+        for q in (SECRET, SECRET[3:15], "node 7", "secret/"):
+            body = client.get("/api/search", params={"q": q}).json()
+            assert body["metrics"] == [] and body["events"] == [], q
+        redacted = client.get("/api/search", params={"q": "redacted"}).json()["events"]
+        assert [e["text"] for e in redacted] == ["rotated the key; old one was <redacted>"]
+    assert PRIVATE not in json.dumps(index) and SECRET not in json.dumps(index)
+    owner = search({"hero": lab / "hero"}, "node 7", public=False)   # the owner on the loopback finds it
+    assert [e["text"] for e in owner["events"]] == [PRIVATE]
+
+
+def test_bounds_and_bad_queries(tmp_path):
+    root = tmp_path / "lab"
+    make_run(root / "a", [f"m/{i:03d}" for i in range(150)], [f"spike {i}" for i in range(150)])
+    make_run(root / "b", [f"m/{i:03d}" for i in range(150)], [f"spike {i}" for i in range(150)])
+    with TestClient(create_app(root), base_url="http://127.0.0.1") as client:
+        body = client.get("/api/search?q=M/").json()
+        assert len(body["metrics"]) == 200 and body["truncated"] is True
+        body = client.get("/api/search?q=spike").json()
+        assert len(body["events"]) == 200 and body["truncated"] is True
+        assert body["events"][0] == {"run": "a", "id": 150, "step": 149, "kind": "note", "text": "spike 149"}   # newest first
+        assert client.get("/api/search?q=m/149").json()["truncated"] is False
+        for query in ("", "q=", "q=%20%20", "q=" + "x" * 201, "q=a&q=b"):
+            response = client.get(f"/api/search?{query}")
+            assert response.status_code == 400 and list(response.json()) == ["error"], query
+        assert client.get("/api/search?q=" + "x" * 200).status_code == 200
+        assert client.post("/api/search?q=x").status_code == 405
+
+
+def test_fast_over_200_runs(tmp_path):
+    root = tmp_path / "lab"
+    runs = {}
+    for r in range(200):
+        runs[f"r{r:03d}"] = make_run(root / f"r{r:03d}", [f"norm/layer_{i}/grad" for i in range(30)] + ["train/loss"],
+                                     [f"eval at step {i}" for i in range(20)] + ([f"router spike in run {r}"] if r % 50 == 0 else []))
+    started = time.perf_counter()
+    body = search(runs, "router spike", public=True)
+    took = time.perf_counter() - started
+    assert [e["run"] for e in body["events"]] == ["r000", "r050", "r100", "r150"] and body["metrics"] == []
+    assert took < 2.0, f"search over 200 runs took {took:.2f} s"
