@@ -224,3 +224,51 @@ def test_hostile_sites_and_manifests(tmp_path, small_tiles):
     with pytest.raises(GlassroomError, match="data/chunks is a symbolic link"):
         publish(lab, site)
     assert not any(elsewhere.iterdir())
+
+
+SPIKE_STEP, SPIKE = 123_457, 9.0
+LOSS_CHART = "GR.charts.find(c => c.lines.some(l => l.name === 'train/loss'))"
+
+
+def drawn(browser) -> tuple[list, list]:
+    """The loss line as the chart draws it (uPlot's data, one line)."""
+    return browser.eval(f"(() => {{ const c = {LOSS_CHART}; const i = 1 + c.lines.findIndex(l => l.name === 'train/loss'); "
+                        "return [c.u.data[0], c.u.data[i]]; })()")
+
+
+@pytest.mark.skipif(__import__("web_helpers").chromium_path() is None, reason="chromium not installed")
+def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points(tmp_path):
+    from web_helpers import Chromium, StaticSiteServer
+
+    n = 200_000
+    steps = np.arange(1, n + 1)
+    values = 2.0 + 3.0 * np.exp(-steps / 20_000) + np.random.default_rng(0).normal(0, 0.02, n)
+    values[SPIKE_STEP - 1] += SPIKE   # one step, far above the noise
+    with StoreWriter(tmp_path / "lab" / "run", flush_rows=250_000, flush_seconds=3600) as w:
+        for s, v in zip(steps.tolist(), values.tolist()):
+            w.log(s, {"train/loss": v})
+        w.set_status("finished", n)
+    site = tmp_path / "site"
+    publish(tmp_path / "lab", site)
+    spike_value = float(values[SPIKE_STEP - 1])
+
+    with Chromium(width=1280, height=900) as browser, StaticSiteServer(site) as url:
+        browser.navigate(f"{url}/runs/run/index.html")
+        xs, ys = drawn(browser)
+        assert max(y for y in ys if y is not None) == spike_value and len(xs) > 400   # full view
+        for fraction in (0.1, 0.01, 0.001):
+            half = int(n * fraction / 2)
+            a, b = SPIKE_STEP - half, SPIKE_STEP + half
+            browser.eval(f"GR.zoomAll([{a}, {b}])")
+            browser.wait_for(f"(() => {{ const z = {LOSS_CHART}.zoom; return z && z[0] === {a} && z[1] === {b}; }})()", timeout=20)
+            xs, ys = drawn(browser)
+            inside = [(x, y) for x, y in zip(xs, ys) if a - 1 <= x <= b + 1 and y is not None]
+            assert max(y for _, y in inside) == spike_value, fraction
+            assert len(inside) >= min(b - a + 1, 400), (fraction, len(inside))   # detail, not the overview's ~20 points
+            if fraction == 0.001:   # the deepest zoom draws the raw points themselves
+                assert [x for x, _ in inside] == list(range(a, b + 1))
+                assert [y for _, y in inside] == pytest.approx(values[a - 1:b].tolist(), rel=0, abs=0)
+        chunks = browser.eval("performance.getEntriesByType('resource').map(e => e.name).filter(u => u.includes('/data/chunks/'))")
+        assert 0 < len(chunks) <= 12, chunks   # only the chunks covering each range, each fetched once
+        errors = [m for m in browser.console if "error" in m.lower() and "favicon" not in m]
+        assert not errors, errors[-3:]
