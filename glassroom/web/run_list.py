@@ -30,7 +30,8 @@ def probe(run_dir: Path) -> tuple:
     for name in (STORE_FILE, STORE_FILE + "-wal"):
         try:
             st = os.stat(Path(run_dir) / name)
-            out.append((st.st_size, st.st_mtime_ns, st.st_ino))
+            # an empty WAL (a read-only reader leaves one) holds nothing: the same as none
+            out.append((st.st_size, st.st_mtime_ns, st.st_ino) if st.st_size else None)
         except OSError:
             out.append(None)
     return tuple(out)

@@ -1,0 +1,147 @@
+"""The writer's counters (observe/tiles.py) stand in for counting rows: run summaries equal the
+COUNT-based ones, the live Cursor sends exactly what it sent when it asked every series each poll,
+and the run list (web/run_list.py) reads a store again only when it changed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from glassroom.observe import runs as runs_mod
+from glassroom.observe.store import StoreReader, StoreWriter
+from glassroom.web import data, run_list
+
+
+def raw_only(monkeypatch):
+    """Readers that ignore tiles and counters: the path every store took before them."""
+    monkeypatch.setattr(StoreReader, "_current", lambda self: False)
+
+
+def test_summary_equals_the_counted_one(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    with StoreWriter(run, flush_rows=7) as w:
+        for s in range(1, 300):
+            w.log(s, {"train/loss": 3.0 - s / 100, "train/lr": 1e-3, "eval/macro/bpb": float("nan")})
+            if s % 50 == 0:
+                w.event("anomaly", f"spike at {s}", s)
+                w.log_vector(s, "moe/layer_0/tokens_per_expert", [1, 2])
+        w.event("note", "hello", 10)
+        w.discard_after(250)
+        w.log(251, {"train/loss": float("inf")})
+        w.set_status("running", 251)
+    with StoreReader(run) as reader:
+        assert reader.tiled
+        counters = reader.counters()
+        fast = (reader.names(), reader.vector_names(), reader.max_metric_id(), reader.event_counts(),
+                reader.latest("train/loss"), reader.latest("eval/macro/bpb"), reader.latest("nope"))
+    now = time.time()
+    got = runs_mod.summarize("run", run, now)
+    assert counters and got["points"] == 251 + 250 + 250 and got["events"] == 6 and got["anomalies"] == 5
+    raw_only(monkeypatch)
+    with StoreReader(run) as reader:
+        assert reader.counters() is None
+        slow = (reader.names(), reader.vector_names(), reader.max_metric_id(), reader.event_counts(),
+                reader.latest("train/loss"), reader.latest("eval/macro/bpb"), reader.latest("nope"))
+    assert repr(fast) == repr(slow)   # repr: NaN == NaN
+    assert repr(runs_mod.summarize("run", run, now)) == repr(got)
+
+
+def script(run):
+    """A run as the trainer writes it, one poll apart: rows, vectors, events, a new name, a secret
+    name, a resume that discards and re-logs steps, a burst over Cursor.MAX_NEW."""
+    w = StoreWriter(run, flush_rows=10**9, flush_seconds=1e9)
+    yield
+    for s in range(1, 40):
+        w.log(s, {"train/loss": 1.0 / s, "train/lr": 0.1})
+    w.flush()
+    yield
+    w.log_vector(40, "moe/layer_0/tokens_per_expert", [1.0, 3.0])
+    w.log(40, {"eval/macro/bpb": 1.5, "secret/sk-abcdefghijklmnopqrstuvwx": 1.0})
+    w.event("eval", "evaluated", 40)
+    w.flush()
+    yield
+    yield   # nothing new
+    w.discard_after(30)
+    w.log(31, {"train/loss": 9.0})
+    w.flush()
+    yield
+    for s in range(41, 60):
+        w.log(s, {"train/loss": float("nan") if s == 45 else 2.0})
+    w.set_status("running", 59)
+    yield
+    for s in range(60, 60 + data.Cursor.MAX_NEW + 10):
+        w.log(s, {"train/lr": 0.01})
+    w.flush()
+    yield
+    w.log(6000, {"train/loss": 0.5})
+    w.event("anomaly", "spike", 6000)
+    w.close()
+    yield
+
+
+def test_cursor_sends_what_it_sent_before_counters(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    steps = script(run)
+    next(steps)
+    fast = data.Cursor("run", run)
+    slow = data.Cursor("run", run)
+    slow.reader.tiled = False   # this one asks every series, every poll, as before
+    try:
+        assert fast.reader.counters() is not None and slow.reader.counters() is None
+        polls = 0
+        for _ in steps:
+            a, b = fast.poll(), slow.poll()
+            if a is not None:
+                a["status"].pop("updated", None), b["status"].pop("updated", None)
+            assert a == b
+            polls += a is not None
+        assert polls >= 5
+    finally:
+        fast.close()
+        slow.close()
+
+
+def test_cursor_opened_mid_run_starts_where_the_counters_say(tmp_path):
+    run = tmp_path / "run"
+    with StoreWriter(run) as w:
+        for s in range(10):
+            w.log(s, {"a": float(s)})
+        w.log_vector(3, "v", [1.0])
+    cursor = data.Cursor("run", run)
+    try:
+        assert cursor.poll() is None
+        with StoreWriter(run) as w:
+            w.log(10, {"a": 10.0})
+            w.log_vector(4, "v", [2.0])
+        update = cursor.poll()
+        assert update["series"] == {"a": {"steps": [10], "values": [10.0]}}
+        assert update["vectors"] == {"v": {"steps": [4], "count": 1}}
+    finally:
+        cursor.close()
+
+
+def test_run_list_reads_a_store_again_only_when_it_changed(tmp_path, monkeypatch):
+    runs = {}
+    for i in range(3):
+        runs[f"r{i}"] = tmp_path / f"r{i}"
+        with StoreWriter(runs[f"r{i}"]) as w:
+            w.log(1, {"train/loss": 2.0})
+            w.set_status("running", 1)
+    calls = []
+    real = run_list.summarize
+    monkeypatch.setattr(run_list, "summarize", lambda *a: calls.append(a[0]) or real(*a))
+    cache = run_list.RunList()
+    now = time.time()
+    first = cache.summaries(sorted(runs.items()), now)
+    for tab in range(20):   # twenty tabs, one read each
+        again = cache.summaries(sorted(runs.items()), now + 400)
+    assert sorted(calls) == ["r0", "r1", "r2"]
+    assert [r["age_s"] for r in again] == pytest.approx([r["age_s"] + 400 for r in first])
+    assert all(r["stale"] for r in again) and not any(r["stale"] for r in first)
+    with StoreWriter(runs["r1"]) as w:   # one run writes: only it is read again
+        w.log(2, {"train/loss": 1.0})
+    got = cache.summaries(sorted(runs.items()))
+    assert calls[3:] == ["r1"] and got[1]["latest"]["loss"] == 1.0 and got[1]["step"] == 2
+    (runs["r2"] / "store.sqlite").unlink()   # a run that vanished: unreadable, never a crash
+    assert cache.summaries([("r2", runs["r2"])])[0]["state"] == "unreadable"

@@ -1,0 +1,266 @@
+"""Multi-resolution tiles (observe/tiles.py) against the raw rows: every tile equals what its raw rows
+give after many flushes of varied sizes, re-logged steps and discard_after; a view of any range
+shows each raw extreme in the bucket that holds it, the raw count and the newest point exactly; an
+old store is upgraded once by a reader, two readers at once do not double-count, and a reader that
+cannot write (or a tile-unaware writer's new rows) falls back to the raw rows."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import numpy as np
+import pytest
+
+from glassroom.observe import tiles
+from glassroom.observe.store import SCHEMA, StoreReader, StoreWriter, downsample, store_path
+from glassroom.web.data import series_payload
+
+FAR = 2**62
+
+
+def expected_tiles(conn) -> dict:
+    """Every tile recomputed from the raw rows, in plain Python: (name_id, level, bucket) -> row."""
+    out = {}
+    rows = conn.execute("SELECT name_id, step, value, time FROM metrics ORDER BY name_id, step").fetchall()
+    for level in range(1, tiles.LEVELS + 1):
+        groups: dict = {}
+        for name_id, step, value, when in rows:
+            groups.setdefault((name_id, level, step >> (2 * level)), []).append((step, value, when))
+        for key, items in groups.items():
+            finite = [v for _, v, _ in items if v is not None]
+            out[key] = (items[0][0], items[-1][0], min(finite) if finite else None, max(finite) if finite else None,
+                        items[-1][1], len(items), max(w for _, _, w in items))
+    return out
+
+
+def assert_tiles_match_raw(run) -> None:
+    with sqlite3.connect(store_path(run)) as conn:
+        got = {(r[0], r[1], r[2]): tuple(r[3:]) for r in conn.execute("SELECT * FROM tiles")}
+        assert got == expected_tiles(conn)
+        assert conn.execute("SELECT COUNT(*) FROM tile_dirty").fetchone()[0] == 0
+        for name_id, rows, first, last, last_value in conn.execute(
+                "SELECT name_id, rows, first_step, last_step, last_value FROM series_counters"):
+            raw = conn.execute("SELECT COUNT(*), MIN(step), MAX(step) FROM metrics WHERE name_id = ?", (name_id,)).fetchone()
+            assert (rows, first, last) == (raw[0], raw[1], raw[2])
+            if rows:
+                assert last_value == conn.execute("SELECT value FROM metrics WHERE name_id = ? AND step = ?",
+                                                  (name_id, last)).fetchone()[0]
+        total = conn.execute("SELECT COUNT(*), IFNULL(MAX(time), 0) FROM metrics").fetchone()
+        assert conn.execute("SELECT rows, newest FROM run_counters").fetchone() == total
+
+
+def assert_view_matches_raw(reader: StoreReader, name: str, start, end, points: int) -> None:
+    """The tiled view against the raw rows: buckets partition the raw points in order, each with the
+    exact min and max of its raw points; n and the newest point exact; at most points + 1 entries."""
+    steps, mins, maxs, n = reader.view(name, start, end, points)
+    raw_steps, raw_values = reader.series(name, start, end)
+    assert n == len(raw_steps)
+    assert len(steps) <= points + 1
+    if not len(raw_steps):
+        assert len(steps) == 0
+        return
+    if len(raw_steps) <= points:   # few points: exactly the raw path
+        want = downsample(raw_steps, raw_values, points)
+        np.testing.assert_array_equal(steps, want[0])
+        np.testing.assert_array_equal(mins, want[1])
+        return
+    assert steps[-1] == raw_steps[-1]
+    np.testing.assert_array_equal(mins[-1:], raw_values[-1:])
+    np.testing.assert_array_equal(maxs[-1:], raw_values[-1:])
+    body = steps[:-1]
+    assert body[0] == raw_steps[0] and np.all(np.diff(body) > 0) and np.isin(body, raw_steps).all()
+    edges = np.searchsorted(raw_steps, body)
+    for j, lo in enumerate(edges):
+        hi = edges[j + 1] if j + 1 < len(edges) else len(raw_steps)
+        chunk = raw_values[lo:hi]
+        if np.isnan(chunk).all():
+            assert np.isnan(mins[j]) and np.isnan(maxs[j])
+        else:
+            assert mins[j] == np.nanmin(chunk) and maxs[j] == np.nanmax(chunk), (name, start, end, points, j)
+
+
+def random_ranges(rng, lo: int, hi: int, count: int):
+    yield None, None
+    yield lo, hi
+    for _ in range(count):
+        a, b = sorted(int(x) for x in rng.integers(lo - 10, hi + 10, 2))
+        yield a, b
+        yield a, a + int(rng.integers(0, 50))
+
+
+def write(run, rng, steps, name="loss", flush_sizes=(1, 7, 300, 5000)):
+    """Log `steps` of `name` with NaN gaps and spikes, committing in flushes of varied sizes."""
+    values = rng.normal(0, 1, len(steps))
+    values[rng.random(len(steps)) < 0.03] = np.nan
+    values[rng.random(len(steps)) < 0.002] = 1e6
+    with StoreWriter(run, flush_rows=10**9, flush_seconds=1e9) as w:
+        i = 0
+        while i < len(steps):
+            size = int(rng.choice(flush_sizes))
+            for s, v in zip(steps[i:i + size].tolist(), values[i:i + size].tolist()):
+                w.log(s, {name: v})
+            w.flush()
+            i += size
+
+
+def test_tiles_follow_raw_rows_through_flushes_relogs_and_discards(tmp_path):
+    rng = np.random.default_rng(1)
+    run = tmp_path / "run"
+    write(run, rng, np.arange(-300, 6000))                    # dense, negative steps
+    write(run, rng, np.arange(0, 6000, 100), name="eval")     # sparse: every 100 steps
+    write(run, rng, np.array([-FAR + 5, -10**15, 3, 10**12, FAR - 7]), name="huge")
+    assert_tiles_match_raw(run)
+    write(run, rng, rng.integers(-300, 6000, 400))            # a resumed run logs steps again
+    with StoreWriter(run) as w:
+        assert w.discard_after(4321) > 0                       # ...after redoing from a checkpoint
+        w.log(4321, {"loss": float("nan")})
+        w.log(4400, {"loss": -7.0, "eval": 2.0})
+    assert_tiles_match_raw(run)
+    with StoreReader(run) as reader:
+        assert reader.tiled
+        for name, lo, hi in (("loss", -300, 4400), ("eval", 0, 4400), ("huge", -FAR, FAR)):
+            for start, end in random_ranges(rng, lo, hi, 12):
+                for points in (2, 5, 64, 1500):
+                    assert_view_matches_raw(reader, name, start, end, points)
+        assert reader.view("nope", None, None, 100)[3] == 0
+        assert reader.latest("loss") == (4400, -7.0)
+
+
+def test_planted_spike_visible_at_every_zoom(tmp_path):
+    n, spike = 200_000, 123_457
+    values = np.sin(np.arange(n) / 1000.0)
+    values[spike] = 50.0
+    with StoreWriter(tmp_path, flush_rows=50_000) as w:
+        for s, v in enumerate(values.tolist()):
+            w.log(s, {"train/loss": v})
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled
+        for width in (n, 50_000, 10_000, 2_000, 300, 20):
+            for offset in (0, width // 3, width - 1):
+                start = max(0, spike - offset)
+                for points in (3, 100, 1500):
+                    s = series_payload(reader, ["train/loss"], start, start + width - 1, points)["series"]["train/loss"]
+                    top = int(np.argmax(s["max"]))
+                    assert s["max"][top] == 50.0 and s["steps"][top] <= spike
+                    assert top + 1 == len(s["steps"]) or s["steps"][top + 1] >= spike   # in the bucket holding it
+        # the view reads tiles, not the 200k rows: a whole-run view touches a few thousand rows at most
+        items = tiles._items(reader.conn, reader._id("train/loss"), 0, n - 1, 4)
+        assert len(items) < 4 * 1500
+
+
+def old_store(run, rows=3000, events=5):
+    """A store as glassroom wrote it before tiles: the old schema, user_version 0."""
+    run.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(store_path(run))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(SCHEMA)
+    conn.executemany("INSERT INTO names VALUES (?, ?)", [(1, "train/loss"), (2, "eval/macro/bpb")])
+    rng = np.random.default_rng(3)
+    conn.executemany("INSERT INTO metrics VALUES (1, ?, ?, ?)",
+                     [(s, None if s % 50 == 7 else float(v), 1000.0 + s) for s, v in enumerate(rng.normal(size=rows))])
+    conn.executemany("INSERT INTO metrics VALUES (2, ?, ?, 1.0)", [(s, 1.5) for s in range(0, rows, 100)])
+    conn.executemany("INSERT INTO events (time, step, kind, text) VALUES (1.0, ?, ?, 'x')",
+                     [(i, "anomaly" if i % 2 else "note") for i in range(events)])
+    conn.commit()
+    conn.close()
+
+
+def test_reader_upgrades_an_old_store_once(tmp_path):
+    old_store(tmp_path)
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled and tiles.version(reader.conn) == tiles.TILE_VERSION
+        assert reader.max_metric_id() == (3030, 3999.0) and reader.event_counts() == (5, 2)
+        assert_view_matches_raw(reader, "train/loss", None, None, 300)
+    assert_tiles_match_raw(tmp_path)
+    with StoreWriter(tmp_path) as w:   # a resumed old run writes on, tiles kept
+        w.log(3000, {"train/loss": 9.0})
+        w.event("anomaly", "spike", 3000)
+    assert_tiles_match_raw(tmp_path)
+    with StoreReader(tmp_path) as reader:
+        assert reader.event_counts() == (6, 3)
+
+
+def test_two_readers_upgrading_at_once_do_not_double_count(tmp_path):
+    old_store(tmp_path, rows=20_000)
+    results = []
+    barrier = threading.Barrier(3)
+
+    def open_reader():
+        barrier.wait()
+        with StoreReader(tmp_path) as reader:
+            results.append((reader.tiled, reader.max_metric_id()))
+
+    threads = [threading.Thread(target=open_reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r[1][0] for r in results if r[0]] and all(r[1][0] == 20_200 for r in results)
+    assert_tiles_match_raw(tmp_path)
+
+
+def test_reader_that_cannot_write_reads_raw_and_changes_nothing(tmp_path, monkeypatch):
+    old_store(tmp_path)
+
+    def read_only(path):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(tiles, "_open_writable", read_only)
+    with StoreReader(tmp_path) as reader:
+        assert not reader.tiled and reader.counters() is None
+        steps, mins, maxs, n = reader.view("train/loss", 100, 2900, 50)
+        want = downsample(*reader.series("train/loss", 100, 2900), 50)
+        np.testing.assert_array_equal(steps, want[0])
+        np.testing.assert_array_equal(maxs, want[2])
+        assert n == 2801 and reader.max_metric_id() == (3030, 3999.0) and reader.event_counts() == (5, 2)
+        assert reader.latest("eval/macro/bpb") == (2900, 1.5)
+    with sqlite3.connect(store_path(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'tiles'").fetchall()
+
+
+def test_rows_from_a_tile_unaware_writer_are_never_hidden(tmp_path):
+    """A training process started with an older glassroom keeps writing after the dashboard upgraded
+    its store: its rows are marked dirty by the triggers; readers read raw until a writable open
+    folds them in."""
+    with StoreWriter(tmp_path) as w:
+        for s in range(1000):
+            w.log(s, {"loss": 1.0})
+    reader = StoreReader(tmp_path)
+    try:
+        with sqlite3.connect(store_path(tmp_path)) as old_writer:   # no tiles code: plain inserts
+            old_writer.executemany("INSERT OR REPLACE INTO metrics VALUES (1, ?, 5.0, 2.0)", [(s,) for s in range(990, 1100)])
+        assert reader.counters() is None                     # the open reader notices at once
+        steps, mins, maxs, n = reader.view("loss", None, None, 10)
+        assert n == 1100 and steps[-1] == 1099 and maxs.max() == 5.0
+        assert reader.latest("loss") == (1099, 5.0) and reader.max_metric_id()[0] == 1100
+    finally:
+        reader.close()
+    with StoreReader(tmp_path) as again:                      # a new reader folds the rows in
+        assert again.tiled and again.counters() is not None
+    assert_tiles_match_raw(tmp_path)
+
+
+def test_segments_cover_the_range_exactly():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        a = int(rng.integers(-10**7, 10**7))
+        b = a + int(rng.integers(0, 10**6))
+        level = int(rng.integers(0, tiles.LEVELS + 1))
+        covered = []
+        for k, lo, hi in tiles.segments(a, b, level):
+            covered.append((lo, hi) if k == 0 else (lo << (2 * k), ((hi + 1) << (2 * k)) - 1))
+        assert covered[0][0] == a and covered[-1][1] == b
+        assert all(covered[i][1] + 1 == covered[i + 1][0] for i in range(len(covered) - 1))
+        assert len(covered) <= 6 * tiles.LEVELS + 1
+
+
+@pytest.mark.parametrize("bad", ["not a database at all" * 100, ""])
+def test_damaged_store_does_not_break_opening(tmp_path, bad):
+    store_path(tmp_path).write_text(bad)
+    reader = StoreReader(tmp_path)   # raises later, on reading, as before (the server answers 503)
+    try:
+        assert not reader.tiled
+    finally:
+        reader.close()
