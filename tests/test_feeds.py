@@ -143,3 +143,30 @@ def test_a_damaged_store_leaves_the_lab_feed_whole(lab, tmp_path):
         response = client.get("/feed.atom?run=broken")
         assert response.status_code == 503 and "cannot be read" in response.text and "Traceback" not in response.text
         assert client.get("/api/incidents").status_code == 200
+
+
+def test_hostile_events_never_break_feeds_incidents_or_search(tmp_path):
+    import sqlite3
+
+    root = tmp_path / "lab"
+    with StoreWriter(root / "bad") as w:
+        w.log(1, {"train/loss": 1.0})
+        w.event("incident", "t", 1, {"incident": 5, "action": "open"})                    # not glassroom's shape
+        w.event("incident", "deep", 1, json.loads("[" * 500 + "]" * 500))               # too deep to redact
+        w.event("incident", "t2", 2, {"incident": "inc-1", "action": "open", "title": ["x"], "anomaly": True})
+        w.event("anomaly", "\x00\x01\ud800 bad chars", 3)
+    with sqlite3.connect(root / "bad" / "store.sqlite") as conn:
+        conn.execute("INSERT INTO events (time, step, kind, text, data) VALUES ('notatime', 'abc', 'note', 'weird', '{no')")
+        conn.execute("INSERT INTO events (time, step, kind, text, data) VALUES (1e300, 5, 'end', 'far', ?)",
+                     ("[" * 100_000 + "]" * 100_000,))
+    with TestClient(create_app(root), base_url="http://127.0.0.1") as client:
+        for path in ("/feed.atom", "/feed.atom?run=bad"):
+            feed = parse(client.get(path).text)
+            assert {e.tags[0].term for e in feed.entries} == {"incident", "anomaly", "note", "end"}
+            assert any(e.content[0].value == "\ufffd bad chars" for e in feed.entries)   # control chars dropped
+            weird = next(e for e in feed.entries if e.content[0].value == "weird")
+            assert weird.updated == "1970-01-01T00:00:00Z" and weird.link == "http://127.0.0.1/runs/bad"
+        incidents = client.get("/api/incidents").json()["incidents"]
+        assert [(i["id"], i["title"], i["anomaly"]) for i in incidents] == [("inc-1", "t2", None)]
+        assert client.get("/api/search?q=weird").json()["events"][0]["step"] == "abc"
+        assert client.get("/api/search?q=%00").status_code == 200

@@ -137,7 +137,7 @@ def _read_events(conn: sqlite3.Connection, where: str = "kind = ?", args: tuple 
     for id_, when, step, kind, text, data in rows:
         try:
             parsed = None if data is None else json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             parsed = None
         out.append({"id": id_, "time": when, "step": step, "kind": kind, "text": text, "data": parsed})
     return out
@@ -258,11 +258,21 @@ def update_incident(run_dir: str | Path, incident_id: str, text: str) -> dict:
     return _follow_up(run_dir, incident_id, text, "update")
 
 
+def redacted(event: dict) -> dict:
+    """An event as shown outside (glassroom.observe.redact.redact_event); one whose data is nested too
+    deep to redact (never written by glassroom) is shown without its data."""
+    from glassroom.observe.redact import redact_event
+
+    try:
+        return redact_event(event)
+    except RecursionError:
+        return redact_event({**event, "data": None})
+
+
 def read_incidents(run_dir: str | Path) -> list[dict]:
     """The folded incidents of one run as shown outside (events redacted)."""
-    from glassroom.observe.redact import redact_event
     from glassroom.observe.store import StoreReader
 
     with StoreReader(run_dir) as reader:
         events = _read_events(reader.conn)
-    return fold([redact_event(e) for e in events])
+    return fold([redacted(e) for e in events])

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from glassroom.observe import incidents as incidents_mod
 from glassroom.observe.runs import event_is_private
-from glassroom.observe.redact import redact_event, redact_text
+from glassroom.observe.redact import redact_text
 from glassroom.observe.store import StoreReader
 
 ATOM = "http://www.w3.org/2005/Atom"
@@ -83,7 +83,7 @@ def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, be
 def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool) -> list[dict]:
     """Events as the run page shows them: redacted, private notes out when `public`, and a private
     base run (glassroom.web.lineage) named nowhere on a public view."""
-    out = [redact_event(e) for e in events if not (public and event_is_private(e))]
+    out = [incidents_mod.redacted(e) for e in events if not (public and event_is_private(e))]
     if public and out:
         from glassroom.web.lineage import hidden_base, scrub
 
@@ -170,7 +170,7 @@ def lab_entries(runs: dict[str, Path], root: Optional[Path], public: bool, link:
     for run_id, run_dir in sorted(runs.items()):
         try:
             out += run_entries(run_id, run_dir, root, public, lambda h, r=run_id: link(r, h), lab, limit)
-        except (sqlite3.DatabaseError, OSError, ValueError):
+        except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
     out.sort(key=lambda e: (_sort_time(e["updated"]), e["id"]), reverse=True)
     return out[:limit]
@@ -252,7 +252,7 @@ def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool) -> 
         try:
             with StoreReader(run_dir) as reader:
                 events = shown(read_events(reader.conn, ("incident",), 100_000), reader, run_dir, root, public)
-        except (sqlite3.DatabaseError, OSError, ValueError):
+        except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
         out += [{"run": run_id, **i} for i in incidents_mod.fold(events)]
     out.sort(key=lambda i: (_sort_time(i.get("opened")), i["run"], i["id"]), reverse=True)
@@ -286,9 +286,10 @@ def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation
     write(out / "feed.atom", lab_feed(runs, root, True, "", lab, static=True))
     for run_id, run_dir in runs.items():
         try:
-            write(out / "runs" / run_id / "feed.atom", run_feed(run_id, run_dir, root, True, "", lab, static=True))
-        except (sqlite3.DatabaseError, OSError, ValueError):
+            text = run_feed(run_id, run_dir, root, True, "", lab, static=True)
+        except Exception:   # a run that cannot be read now gets no feed this round (its page is still there)
             continue
+        write(out / "runs" / run_id / "feed.atom", text)
     pages = out / "runs"
     if pages.is_dir():   # a run no longer published (marked private since) keeps no feed
         for old in sorted(pages.rglob("feed.atom")):

@@ -113,7 +113,7 @@ def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = N
             break
         try:
             names, hits, more = _run_hits(run_id, run_dir, needle, root, public, want_names, want_events)
-        except (sqlite3.DatabaseError, OSError, ValueError):
+        except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
         metrics += names
         events += hits
@@ -131,7 +131,7 @@ def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
                 rows = reader.conn.execute(NAME_SQL.format(match="1"), (1_000_000,))
                 names = [r[0] for r in rows if not looks_secret(r[0])]
                 events = shown(_newest(reader.conn, SITE_EVENTS), reader, run_dir, root, True)
-        except (sqlite3.DatabaseError, OSError, ValueError):
+        except Exception:
             continue
         out[run_id] = {"names": names,
                        "events": [{"id": e["id"], "step": e.get("step"), "kind": e["kind"], "text": e["text"]}
