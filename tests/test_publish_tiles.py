@@ -226,6 +226,29 @@ def test_hostile_sites_and_manifests(tmp_path, small_tiles):
     assert not any(elsewhere.iterdir())
 
 
+def test_interrupted_exports_leave_nothing_behind_and_empty_series_publish(tmp_path, small_tiles):
+    lab = tmp_path / "lab"
+    steps = list(range(1, 1001))
+    write_series(lab / "run", {"train/loss": (steps, [float(s) for s in steps]),
+                               "train/nan": (steps, [float("nan")] * len(steps))})
+    site = tmp_path / "site"
+    publish(lab, site)
+    nan, _ = site_series(site, "run", "train/nan")
+    assert nan["n"] == 1000 and set(nan["min"]) == {None}
+    for name in referenced(nan):   # a series with no finite value still has its tiles, all null
+        chunk = json.loads((site / "data" / "chunks" / name).read_text())
+        assert set(chunk.get("values") or chunk["min"]) == {None}
+    # what a killed export leaves: a half-written chunk and chunks no generation got to reference
+    chunks = site / "data" / "chunks"
+    (chunks / ".0123456789abcdef0123456789abcdef.tmp-99999").write_text('{"steps": [1, 2')
+    (chunks / ("f" * 32 + ".json")).write_text("{}")
+    (chunks / "README.txt").write_text("not ours")   # a file that is not a chunk is left alone
+    publish(lab, site)
+    left = {p.name for p in chunks.iterdir()}
+    assert ".0123456789abcdef0123456789abcdef.tmp-99999" not in left and "f" * 32 + ".json" not in left
+    assert "README.txt" in left and referenced(site_series(site, "run", "train/loss")[0]) <= left
+
+
 SPIKE_STEP, SPIKE = 123_457, 9.0
 LOSS_CHART = "GR.charts.find(c => c.lines.some(l => l.name === 'train/loss'))"
 

@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import sqlite3
 import time
 from pathlib import Path
 from typing import Callable, Optional
-
-import numpy as np
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.redact import redact_text
@@ -48,7 +45,7 @@ from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
 from glassroom.web.server import FRONTEND, render_page
-from glassroom.web.site_tiles import ChunkStore
+from glassroom.web.site_tiles import ChunkStore, json_floats
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
 VECTOR_POINTS = 400
@@ -80,8 +77,7 @@ def _file_key(name: str) -> str:
 def _overview(steps, values) -> dict:
     """{steps, min, max, n}: the same buckets as the live API's full view at SERIES_POINTS."""
     s, lo, hi = downsample(steps, values, SERIES_POINTS)
-    floats = lambda a: [v if math.isfinite(v) else None for v in a.astype(np.float64).tolist()]
-    return {"steps": s.tolist(), "min": floats(lo), "max": floats(hi), "n": int(len(steps))}
+    return {"steps": s.tolist(), "min": json_floats(lo), "max": json_floats(hi), "n": int(len(steps))}
 
 
 def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None,

@@ -48,7 +48,7 @@ MANIFEST = "chunks.json"  # SITE/data/<generation>/chunks.json: {"chunks": [key,
 _KEY = re.compile(r"^[0-9a-f]{32}\.json$")
 
 
-def _floats(values: np.ndarray) -> list:
+def json_floats(values: np.ndarray) -> list:
     """Floats for JSON: NaN and infinities as null."""
     out = values.astype(np.float64).tolist()
     if not np.isfinite(values).all():
@@ -90,8 +90,8 @@ def chunk_key(width: int, steps: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
 
 def chunk_payload(width: int, steps: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict:
     if width == 1:
-        return {"steps": steps.tolist(), "values": _floats(lo)}
-    return {"steps": steps.tolist(), "min": _floats(lo), "max": _floats(hi)}
+        return {"steps": steps.tolist(), "values": json_floats(lo)}
+    return {"steps": steps.tolist(), "min": json_floats(lo), "max": json_floats(hi)}
 
 
 class ChunkStore:
