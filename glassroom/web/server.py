@@ -2,7 +2,8 @@
 
 Pages: `/` (run list), `/runs/<run>` (one run's charts, events, config), `/compare?run=a&run=b`
 (several runs on one chart), `/incidents` (every run's incidents). Atom feeds: `/feed.atom` (the lab)
-and `/feed.atom?run=ID` (glassroom.web.feeds); search: `/api/search?q=` (glassroom.web.search). JSON API under `/api/`; live updates as Server-Sent Events from
+and `/feed.atom?run=ID` (glassroom.web.feeds); search: `/api/search?q=` (glassroom.web.search).
+JSON API under `/api/`; live updates as Server-Sent Events from
 `/api/stream` (one stream per page; the store is polled every 0.25 s, so a new point reaches the
 page well within 2 s of its commit). Series are downsampled here (glassroom.web.data).
 
