@@ -53,6 +53,7 @@ MAX_FILE_BYTES = 64 * 1024 * 1024   # a prediction.json is a few hundred KB (its
 CURVE_POINTS = 160
 PAST_HERO = 2.0                     # the law is drawn up to this factor beyond the hero's (or largest rung's) compute
 MAX_BAND_REPLICATES = 1000          # bootstrap replicates redone for the law's band (fit.bootstrap may be up to 10,000)
+MAX_RUNGS = 200                     # a ladder has a handful; more is not one (and would make every request slow)
 PAGE_FILES = ("ladder.js", "ladder.css")
 
 
@@ -182,6 +183,7 @@ def law_curve(params: dict, c_min: float, c_max: float, points: int = CURVE_POIN
 
 
 _band_cache: dict[tuple, Optional[dict]] = {}
+_refit_cache: dict[tuple, dict] = {}
 _band_lock = threading.Lock()
 
 
@@ -259,16 +261,25 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     from glassroom.ladder.fit import fit_endpoints
     from glassroom.ladder.rungs import check_rungs, load_rung, read_spec_settings, rung_dirs
 
-    fit_cfg, param_count = read_spec_settings(ladder_dir)
-    rungs = []
-    for folder in rung_dirs(ladder_dir):
+    folders = rung_dirs(ladder_dir)
+    if len(folders) > MAX_RUNGS:
+        raise GlassroomError(f"{len(folders)} rungs, more than the {MAX_RUNGS} a ladder page draws")
+    reals = []
+    for folder in folders:
         real = inside(root, folder)
         if real is None:   # recorded elsewhere (a moved lab): the run below root with that folder name
             run_id = match_run(str(folder), root, runs)
             real = runs.get(run_id) if run_id else None
         if real is None:
             raise GlassroomError(f"rung {folder.name}: its run folder is not below the served folder")
-        rungs.append(load_rung(real, param_count))
+        reals.append(real)
+    key = (str(ladder_dir.resolve()), *(_stamp(ladder_dir / n) for n in ("spec.yaml", "ladder.json")),
+           *((str(r), _stamp(r / "config.yaml"), _stamp(r / "store.sqlite")) for r in reals))
+    with _band_lock:
+        if key in _refit_cache:
+            return _refit_cache[key]
+    fit_cfg, param_count = read_spec_settings(ladder_dir)
+    rungs = [load_rung(real, param_count) for real in reals]
     if len(rungs) < 2:
         raise GlassroomError(f"{len(rungs)} rung(s); a fit needs at least two finished rungs")
     rungs.sort(key=lambda r: r.flops)
@@ -279,9 +290,23 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     C, L = [r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs]
     reps = min(fit_cfg.bootstrap, MAX_BAND_REPLICATES)
     fit = fit_endpoints(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
-    return {"metric": fit_cfg.metric, "confidence": fit_cfg.confidence, "fit": fit,
-            "rungs": [{**r.identity(), "final": {fit_cfg.metric: f}} for r, f in zip(rungs, L)],
-            "warnings": warnings + fit.warnings}
+    result = {"metric": fit_cfg.metric, "confidence": fit_cfg.confidence, "fit": fit,
+              "rungs": [{**r.identity(), "final": {fit_cfg.metric: f}} for r, f in zip(rungs, L)],
+              "warnings": warnings + fit.warnings}
+    with _band_lock:
+        if len(_refit_cache) > 64:
+            _refit_cache.clear()
+        _refit_cache[key] = result
+    return result
+
+
+def _stamp(path: Path) -> tuple:
+    """(mtime_ns, size) of a file, or () when it is absent: what a cached fit depends on."""
+    try:
+        st = path.stat()
+    except OSError:
+        return ()
+    return st.st_mtime_ns, st.st_size
 
 
 def spec_name(ladder_dir: Path, root: Path) -> Optional[str]:
@@ -320,6 +345,8 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
         raw_rungs = prediction.get("rungs")
         if not isinstance(metric, str) or not isinstance(law, dict) or not isinstance(raw_rungs, list):
             raise ValueError("prediction.json: no metric, rungs or endpoint_check.law; rerun `glassroom ladder run --hero`")
+        if len(raw_rungs) > MAX_RUNGS:
+            raise ValueError(f"prediction.json: {len(raw_rungs)} rungs, more than the {MAX_RUNGS} a ladder page draws")
         params = {k: _num(v) for k, v in (law.get("params") or {}).items()}
         if set(params) != {"E", "A", "alpha"} or any(v is None for v in params.values()):
             raise ValueError("prediction.json: endpoint_check.law.params is not {E, A, alpha}")
@@ -505,7 +532,11 @@ def ladder_routes(root: str | Path, public: bool = False) -> list:
         return HTMLResponse(render({"mode": "live", "base": "/", "page": "ladder-index"}), headers=no_cache)
 
     async def ladder_page(request: Request):
-        ladder_id = request.path_params["ladder"].strip("/") or "."
+        # /ladders/ is the list, as SITE/ladders/ is in the published copy; /ladders/?ladder=. is a
+        # ladder at the served folder itself (a path ending in /. would be folded away by the browser)
+        ladder_id = request.path_params["ladder"].strip("/") or request.query_params.get("ladder", "")
+        if not ladder_id:
+            return await index_page(request)
         await run_in_threadpool(ladders.get, ladder_id)
         return HTMLResponse(render({"mode": "live", "base": "/", "page": "ladder", "ladder": ladder_id}), headers=no_cache)
 
