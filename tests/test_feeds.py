@@ -104,6 +104,7 @@ def test_published_feeds_match_live_and_leave_private_things_out(lab, tmp_path):
     assert PRIVATE not in text and SECRET not in text and "scratch" not in text
     spike = next(e for e in one.entries if e.tags[0].term == "anomaly")
     assert spike.link == "index.html#point=200&start=150&end=250"   # relative to the run's feed file
+    assert (site / "runs" / "runs" / "hero" / spike.link.split("#")[0]).is_file()
     assert next(e for e in whole.entries if e.tags[0].term == "anomaly").link == \
         "runs/runs/hero/index.html#point=200&start=150&end=250"
     app = create_app(lab, loopback_only=False, hosts={"lab.example.org"})
