@@ -264,3 +264,19 @@ def test_damaged_store_does_not_break_opening(tmp_path, bad):
         assert not reader.tiled
     finally:
         reader.close()
+
+
+def test_hand_edited_rows_do_not_break_tiles(tmp_path):
+    """Text where numbers belong (a tampered store, as `glassroom ladder verify` tests make): tiles
+    count such a value as a gap and such a time as 0; nothing raises."""
+    with StoreWriter(tmp_path) as w:
+        for s in range(5000):
+            w.log(s, {"loss": float(s % 7)})
+    with sqlite3.connect(store_path(tmp_path)) as conn:
+        conn.execute("UPDATE metrics SET time = 'yesterday' WHERE step = 3")
+        conn.execute("UPDATE metrics SET value = 'lots' WHERE step = 4000")
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled
+        steps, mins, maxs, n = reader.view("loss", 10, 4990, 100)
+        assert n == 4981 and np.nanmax(maxs) == 6.0 and np.nanmin(mins) == 0.0
+        assert reader.max_metric_id()[0] == 5000

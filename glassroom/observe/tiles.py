@@ -131,8 +131,11 @@ def _recompute(conn: sqlite3.Connection, level: int, keys: np.ndarray) -> None:
     conn.execute("DELETE FROM tiles WHERE level = ? AND (name_id, bucket) IN (SELECT name_id, bucket FROM temp.tile_keys)",
                  (level,))
     if level == 1:
-        sql = ("SELECT k.name_id, k.bucket, m.step, m.step, IFNULL(m.value, 'NaN'), IFNULL(m.value, 'NaN'), "
-               "IFNULL(m.value, 'NaN'), 1, m.time FROM temp.tile_keys k JOIN metrics m "
+        # a value or time that is not a number (a hand-edited store) counts as a gap / time 0
+        value = "CASE WHEN typeof(m.value) IN ('real', 'integer') THEN m.value ELSE 'NaN' END"
+        when = "CASE WHEN typeof(m.time) IN ('real', 'integer') THEN m.time ELSE 0 END"
+        sql = (f"SELECT k.name_id, k.bucket, m.step, m.step, {value}, {value}, {value}, 1, {when} "
+               "FROM temp.tile_keys k JOIN metrics m "
                "ON m.name_id = k.name_id AND m.step BETWEEN k.bucket * 4 AND k.bucket * 4 + 3 "
                "ORDER BY k.name_id, k.bucket, m.step")
         rows = conn.execute(sql)
@@ -259,7 +262,7 @@ def ensure_for_reader(path: Path, conn: sqlite3.Connection) -> bool:
         finally:
             writer.close()
         return is_current(conn)
-    except (sqlite3.Error, OSError):
+    except (sqlite3.Error, OSError, ValueError, TypeError, OverflowError):   # never fails the reader
         return False
 
 
@@ -293,8 +296,9 @@ def _items(conn: sqlite3.Connection, name_id: int, a: int, b: int, level: int) -
     parts = []
     for k, lo, hi in segments(a, b, level):
         if k == 0:
+            value = "CASE WHEN typeof(value) IN ('real', 'integer') THEN value ELSE 'NaN' END"
             rows = conn.execute(
-                "SELECT step, step, IFNULL(value, 'NaN'), IFNULL(value, 'NaN'), IFNULL(value, 'NaN'), 1, time "
+                f"SELECT step, step, {value}, {value}, {value}, 1, 0 "
                 "FROM metrics WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step", (name_id, lo, hi))
         else:
             rows = conn.execute(
