@@ -291,6 +291,19 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
             if fraction == 0.001:   # the deepest zoom draws the raw points themselves
                 assert [x for x, _ in inside] == list(range(a, b + 1))
                 assert [y for _, y in inside] == pytest.approx(values[a - 1:b].tolist(), rel=0, abs=0)
+        # careless views: reversed or outside the run, no points, a bucket with no finite value
+        odd = browser.eval("""(async () => {
+          const m = await GR.source.meta('run'), gen = GR.source.site().generation;
+          const ov = await GR.siteTiles.json(`${GR.boot.base}data/${gen}/runs/run/${m.files['train/loss']}`);
+          const view = (a, b, p) => GR.siteSeries(ov, a, b, p, `${GR.boot.base}data/chunks/`);
+          const r = [await view(500, 100, 800), await view(1e9, 2e9, 800), await view(null, null, 0), await view(-50, 10, NaN)];
+          const red = GR.siteReduce({steps: [1, 2, 3, 4], min: [null, 1, null, 3], max: [null, 5, null, 4]}, 2);
+          return r.map((x) => [x.steps.length, x.n]).concat([[red.steps, red.min, red.max]]);
+        })()""")
+        assert odd[0] == [0, 0] and odd[1] == [0, 0]
+        assert 0 < odd[2][0] <= 3 and odd[2][1] == n   # 0 points asked: 2 buckets, and the newest point
+        assert odd[3] == [10, 10]                      # clipped to the run's first step: raw points 1..10
+        assert odd[4] == [[1, 3], [1, 3], [5, 4]]
         chunks = browser.eval("performance.getEntriesByType('resource').map(e => e.name).filter(u => u.includes('/data/chunks/'))")
         assert 0 < len(chunks) <= 12, chunks   # only the chunks covering each range, each fetched once
         errors = [m for m in browser.console if "error" in m.lower() and "favicon" not in m]

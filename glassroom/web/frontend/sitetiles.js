@@ -70,7 +70,9 @@ GR.siteCount = function (level, a, b) {
 
 // overview: a series file ({steps, min, max, n[, tiles]}); chunkBase: the URL of data/chunks/.
 GR.siteSeries = async function (overview, start, end, points, chunkBase) {
-  points = Math.max(2, Math.floor(points || 1500));
+  // as the live API: 1,500 buckets when none are asked for, else 2 to 20,000
+  points = points === null || points === undefined || !Number.isFinite(Number(points)) ? 1500
+    : Math.min(20000, Math.max(2, Math.floor(Number(points))));
   const lo = start === null || start === undefined ? -Infinity : Number(start);
   const hi = end === null || end === undefined ? Infinity : Number(end);
   const t = overview.tiles;
