@@ -80,10 +80,35 @@ def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, be
             for i, t, s, k, x, d in rows]
 
 
+_TEXTS: dict[str, str] = {}
+MAX_CACHED_TEXTS = 200_000
+
+
+def redacted_text(text: str) -> str:
+    """redact_text, remembered: events never change, so a feed, a search or a `--watch` export that
+    shows the same event again does not redact it again (the cache is emptied when full)."""
+    got = _TEXTS.get(text)
+    if got is None:
+        if len(_TEXTS) >= MAX_CACHED_TEXTS:
+            _TEXTS.clear()
+        got = _TEXTS[text] = redact_text(text)
+    return got
+
+
 def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool) -> list[dict]:
     """Events as the run page shows them: redacted, private notes out when `public`, and a private
-    base run (glassroom.web.lineage) named nowhere on a public view."""
-    out = [incidents_mod.redacted(e) for e in events if not (public and event_is_private(e))]
+    base run (glassroom.web.lineage) named nowhere on a public view. Only incident events keep their
+    (redacted) data: feeds and search show texts, and redacting every event's data would cost more
+    than everything else they do."""
+    out = []
+    for e in events:
+        if public and event_is_private(e):
+            continue
+        if e.get("kind") == incidents_mod.KIND:
+            out.append(incidents_mod.redacted(e))
+        else:
+            text = e.get("text")
+            out.append({**e, "text": redacted_text(text) if isinstance(text, str) else "", "data": None})
     if public and out:
         from glassroom.web.lineage import hidden_base, scrub
 

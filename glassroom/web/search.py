@@ -15,6 +15,7 @@ Python (SQLite's lower() knows ASCII only). At most MAX_HITS metrics and MAX_HIT
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -25,8 +26,9 @@ from glassroom.web.feeds import _parse, shown
 
 MAX_HITS = 200
 MAX_QUERY_CHARS = 200
-SCAN_EVENTS = 20_000          # events of one run read for a query SQL cannot narrow down
-SITE_EVENTS = 10_000          # newest events per run in the published search.json
+SCAN_EVENTS = 5_000           # events of one run read for a query SQL cannot narrow down
+SITE_EVENTS = 1_000           # newest events per run in the published search.json
+BUDGET_SECONDS = 5.0          # a search still running after this stops, with truncated: true
 NAME_SQL = ("SELECT name FROM names WHERE {match} AND EXISTS (SELECT 1 FROM metrics WHERE name_id = names.id) "
             "ORDER BY name LIMIT ?")
 
@@ -97,18 +99,20 @@ def _newest(conn: sqlite3.Connection, limit: int) -> list[dict]:
     return [_row(r) for r in rows]
 
 
-def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = None) -> dict:
+def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = None,
+           budget_s: float = BUDGET_SECONDS) -> dict:
     """{"q", "metrics": [{"run", "name"}], "events": [{"run", "id", "step", "kind", "text"}], "truncated"}
     over `runs` (id -> folder), runs in id order, events newest first within a run. A run whose store
-    cannot be read is skipped."""
+    cannot be read is skipped; past `budget_s` seconds the search stops with `truncated`."""
     q = check_query(q)
+    deadline = time.monotonic() + budget_s
     needle = q.lower()
     metrics: list[dict] = []
     events: list[dict] = []
     truncated = False
     for run_id, run_dir in sorted(runs.items()):
         want_names, want_events = MAX_HITS - len(metrics), MAX_HITS - len(events)
-        if want_names <= 0 and want_events <= 0:
+        if (want_names <= 0 and want_events <= 0) or time.monotonic() > deadline:
             truncated = True
             break
         try:
