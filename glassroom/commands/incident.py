@@ -41,6 +41,7 @@ def register(sub) -> None:
     o = actions.add_parser("open", help="open an incident at a step of a run (or at one of its anomalies)",
                            description="Open an incident at --step S, or at the step of anomaly --anomaly "
                            "EVENT_ID; prints its ID (inc-1, inc-2, ... per run).")
+    _debug(o)
     o.add_argument("run_dir", metavar="RUN_DIR")
     o.add_argument("title", help="one line, at most 300 characters")
     o.add_argument("--step", metavar="S", help="the step it happened at (0 or more; default: the anomaly's step)")
@@ -51,6 +52,7 @@ def register(sub) -> None:
     for name, what, help_ in (("update", "text", "add an update to an incident (open or resolved)"),
                               ("resolve", "what it was", "resolve an incident with a write-up (once)")):
         a = actions.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        _debug(a)
         a.add_argument("run_dir", metavar="RUN_DIR")
         a.add_argument("incident", metavar="ID", help="inc-N (or N)")
         a.add_argument("text", metavar="TEXT", help=f"{what}; at most 20,000 characters")
@@ -58,9 +60,14 @@ def register(sub) -> None:
 
     ls = actions.add_parser("list", help="list the incidents of a run or of every run below a folder",
                             description="A table (run, id, step, status, title), or --json.")
+    _debug(ls)
     ls.add_argument("dir", metavar="DIR", help="a run folder or a folder of runs")
     ls.add_argument("--json", action="store_true", help='print {"incidents": [{"run", "id", ...}]}')
     ls.set_defaults(run=run_list)
+
+
+def _debug(parser) -> None:
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
 
 
 def _usage(parser):
