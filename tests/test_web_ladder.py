@@ -227,6 +227,18 @@ def test_hostile_ladder_folders(tmp_path):
     (many / "prediction.json").write_text(json.dumps(p))
     with pytest.raises(ValueError, match="240 rungs, more than the 200"):
         ladder_view("ladders/many", many, root)
+    # Wrong types where numbers and objects go: drawn from what is usable, or one line naming the field.
+    p = json.loads((root / FIT / "prediction.json").read_text())
+    p.update(confidence=7, endpoint_check={**p["endpoint_check"], "compute": -5})
+    p["rungs"][1]["flops"] = "lots"
+    (many / "prediction.json").write_text(json.dumps(p))
+    view = ladder_view("ladders/many", many, root)
+    assert view["hero"]["flops"] is None and view["confidence"] == 0.95 and view["hero"]["confidence"] == 0.95
+    assert [r["flops"] is None for r in view["rungs"]].count(True) == 1 and min(view["curve"]["flops"]) > 0
+    for bad in ({"endpoint_check": []}, {"endpoint_check": {"law": {"params": [1, 2]}}}, {"rungs": "x"}, {"metric": 3}):
+        (many / "prediction.json").write_text(json.dumps({**p, **bad}))
+        with pytest.raises(ValueError, match="prediction.json: .*rerun `glassroom ladder run --hero`"):
+            ladder_view("ladders/many", many, root)
     site = tmp_path / "site"
     publish(root, site)   # one unreadable ladder does not stop the others
     listing = {d["id"]: d for d in json.loads((site / "ladders" / "ladders.json").read_text())["ladders"]}
@@ -286,6 +298,9 @@ def test_chart_draws_rungs_law_and_hero_band_live_and_published(lab, tmp_path):
             assert browser.eval("document.getElementById('nav-ladders').getAttribute('href')") == "/ladders/"
             _check_chart(browser, f"{s.url}/ladders/{FIT}")
             assert browser.eval("LADDER.actualPoints") == 1
+            browser.eval("document.getElementById('y-log').click()")   # log y: the same marks, redrawn
+            assert browser.eval("LADDER.u.scales.y.distr") == 3 and browser.eval("LADDER.rungPoints") == 3
+            assert browser.eval(RED_AT_BAR) > 0.6 and browser.eval(BLUE_ON_LAW) == 8
             links = browser.eval("[...document.querySelectorAll('#rungs a')].map(a => a.getAttribute('href'))")
             assert "/runs/runs/hero" in links and f"/runs/{FIT}/rungs/" in links[0]
             browser.navigate(f"{s.url}/ladders/", ready="window.LADDER && LADDER.ready === true")

@@ -155,6 +155,18 @@ def _num(v: Any) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
+def _compute(v: Any) -> Optional[float]:
+    """A compute in FLOPs a log axis can draw: above zero and at most 1e40 (the spec's limit), else None."""
+    v = _num(v)
+    return v if v is not None and 0 < v <= 1e40 else None
+
+
+def _level(v: Any, default: float = 0.95) -> float:
+    """A confidence level in (0, 1), else `default`."""
+    v = _num(v)
+    return v if v is not None and 0 < v < 1 else default
+
+
 def _finite(node: Any, depth: int = 0) -> Any:
     """`node` with NaN/inf as None and every string redacted (JSON has no NaN; text is shown as is)."""
     if depth > 50:
@@ -340,17 +352,19 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
     view: dict[str, Any] = {"id": ladder_id, "name": spec_name(ladder_dir, root) or ladder_dir.name}
     if prediction is not None:
         metric = prediction.get("metric")
-        check = prediction.get("endpoint_check") or {}
-        law = check.get("law") if isinstance(check, dict) else None
+        check = prediction.get("endpoint_check") if isinstance(prediction.get("endpoint_check"), dict) else {}
+        law = check.get("law")
         raw_rungs = prediction.get("rungs")
         if not isinstance(metric, str) or not isinstance(law, dict) or not isinstance(raw_rungs, list):
             raise ValueError("prediction.json: no metric, rungs or endpoint_check.law; rerun `glassroom ladder run --hero`")
         if len(raw_rungs) > MAX_RUNGS:
             raise ValueError(f"prediction.json: {len(raw_rungs)} rungs, more than the {MAX_RUNGS} a ladder page draws")
-        params = {k: _num(v) for k, v in (law.get("params") or {}).items()}
+        params = law.get("params")
+        params = {k: _num(v) for k, v in params.items()} if isinstance(params, dict) else {}
         if set(params) != {"E", "A", "alpha"} or any(v is None for v in params.values()):
-            raise ValueError("prediction.json: endpoint_check.law.params is not {E, A, alpha}")
-        confidence = _num(prediction.get("confidence")) or 0.95
+            raise ValueError("prediction.json: endpoint_check.law.params is not {E, A, alpha} as numbers; "
+                             "rerun `glassroom ladder run --hero`")
+        confidence = _level(prediction.get("confidence"))
         settings = prediction.get("settings") if isinstance(prediction.get("settings"), dict) else {}
         warnings = [str(w) for w in prediction.get("warnings") or []]
         reliable = prediction.get("reliable", True) is not False
@@ -360,9 +374,9 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 continue
             final = r.get("final") if isinstance(r.get("final"), dict) else {}
             rungs.append({"name": str(r.get("name")), "run_dir": r.get("run_dir"), "params": _num(r.get("params")),
-                          "tokens": _num(r.get("tokens")), "flops": _num(r.get("flops")), "final": _num(final.get(metric))})
+                          "tokens": _num(r.get("tokens")), "flops": _compute(r.get("flops")), "final": _num(final.get(metric))})
         source = "prediction.json"
-        hero_flops = _num(check.get("compute"))
+        hero_flops = _compute(check.get("compute"))
     else:
         fitted = _refit(ladder_dir, root, runs)
         metric, confidence, fit = fitted["metric"], fitted["confidence"], fitted["fit"]
@@ -416,7 +430,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 "params": _num(info.get("params")), "tokens": _num(info.get("tokens")), "steps": info.get("steps"),
                 "predicted": _num(chosen.get("final_loss")),
                 "interval": [_num(v) for v in interval[:2]] + [None] * (2 - len(interval[:2])),
-                "confidence": _num(chosen.get("confidence")) or confidence,
+                "confidence": _level(chosen.get("confidence"), confidence),
                 "source": "the hero run's sealed prediction" if sealed is not None else "prediction.json",
                 "seal": seal.get("digest") if isinstance(seal.get("digest"), str) else None,
                 "created_iso": chosen.get("created_iso"),
