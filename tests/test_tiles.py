@@ -26,7 +26,7 @@ def expected_tiles(conn) -> dict:
     for level in range(1, tiles.LEVELS + 1):
         groups: dict = {}
         for name_id, step, value, when in rows:
-            groups.setdefault((name_id, level, step >> (2 * level)), []).append((step, value, when))
+            groups.setdefault((name_id, level, step >> (tiles.SHIFT * level)), []).append((step, value, when))
         for key, items in groups.items():
             finite = [v for _, v, _ in items if v is not None]
             out[key] = (items[0][0], items[-1][0], min(finite) if finite else None, max(finite) if finite else None,
@@ -145,8 +145,8 @@ def test_planted_spike_visible_at_every_zoom(tmp_path):
                     assert s["max"][top] == 50.0 and s["steps"][top] <= spike
                     assert top + 1 == len(s["steps"]) or s["steps"][top + 1] >= spike   # in the bucket holding it
         # the view reads tiles, not the 200k rows: a whole-run view touches a few thousand rows at most
-        items = tiles._items(reader.conn, reader._id("train/loss"), 0, n - 1, 4)
-        assert len(items) < 4 * 1500
+        items = tiles._items(reader.conn, reader._id("train/loss"), 0, n - 1, 2)
+        assert len(items) < tiles.BRANCH * 1500
 
 
 def old_store(run, rows=3000, events=5):
@@ -250,10 +250,10 @@ def test_segments_cover_the_range_exactly():
         level = int(rng.integers(0, tiles.LEVELS + 1))
         covered = []
         for k, lo, hi in tiles.segments(a, b, level):
-            covered.append((lo, hi) if k == 0 else (lo << (2 * k), ((hi + 1) << (2 * k)) - 1))
+            covered.append((lo, hi) if k == 0 else (lo << (tiles.SHIFT * k), ((hi + 1) << (tiles.SHIFT * k)) - 1))
         assert covered[0][0] == a and covered[-1][1] == b
         assert all(covered[i][1] + 1 == covered[i + 1][0] for i in range(len(covered) - 1))
-        assert len(covered) <= 6 * tiles.LEVELS + 1
+        assert len(covered) <= 2 * (tiles.BRANCH - 1) * tiles.LEVELS + 1
 
 
 @pytest.mark.parametrize("bad", ["not a database at all" * 100, ""])

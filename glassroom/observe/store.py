@@ -134,7 +134,7 @@ class StoreWriter:
                 self.conn.execute("BEGIN IMMEDIATE")
                 self.conn.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)", self._rows)
                 self.conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)", self._vectors)
-                tiles.apply_dirty(self.conn)   # the buckets these rows touched, same transaction
+                tiles.apply_dirty(self.conn, removed=False)   # the buckets these rows touched, same transaction
             self._rows, self._vectors = [], []
         self._last_flush = time.monotonic()
 

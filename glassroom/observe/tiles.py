@@ -1,13 +1,13 @@
 """Multi-resolution series tiles and the writer's counters, kept inside a run's store.sqlite.
 
 Why: a chart of a long run shows ~1,500 buckets of (first step, min, max); reading a million raw
-rows to draw them took 0.7 s. The store keeps, per metric name, precomputed tiles at 13 resolutions,
-so any view of any range is answered from a few thousand rows.
+rows to draw them took 0.7 s. The store keeps, per metric name, precomputed tiles at 9 resolutions,
+so any view of any range is answered from at most ~8 x points rows.
 
 Layout (tables next to observe/store.py's; PRAGMA user_version = TILE_VERSION once they exist):
 - tiles(name_id, level, bucket, first_step, last_step, min, max, last, count, newest): level k
-  (1..LEVELS) covers steps [bucket * 4**k, (bucket + 1) * 4**k); `bucket = step >> 2k` (floor, so
-  negative steps work). min/max over the finite values (null when none), `last` the value at
+  (1..LEVELS = 9) covers steps [bucket * 8**k, (bucket + 1) * 8**k); `bucket = step >> 3k` (floor,
+  so negative steps work). min/max over the finite values (null when none), `last` the value at
   last_step (null for a NaN row), `count` the raw rows, `newest` the newest write time. Level 0 is
   the raw `metrics` table. Only buckets holding rows exist, so sparse series (evals every 100 steps)
   cost what they hold.
@@ -36,9 +36,10 @@ from typing import Optional
 import numpy as np
 
 TILE_VERSION = 1
-LEVELS = 13                 # widest tile: 4**13 = 67M steps
+SHIFT = 3                   # a tile of level k covers 8**k steps: bucket = step >> (SHIFT * k)
+BRANCH = 1 << SHIFT
+LEVELS = 9                  # widest tile: 8**9 = 134M steps
 FAR = 2**62                 # steps beyond +-FAR are not read (as StoreReader.series)
-CHUNK = 65_536              # level-1 buckets recomputed at once (bounds memory when building)
 UPGRADE_BUSY_SECONDS = 5.0  # a reader waits this long for a live writer's lock, then reads raw
 
 TILE_SCHEMA = (
@@ -56,12 +57,12 @@ TILE_SCHEMA = (
         id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL, newest REAL NOT NULL,
         events INTEGER NOT NULL, anomalies INTEGER NOT NULL)""",
     """CREATE TRIGGER IF NOT EXISTS metrics_tiles_insert AFTER INSERT ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 2); END""",
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 3); END""",
     """CREATE TRIGGER IF NOT EXISTS metrics_tiles_delete AFTER DELETE ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 2); END""",
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 3); END""",
     """CREATE TRIGGER IF NOT EXISTS metrics_tiles_update AFTER UPDATE ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 2);
-        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 2); END""",
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 3);
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 3); END""",
     """CREATE TRIGGER IF NOT EXISTS vectors_counter_insert AFTER INSERT ON vectors BEGIN
         INSERT INTO series_counters (name_id, vector_last) VALUES (NEW.name_id, NEW.step)
         ON CONFLICT (name_id) DO UPDATE SET vector_last = MAX(IFNULL(vector_last, NEW.step), NEW.step); END""",
@@ -78,7 +79,10 @@ TILE_SCHEMA = (
 
 _ITEM = [("first", np.int64), ("last_step", np.int64), ("min", np.float64), ("max", np.float64),
          ("last", np.float64), ("count", np.int64), ("newest", np.float64)]
-_KEYED = [("name_id", np.int64), ("bucket", np.int64)] + _ITEM
+
+# A value or time that is not a finite number (only a hand-edited store has one) counts as a gap / 0.
+_FINITE = "CASE WHEN typeof({v}) IN ('real', 'integer') AND {v} - {v} = 0 THEN {v} END"
+_TIME = "CASE WHEN typeof({v}) IN ('real', 'integer') THEN {v} ELSE 0 END"
 
 
 # ------------------------------------------------------------------ state probes
@@ -95,114 +99,71 @@ def is_current(conn: sqlite3.Connection) -> bool:
 
 
 # ------------------------------------------------------------------ writing (inside a write transaction)
+# All in SQL (aggregates over index ranges): no row passes through Python.
 
-def _reduce(keys: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group `items` (sorted by key, then step) by `keys` (name_id, bucket): one tile per group."""
-    change = np.r_[True, (keys["name_id"][1:] != keys["name_id"][:-1]) | (keys["bucket"][1:] != keys["bucket"][:-1])]
-    starts = np.flatnonzero(change)
-    ends = np.r_[starts[1:], len(items)] - 1
-    out = np.zeros(len(starts), dtype=_KEYED)
-    out["name_id"], out["bucket"] = keys["name_id"][starts], keys["bucket"][starts]
-    out["first"], out["last_step"] = items["first"][starts], items["last_step"][ends]
-    with np.errstate(invalid="ignore"):
-        out["min"] = np.fmin.reduceat(items["min"], starts)
-        out["max"] = np.fmax.reduceat(items["max"], starts)
-        out["newest"] = np.fmax.reduceat(items["newest"], starts)
-    out["last"] = items["last"][ends]
-    out["count"] = np.add.reduceat(items["count"], starts)
-    return out
-
-
-def _write_tiles(conn: sqlite3.Connection, level: int, tiles: np.ndarray) -> None:
-    """Insert tiles (NaN min/max/last are stored as null: SQLite binds NaN as NULL)."""
-    if len(tiles):
-        conn.executemany(
-            "INSERT OR REPLACE INTO tiles VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            zip(tiles["name_id"].tolist(), [level] * len(tiles), tiles["bucket"].tolist(), tiles["first"].tolist(),
-                tiles["last_step"].tolist(), tiles["min"].tolist(), tiles["max"].tolist(), tiles["last"].tolist(),
-                tiles["count"].tolist(), tiles["newest"].tolist()))
-
-
-def _recompute(conn: sqlite3.Connection, level: int, keys: np.ndarray) -> None:
-    """Rebuild the tiles of `level` named by `keys` (name_id, bucket) from level - 1 (raw rows for
-    level 1); a bucket left with no rows loses its tile."""
-    conn.execute("DELETE FROM temp.tile_keys")
-    conn.executemany("INSERT INTO temp.tile_keys VALUES (?, ?)", zip(keys["name_id"].tolist(), keys["bucket"].tolist()))
-    conn.execute("DELETE FROM tiles WHERE level = ? AND (name_id, bucket) IN (SELECT name_id, bucket FROM temp.tile_keys)",
-                 (level,))
+def _children(level: int, alias: str) -> tuple[str, str]:
+    """(table, condition): the rows one level down that make up tile (k.name_id, k.bucket) of `level`."""
+    span = f"BETWEEN k.bucket * {BRANCH} AND k.bucket * {BRANCH} + {BRANCH - 1}"
     if level == 1:
-        # a value or time that is not a number (a hand-edited store) counts as a gap / time 0
-        value = "CASE WHEN typeof(m.value) IN ('real', 'integer') THEN m.value ELSE 'NaN' END"
-        when = "CASE WHEN typeof(m.time) IN ('real', 'integer') THEN m.time ELSE 0 END"
-        sql = (f"SELECT k.name_id, k.bucket, m.step, m.step, {value}, {value}, {value}, 1, {when} "
-               "FROM temp.tile_keys k JOIN metrics m "
-               "ON m.name_id = k.name_id AND m.step BETWEEN k.bucket * 4 AND k.bucket * 4 + 3 "
-               "ORDER BY k.name_id, k.bucket, m.step")
-        rows = conn.execute(sql)
+        return f"metrics {alias}", f"{alias}.name_id = k.name_id AND {alias}.step {span}"
+    return f"tiles {alias}", f"{alias}.name_id = k.name_id AND {alias}.level = {level - 1} AND {alias}.bucket {span}"
+
+
+def _recompute(conn: sqlite3.Connection, level: int, removed: bool) -> None:
+    """Rebuild the tiles of `level` listed in temp.tile_keys from the level below (raw rows for
+    level 1); with `removed` (rows were deleted), a bucket left with no rows loses its tile."""
+    table, on = _children(level, "c")
+    last_table, last_on = _children(level, "l")
+    if level == 1:
+        value, when = _FINITE.format(v="c.value"), _TIME.format(v="c.time")
+        columns = f"MIN(c.step), MAX(c.step), MIN({value}), MAX({value}), COUNT(*), MAX({when})"
+        last = f"SELECT {_FINITE.format(v='l.value')} FROM {last_table} WHERE {last_on} ORDER BY l.step DESC LIMIT 1"
     else:
-        sql = ("SELECT k.name_id, k.bucket, t.first_step, t.last_step, IFNULL(t.min, 'NaN'), IFNULL(t.max, 'NaN'), "
-               "IFNULL(t.last, 'NaN'), t.count, t.newest FROM temp.tile_keys k JOIN tiles t "
-               "ON t.name_id = k.name_id AND t.level = ? AND t.bucket BETWEEN k.bucket * 4 AND k.bucket * 4 + 3 "
-               "ORDER BY k.name_id, k.bucket, t.bucket")
-        rows = conn.execute(sql, (level - 1,))
-    data = np.fromiter(rows, dtype=_KEYED)
-    if len(data):
-        if level == 1:   # Inf never reaches the store (StoreWriter stores it as null); be sure anyway
-            finite = np.isfinite(data["min"])
-            data["min"] = np.where(finite, data["min"], np.nan)
-            data["max"] = data["min"]
-        _write_tiles(conn, level, _reduce(data, data))
+        columns = "MIN(c.first_step), MAX(c.last_step), MIN(c.min), MAX(c.max), SUM(c.count), MAX(c.newest)"
+        last = f"SELECT l.last FROM {last_table} WHERE {last_on} ORDER BY l.bucket DESC LIMIT 1"
+    conn.execute(
+        "INSERT OR REPLACE INTO tiles (name_id, level, bucket, first_step, last_step, min, max, count, newest, last) "
+        f"SELECT k.name_id, {level}, k.bucket, {columns}, ({last}) "
+        f"FROM temp.tile_keys k JOIN {table} ON {on} WHERE k.level = {level} GROUP BY k.name_id, k.bucket")
+    if removed:
+        conn.execute(
+            "DELETE FROM tiles WHERE (name_id, level, bucket) IN (SELECT k.name_id, k.level, k.bucket "
+            f"FROM temp.tile_keys k WHERE k.level = {level} AND NOT EXISTS (SELECT 1 FROM {table} WHERE {on}))")
 
 
-def _parents(keys: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(keys), dtype=keys.dtype)
-    out["name_id"], out["bucket"] = keys["name_id"], keys["bucket"] >> 2
-    return np.unique(out)
-
-
-def _update_counters(conn: sqlite3.Connection, name_ids: list[int]) -> None:
-    """series_counters of `name_ids` from their top-level tiles; run_counters from series_counters."""
-    conn.execute("DELETE FROM temp.tile_keys")
-    conn.executemany("INSERT INTO temp.tile_keys VALUES (?, 0)", ((i,) for i in name_ids))
-    top = np.fromiter(conn.execute(
-        "SELECT t.name_id, t.bucket, t.first_step, t.last_step, IFNULL(t.min, 'NaN'), IFNULL(t.max, 'NaN'), "
-        "IFNULL(t.last, 'NaN'), t.count, t.newest FROM tiles t "
-        "WHERE t.level = ? AND t.name_id IN (SELECT name_id FROM temp.tile_keys) ORDER BY t.name_id, t.bucket",
-        (LEVELS,)), dtype=_KEYED)
-    per_name = np.zeros(len(top), dtype=[("name_id", np.int64), ("bucket", np.int64)])
-    per_name["name_id"] = top["name_id"]
-    summary = _reduce(per_name, top) if len(top) else np.zeros(0, dtype=_KEYED)
-    conn.executemany("UPDATE series_counters SET rows = 0, first_step = NULL, last_step = NULL, last_value = NULL, "
-                     "newest = NULL WHERE name_id = ?", ((i,) for i in name_ids))
-    conn.executemany(
-        "INSERT INTO series_counters (name_id, rows, first_step, last_step, last_value, newest) VALUES (?, ?, ?, ?, ?, ?) "
+def _update_counters(conn: sqlite3.Connection) -> None:
+    """series_counters of the names in temp.tile_keys from their top-level tiles; run_counters from
+    series_counters."""
+    conn.execute(
+        "INSERT INTO series_counters (name_id, rows, first_step, last_step, last_value, newest) "
+        "SELECT n.name_id, IFNULL(SUM(t.count), 0), MIN(t.first_step), MAX(t.last_step), "
+        f"(SELECT l.last FROM tiles l WHERE l.name_id = n.name_id AND l.level = {LEVELS} ORDER BY l.bucket DESC LIMIT 1), "
+        f"MAX(t.newest) FROM (SELECT DISTINCT name_id FROM temp.tile_keys WHERE level = {LEVELS}) n "
+        f"LEFT JOIN tiles t ON t.name_id = n.name_id AND t.level = {LEVELS} WHERE true GROUP BY n.name_id "
         "ON CONFLICT (name_id) DO UPDATE SET rows = excluded.rows, first_step = excluded.first_step, "
-        "last_step = excluded.last_step, last_value = excluded.last_value, newest = excluded.newest",
-        zip(summary["name_id"].tolist(), summary["count"].tolist(), summary["first"].tolist(),
-            summary["last_step"].tolist(), summary["last"].tolist(), summary["newest"].tolist()))
+        "last_step = excluded.last_step, last_value = excluded.last_value, newest = excluded.newest")
     conn.execute("UPDATE run_counters SET rows = (SELECT IFNULL(SUM(rows), 0) FROM series_counters), "
                  "newest = (SELECT IFNULL(MAX(newest), 0) FROM series_counters) WHERE id = 1")
 
 
-def apply_dirty(conn: sqlite3.Connection) -> int:
+def apply_dirty(conn: sqlite3.Connection, removed: bool = True) -> bool:
     """Recompute the tiles and counters of every dirty bucket, level by level; empties tile_dirty.
-    Call inside the write transaction that changed the rows. Returns how many level-1 buckets."""
-    keys = np.fromiter(conn.execute("SELECT name_id, bucket FROM tile_dirty ORDER BY name_id, bucket"),
-                       dtype=[("name_id", np.int64), ("bucket", np.int64)])
-    if not len(keys):
-        return 0
+    Call inside the write transaction that changed the rows; `removed=False` only when no row was
+    deleted since the last call (then no tile can become empty). True when there was anything to do."""
+    if not conn.execute("SELECT EXISTS (SELECT 1 FROM tile_dirty)").fetchone()[0]:
+        return False
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS tile_keys (level INTEGER NOT NULL, name_id INTEGER NOT NULL, "
+                 "bucket INTEGER NOT NULL, PRIMARY KEY (level, name_id, bucket)) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.tile_keys")
+    conn.execute("INSERT INTO temp.tile_keys SELECT 1, name_id, bucket FROM tile_dirty")
     conn.execute("DELETE FROM tile_dirty")
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS tile_keys (name_id INTEGER NOT NULL, bucket INTEGER NOT NULL)")
-    # In chunks, in (name, bucket) order: a parent shared by two chunks is recomputed again by the
-    # later one, once all its children are current.
-    for at in range(0, len(keys), CHUNK):
-        level_keys = keys[at:at + CHUNK]
-        for level in range(1, LEVELS + 1):
-            if level > 1:
-                level_keys = _parents(level_keys)
-            _recompute(conn, level, level_keys)
-    _update_counters(conn, np.unique(keys["name_id"]).tolist())
-    return len(keys)
+    for level in range(1, LEVELS + 1):
+        if level > 1:
+            conn.execute(f"INSERT OR IGNORE INTO temp.tile_keys SELECT {level}, name_id, bucket >> {SHIFT} "
+                         f"FROM temp.tile_keys WHERE level = {level - 1}")
+        _recompute(conn, level, removed)
+    _update_counters(conn)
+    return True
 
 
 def _build(conn: sqlite3.Connection) -> None:
@@ -214,11 +175,8 @@ def _build(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO run_counters SELECT 1, 0, 0, COUNT(*), IFNULL(SUM(kind = 'anomaly'), 0) FROM events")
     conn.execute("INSERT INTO series_counters (name_id, vector_last) SELECT name_id, MAX(step) FROM vectors "
                  "GROUP BY name_id")
-    # One name at a time bounds the memory (a name's dirty level-1 buckets, not the whole store).
-    for (name_id,) in conn.execute("SELECT DISTINCT name_id FROM metrics").fetchall():
-        conn.execute("INSERT OR IGNORE INTO tile_dirty SELECT name_id, step >> 2 FROM metrics WHERE name_id = ?",
-                     (name_id,))
-        apply_dirty(conn)
+    conn.execute(f"INSERT OR IGNORE INTO tile_dirty SELECT name_id, step >> {SHIFT} FROM metrics")
+    apply_dirty(conn)
     conn.execute(f"PRAGMA user_version = {TILE_VERSION}")
 
 
@@ -279,7 +237,7 @@ def segments(a: int, b: int, level: int) -> list[tuple[int, int, int]]:
         if k == 0:
             out.append((0, lo, hi))
             return
-        width = 1 << (2 * k)
+        width = 1 << (SHIFT * k)
         first, last = -((-lo) // width), (hi + 1) // width - 1
         if first > last:
             cut(lo, hi, k - 1)
@@ -327,7 +285,7 @@ def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Opti
     if a > b:
         return empty
     per_bucket = -(-(b - a + 1) // max(1, points))
-    level = min(LEVELS, (per_bucket.bit_length() - 1) // 2)   # at most ~4 x points tiles in [a, b]
+    level = min(LEVELS, (per_bucket.bit_length() - 1) // SHIFT)   # at most ~BRANCH x points tiles in [a, b]
     if level > 0:
         items = _items(conn, name_id, a, b, level)
         n = int(items["count"].sum())
