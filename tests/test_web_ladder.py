@@ -118,6 +118,35 @@ def test_a_ladder_without_prediction_is_fitted_as_ladder_fit_does(lab):
     assert [r["run"] for r in view["rungs"]] == [f"{FIT}/rungs/{r.run_dir.name}" for r in rungs]
 
 
+def test_the_served_folder_itself_is_a_ladder(lab):
+    root, made = lab
+    from starlette.testclient import TestClient
+
+    from glassroom.web.server import create_app
+
+    client = TestClient(create_app(root / FIT, hosts={"testserver"}))
+    assert [d["id"] for d in client.get("/api/ladders").json()["ladders"]] == ["."]
+    view = client.get("/api/ladder", params={"id": "."}).json()
+    assert sorted(r["run"] for r in view["rungs"]) == [f"rungs/{n}" for n in made["names"]]   # linked inside this folder
+    assert view["hero"]["run"] is None and view["hero"]["source"] == "prediction.json"   # the hero is not below it
+    page = client.get("/ladders/", params={"ladder": "."})
+    assert page.status_code == 200 and '"ladder": "."' in page.text
+    assert '"page": "ladder-index"' in client.get("/ladders/").text
+
+
+def test_ladder_pages_never_import_torch(lab):
+    """Both paths, the recorded fit and the one fitted here (rungs' configs, parameter counts), as serve runs them."""
+    import subprocess
+
+    root, _ = lab
+    code = ("import sys; from pathlib import Path; from glassroom.web.ladder_page import ladder_view, find_ladders\n"
+            f"root = Path({str(root)!r})\n"
+            f"for i in ({FIT!r}, 'ladders/plain'): assert ladder_view(i, find_ladders(root)[i], root)['law']['params']\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def _get(url: str) -> tuple[int, bytes, dict]:
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
