@@ -279,9 +279,14 @@ def test_hostile_ladder_folders(tmp_path):
     assert not (site / "ladders" / "l" / "ladders" / "odd" / "index.html").exists()
     assert (site / "ladders" / "l" / FIT / "index.html").exists()
     other = tmp_path / "site2"
-    other.mkdir()
+    publish(root, other)
+    shutil.rmtree(other / "ladders")
     os.symlink(outside, other / "ladders")
     from glassroom.errors import GlassroomError
+    before = (other / "site.json").read_text()
+    with pytest.raises(GlassroomError, match="ladders is a symbolic link"):
+        publish(root, other)
+    assert (other / "site.json").read_text() == before
     with pytest.raises(GlassroomError, match="symbolic link"):
         publish_ladders(root, other)
     assert not any((outside / n).exists() for n in ("ladders.json", "index.html"))

@@ -51,7 +51,7 @@ SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a ful
 VECTOR_POINTS = 400
 STATIC_SUFFIXES = {".js", ".css"}
 SITE_MARKER = "site.json"
-SITE_PARTS = ("data", "static", "runs", "atlas", "index.html", "compare.html", SITE_MARKER)
+SITE_PARTS = ("data", "static", "runs", "atlas", "ladders", "index.html", "compare.html", SITE_MARKER)
 
 
 def _write_json(path: Path, payload) -> None:
