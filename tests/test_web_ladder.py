@@ -335,6 +335,11 @@ def test_chart_draws_rungs_law_and_hero_band_live_and_published(lab, tmp_path):
             browser.eval("document.getElementById('y-log').click()")   # log y: the same marks, redrawn
             assert browser.eval("LADDER.u.scales.y.distr") == 3 and browser.eval("LADDER.rungPoints") == 3
             assert browser.eval(RED_AT_BAR) > 0.6 and browser.eval(BLUE_ON_LAW) == 8
+            with StoreWriter(root / "runs" / "hero") as w:   # the hero finishes: the open page follows
+                w.log(567, {"eval/macro/loss": 4.05})
+            browser.wait_for("LADDER.view.hero.actual.final === true", timeout=20)
+            assert browser.eval("LADDER.actualPoints") == 1 and browser.eval("LADDER.u.scales.y.distr") == 3
+            assert "step 567" in browser.eval("document.querySelector('#rungs tr.hero').textContent")
             links = browser.eval("[...document.querySelectorAll('#rungs a')].map(a => a.getAttribute('href'))")
             assert "/runs/runs/hero" in links and f"/runs/{FIT}/rungs/" in links[0]
             browser.navigate(f"{s.url}/ladders/", ready="window.LADDER && LADDER.ready === true")

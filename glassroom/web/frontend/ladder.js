@@ -3,7 +3,8 @@
 // points (the backtest's held-out rung in its own colour), the fitted law L(C) = E + A*C^-alpha as a
 // line with its bootstrap band shaded, the hero's preregistered final loss with its interval as an
 // error bar at its compute, and the hero's latest value when its run is known. Below: the rungs table
-// (each linked to its run page), the backtest and notes.
+// (each linked to its run page), the backtest and notes. Live, the page asks again every 5 s and
+// redraws when the hero's latest value (or a rung) changed.
 // Data: the live server's /api/ladder (glassroom serve) or the static site's ladder.json (glassroom publish).
 // window.LADDER exposes the state the browser tests read (ready, view, counts, the hero bar's pixels).
 "use strict";
@@ -14,6 +15,7 @@
   const COL = {law: "#2563eb", band: "rgba(37,99,235,0.14)", rung: "#111827", held: "#f97316", hero: "#dc2626",
                heroBand: "rgba(220,38,38,0.16)", actual: "#16a34a"};
   const live = boot.mode === "live";
+  const POLL_MS = 5000;
   const enc = (id) => id.split("/").map(encodeURIComponent).join("/");
   const runHref = (run) => live ? `${boot.base}runs/${enc(run)}` : `${boot.base}runs/${enc(run)}/index.html`;
   const fmt = (v, digits = 4) => (v === null || v === undefined || !isFinite(v)) ? "–" : Number(v).toPrecision(digits);
@@ -173,6 +175,7 @@
       ["rung", COL.rung, "rungs (final value)"], ...(V.rungs.some((r) => r.held_out) ? [["held", COL.held, "held out by the backtest (the line is fitted on every rung)"]] : []),
       ...(V.hero ? [["hero", COL.hero, `hero ${V.hero.name}: preregistered final loss and ${Math.round((V.hero.confidence || V.confidence) * 100)}% interval`]] : []),
       ...(V.hero && V.hero.actual ? [["actual", COL.actual, V.hero.actual.final ? "hero: final value" : `hero: latest value (step ${V.hero.actual.step})`]] : [])];
+    $("legend").replaceChildren();
     for (const [key, colour, text] of items) {
       const sw = el("span", {class: "sw"}); sw.style.background = colour;
       $("legend").append(el("span", {class: "key", "data-key": key}, sw, document.createTextNode(text)));
@@ -181,6 +184,7 @@
 
   function table() {
     const body = $("rungs").tBodies[0];
+    body.replaceChildren();
     $("metric-head").textContent = `final ${V.metric}`;
     const name = (label, run) => run ? el("a", {href: runHref(run), text: label}) : document.createTextNode(label);
     for (const r of V.rungs) {
@@ -195,7 +199,9 @@
     if (h) {
       const a = h.actual;
       const note = `predicted ${fmt(h.predicted)} [${fmt(h.interval[0])}, ${fmt(h.interval[1])}] (${h.source}` +
-        (h.seal ? `, seal ${h.seal.slice(0, 16)}` : "") + ")" + (a ? `; ${a.final ? "final" : "latest"} ${fmt(a.value)} at step ${a.step}` : "");
+        (h.seal ? `, seal ${h.seal.slice(0, 16)}` : "") + ")" + (a ? `; ${a.final ? "final" : "latest"} ${fmt(a.value)} at step ${a.step}` : "") +
+        (a && a.final && h.interval[0] !== null && h.interval[1] !== null
+          ? (h.interval[0] <= a.value && a.value <= h.interval[1] ? ", inside the preregistered interval" : ", OUTSIDE the preregistered interval") : "");
       body.append(el("tr", {class: "hero"},
         el("td", {}, name(h.name, h.run)), el("td", {text: "hero"}),
         el("td", {class: "num", text: count(h.params)}), el("td", {class: "num", text: count(h.tokens)}),
@@ -233,6 +239,16 @@
         $("y-log").classList.toggle("on", log); $("y-lin").classList.toggle("on", !log);
         build();
       });
+    }
+    if (live) {   // the hero trains on: its latest value is fetched again every POLL_MS
+      setInterval(async () => {
+        let fresh;
+        try { fresh = await getJSON(`${boot.base}api/ladder?id=${encodeURIComponent(boot.ladder)}`); } catch (e) { return; }
+        if (JSON.stringify(fresh.hero) === JSON.stringify(V.hero) && JSON.stringify(fresh.rungs) === JSON.stringify(V.rungs)) return;
+        V = L.view = fresh;
+        legend(); table(); build();
+        L.updates = (L.updates || 0) + 1;
+      }, POLL_MS);
     }
     let t = null;
     window.addEventListener("resize", () => { clearTimeout(t); t = setTimeout(() => u.setSize({width: Math.max(320, $("chart").clientWidth), height: 380}), 150); });
