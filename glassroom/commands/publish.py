@@ -11,7 +11,8 @@ from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 Export every run below DIR as a static site (HTML, JSON data, JS; uPlot included) that any static
-file server can host: the run list, each run's charts, journal and config, and a compare page.
+file server can host: the run list, each run's charts, journal and config, a compare page, and
+each scaling ladder's page (ladders/: rungs against compute, the fitted law, the hero's band).
 With --watch SECONDS it re-exports at that interval, so a public copy follows a live run; each
 export switches over atomically (site.json), so a reader never sees half a site. Secrets are
 redacted everywhere (config values under secret-looking keys, KEY=VALUE pairs, URL credentials and

@@ -15,7 +15,8 @@ Serve a read-only web dashboard over every run below DIR (a run is a folder with
 a run list with status and latest values; per run, charts of loss and per-domain evaluation,
 learning rate, grad/update/param norms in total, by group and by layer, expert load per MoE layer,
 router-bias trajectories, throughput, MFU and tokens per domain, with the journal of events and the
-config; and several runs on shared charts. Pages update live (a new point shows within 2 s).
+config; several runs on shared charts; and each scaling ladder's rungs against training FLOPs with
+the fitted law and the hero's preregistered band (/ladders). Pages update live (a new point shows within 2 s).
 GET and HEAD only; binds 127.0.0.1 unless --host says otherwise; answers only Host headers naming
 the loopback, the --host address or an --allow-host name. Secrets are redacted; bound to any other
 address than the loopback, runs and notes marked private are hidden. docs/serve.md has the details.
