@@ -6,7 +6,6 @@ on public servers and in publish, hostile ladder folders, and one Chromium test,
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -16,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from glassroom.ladder.fit import fit_endpoints, predict_interval
 from glassroom.ladder.predict import backtest, make_prediction, preregister
