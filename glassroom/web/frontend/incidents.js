@@ -21,7 +21,7 @@ GR.foldIncidents = function (events) {
     if (d.action === "open" && !byId.has(id)) {
       byId.set(id, {id, step: Number.isFinite(e.step) ? e.step : null, title: typeof d.title === "string" ? d.title : text,
         status: "open", opened: e.time, resolved: null, resolution: null, updates: [],
-        anomaly: d.anomaly === undefined ? null : d.anomaly});
+        anomaly: Number.isInteger(d.anomaly) ? d.anomaly : null});
     } else if (d.action === "update" && byId.has(id)) {
       byId.get(id).updates.push({time: e.time, text});
     } else if (d.action === "resolve" && byId.has(id) && byId.get(id).status !== "resolved") {

@@ -100,7 +100,7 @@ GR.permalink = {
     chart.card.classList.add("linked");
     const go = () => chart.card.scrollIntoView({block: "center"});
     go();
-    for (const ms of [300, 1000]) setTimeout(() => { if (!GR.userScrolled) go(); }, ms);
+    for (const ms of [300, 1000]) setTimeout(() => { if (!GR.userScrolled) go(); if (ms === 1000) GR.permalink.settled = true; }, ms);
     setTimeout(() => chart.card.classList.remove("linked"), 3000);
   },
 
@@ -139,6 +139,6 @@ GR.permalink = {
     GR.permalink.apply(GR.permalink.parse(location.hash), true);
     GR.permalinkApplied = true;
     window.addEventListener("hashchange", () => GR.permalink.apply(GR.permalink.parse(location.hash), true));
-    for (const ev of ["wheel", "keydown", "touchmove"]) window.addEventListener(ev, () => { GR.userScrolled = true; }, {once: true, passive: true});
+    for (const ev of ["wheel", "keydown", "touchmove", "mousedown"]) window.addEventListener(ev, () => { GR.userScrolled = true; }, {once: true, passive: true});
   },
 };

@@ -53,6 +53,10 @@ GR.liveSource = function (base) {
       es.addEventListener("runs", (e) => handlers.runs && handlers.runs(JSON.parse(e.data)));
       es.onerror = () => GR.setConnection && GR.setConnection(false);
       es.onopen = () => GR.setConnection && GR.setConnection(true);
+      // Leaving the page closes its stream (a browser keeps about 6 connections per server: pages
+      // kept in the back/forward cache would otherwise hold theirs); coming back reloads the page.
+      window.addEventListener("pagehide", () => es.close());
+      window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
       return es;
     },
   };
