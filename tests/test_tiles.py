@@ -280,3 +280,26 @@ def test_hand_edited_rows_do_not_break_tiles(tmp_path):
         steps, mins, maxs, n = reader.view("loss", 10, 4990, 100)
         assert n == 4981 and np.nanmax(maxs) == 6.0 and np.nanmin(mins) == 0.0
         assert reader.max_metric_id()[0] == 5000
+
+
+@pytest.mark.parametrize("drop", ["DROP TABLE tiles", "DROP TRIGGER metrics_tiles_insert", "DROP TABLE run_counters"])
+def test_writer_rebuilds_what_a_hand_edit_removed(tmp_path, drop, monkeypatch):
+    with StoreWriter(tmp_path) as w:
+        for s in range(300):
+            w.log(s, {"loss": float(s)})
+        w.event("note", "hi", 1)
+    with sqlite3.connect(store_path(tmp_path)) as conn:
+        conn.execute(drop)
+    with monkeypatch.context() as m:         # a reader that cannot write reads the raw rows
+        m.setattr(tiles, "_open_writable", lambda path: (_ for _ in ()).throw(sqlite3.OperationalError("read-only")))
+        with StoreReader(tmp_path) as reader:
+            assert not reader.tiled
+            assert reader.latest("loss") == (299, 299.0) and reader.event_counts() == (1, 0)
+            assert reader.view("loss", None, None, 10)[3] == 300
+    with StoreReader(tmp_path) as reader:   # one that can rebuilds them
+        assert reader.tiled and reader.latest("loss") == (299, 299.0) and reader.event_counts() == (1, 0)
+    with StoreWriter(tmp_path) as w:        # a writer builds the tiles again
+        w.log(300, {"loss": 1.0})
+    assert_tiles_match_raw(tmp_path)
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled and reader.event_counts() == (1, 0)

@@ -13,11 +13,12 @@ Layout (RUN_DIR/store.sqlite):
   error; `digest` chains each event to the one before (journal.py).
 - artifacts(name, time, value): JSON documents such as the resolved config, status, prediction.
 - tiles, tile_dirty, series_counters, run_counters (observe/tiles.py, PRAGMA user_version 1): per
-  metric, min/max/last/count tiles at 13 resolutions (4**k steps), kept at each flush in the same
-  transaction as the rows, so a chart of any range reads a few thousand rows; and counters (rows,
-  last step and value, newest write, events, anomalies) so run lists never count rows. A store
-  made before them is upgraded once by the first writer or reader that opens it; a reader that
-  cannot write reads the raw rows.
+  metric, min/max/last/count tiles at 9 resolutions (8**k steps), kept at each flush in the same
+  transaction as the rows (triggers on `metrics` mark the changed buckets), so a chart of any
+  range reads a few thousand rows (`StoreReader.view`); and counters (rows, last step and value,
+  newest write, events, anomalies) so run lists and live streams never count rows. A store made
+  before them is upgraded once by the first writer or reader that opens it; a reader that cannot
+  write reads the raw rows.
 
 The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
 `flush_seconds`), so logging stays a small fraction of a training step; events and artifacts

@@ -180,15 +180,26 @@ def _build(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA user_version = {TILE_VERSION}")
 
 
+def _complete(conn: sqlite3.Connection) -> bool:
+    """Every table and trigger of TILE_SCHEMA is there (a hand-edited store may have dropped one)."""
+    names = [statement.split(" EXISTS ", 1)[1].split()[0] for statement in TILE_SCHEMA]
+    found = conn.execute(f"SELECT COUNT(*) FROM sqlite_master WHERE name IN ({', '.join('?' * len(names))})",
+                         names).fetchone()[0]
+    return found == len(names)
+
+
 def ensure(conn: sqlite3.Connection) -> bool:
     """Bring `conn`'s store (a writable connection in autocommit mode) up to date: build the tiles of
     an old store once, fold in rows a tile-unaware writer added. True when it changed anything."""
-    if is_current(conn):
-        return False
+    try:
+        if is_current(conn) and _complete(conn):
+            return False
+    except sqlite3.OperationalError:   # a table is missing: built again below
+        pass
     conn.execute("BEGIN IMMEDIATE")
     try:
         changed = False
-        if version(conn) < TILE_VERSION:   # checked again under the write lock: one upgrader only
+        if version(conn) < TILE_VERSION or not _complete(conn):   # checked again under the write lock
             _build(conn)
             changed = True
         elif apply_dirty(conn):
@@ -210,7 +221,7 @@ def ensure_for_reader(path: Path, conn: sqlite3.Connection) -> bool:
     store once through a short-lived writable connection when needed. Any failure (not writable,
     locked, damaged) returns False: the reader then reads raw rows."""
     try:
-        if is_current(conn):
+        if is_current(conn) and _complete(conn):
             return True
         if not path.is_file():
             return False
@@ -219,7 +230,7 @@ def ensure_for_reader(path: Path, conn: sqlite3.Connection) -> bool:
             ensure(writer)
         finally:
             writer.close()
-        return is_current(conn)
+        return is_current(conn) and _complete(conn)
     except (sqlite3.Error, OSError, ValueError, TypeError, OverflowError):   # never fails the reader
         return False
 
