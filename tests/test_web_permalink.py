@@ -142,6 +142,12 @@ def test_garbage_hashes_are_harmless(server, browser):
         assert browser.eval("GR.charts.length") > 5
         assert not [c for c in browser.console if "exceptionDetails" in c or "Uncaught" in c], (hash_, browser.console)
         assert browser.eval("document.querySelector('#charts img') === null")
+    # The run page has no compute axis: x=flops does not let 1e20 through as a step.
+    fresh(browser, f"{server.url}/runs/hero?k#x=flops&start=1.5&end=1e20")
+    assert browser.eval("GR.zoom") is None and browser.eval("document.getElementById('error').hidden")
+    # A compare link to a range past any run (1e30 tokens): drawn, no refused request.
+    fresh(browser, f"{server.url}/compare?run=tok&run=hero#x=tokens&start=1e29&end=1e30&point=5e29")
+    assert browser.eval("GR.zoom") == [1e29, 1e30] and browser.eval("document.getElementById('error').hidden")
     # A number past a safe step is dropped; 1e3 is a plain number and counts.
     fresh(browser, f"{server.url}/runs/hero?j#point=1e3&start=900&end=1e20")
     assert browser.eval("GR.mark") == 1000 and browser.eval("GR.zoom") is None

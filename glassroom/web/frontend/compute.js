@@ -85,8 +85,11 @@ GR.ComputeAxis = class {
   stepRange(run, range) {
     if (!range) return [null, null];
     const a = this.toStep(run, range[0]), b = this.toStep(run, range[1]);
-    if (a === null || b === null) return [null, null];
-    return [Math.max(0, Math.floor(a) - 1), Math.max(0, Math.ceil(b) + 1)];
+    // Past what a server takes (a hand-made link to 1e30 tokens), or a series that went backwards
+    // (a run whose count restarted): the whole run, never a request the server refuses.
+    const most = Number.MAX_SAFE_INTEGER;
+    if (!Number.isFinite(a) || !Number.isFinite(b) || a > b) return [null, null];
+    return [Math.min(most, Math.max(0, Math.floor(a) - 1)), Math.min(most, Math.max(0, Math.ceil(b) + 1))];
   }
 
   // Drawable [xs, ys] in steps -> in x units (points whose x is not known are dropped).

@@ -81,10 +81,10 @@ GR.incidentItem = function (parent, inc, href) {
   const meta = GR.el("div", "muted", li);
   meta.textContent = [`opened ${when(inc.opened)}`, inc.resolved && `resolved ${when(inc.resolved)}`,
     inc.anomaly !== null && inc.anomaly !== undefined && `anomaly #${inc.anomaly}`].filter(Boolean).join(" · ");
-  if (inc.resolution) GR.el("div", "inc-resolution", li).textContent = inc.resolution;
+  if (inc.resolution) GR.el("div", "inc-resolution", li).textContent = String(inc.resolution);
   if (inc.updates && inc.updates.length) {
     const ul = GR.el("ul", "inc-updates", li);
-    for (const up of inc.updates) GR.el("li", "", ul).textContent = `${when(up.time)}: ${up.text}`;
+    for (const up of inc.updates) GR.el("li", "", ul).textContent = `${when(up && up.time)}: ${up && up.text !== undefined ? String(up.text) : ""}`;
   }
   return li;
 };

@@ -18,7 +18,7 @@ GR.permalink = {
     try { params = new URLSearchParams(String(hash || "").replace(/^#/, "")); } catch (e) { return out; }
     const get = (k) => { const v = params.get(k); return v === null ? null : v.slice(0, 300); };
     const x = get("x");
-    out.x = GR.permalink.AXES.includes(x) ? x : null;
+    out.x = GR.permalink.AXES.includes(x) && GR.boot.page === "compare" ? x : null;   // only the compare page has axes
     // Steps are integers a server accepts; tokens and FLOPs are any finite non-negative-ish number.
     const most = out.x === "tokens" || out.x === "flops" ? 1e30 : Number.MAX_SAFE_INTEGER;
     const num = (k) => {
