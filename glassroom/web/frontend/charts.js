@@ -99,7 +99,7 @@ GR.LineChart = class {
   }
 
   _build() {
-    const series = [{label: "step"}];
+    const series = [this.axis ? {label: this.axis.unit, value: (u, v) => GR.fmt(v)} : {label: "step"}];
     for (const l of this.lines) {
       series.push({label: l.label, stroke: l.color, width: l.width || 1.5, dash: l.dash, spanGaps: true,
         points: l.points ? {show: true, size: 6, fill: l.color} : {show: false}, value: (u, v) => GR.fmt(v)});
