@@ -139,6 +139,7 @@ def test_published_site_shows_incidents_and_search(lab, browser, tmp_path):
         browser.navigate(f"{url}/runs/hero/index.html#start={SPIKE - 35}&end={SPIKE + 35}")
         browser.wait_for(f"{LOSS}.u.scales.x.min === {SPIKE - 35} && GR.incidents.length === 1", timeout=10)
         assert TITLE in browser.eval("document.getElementById('incidents').textContent")
+        assert browser.eval("document.querySelectorAll('#events code.command').length") == 0   # a live-only hint
         browser.wait_for(PIXELS.format(step=SPIKE, test=GREEN) + " > 400", timeout=5)
         feed = browser.eval("document.getElementById('run-feed').getAttribute('href')")
         assert feed == "../../runs/hero/feed.atom"

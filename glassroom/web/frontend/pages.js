@@ -253,7 +253,8 @@ function renderEvents(box, events, run) {
     GR.el("span", "when", li).textContent = new Date(e.time * 1000).toLocaleString();
     const inc = e.kind === "incident" && e.data && typeof e.data.incident === "string" ? e.data : null;
     GR.el("div", "text", li).textContent = (run ? "" : `${e.run}: `) + (inc ? `${inc.incident} ${inc.action}: ` : "") + e.text;
-    if (e.kind === "anomaly" && run && e.step !== null && e.step !== undefined && Number.isInteger(e.id)) {
+    // Live only: on the published copy nobody can run it against the lab's folders.
+    if (GR.source.live && e.kind === "anomaly" && run && e.step !== null && e.step !== undefined && Number.isInteger(e.id)) {
       const cmd = GR.el("code", "command", li);   // selects whole with one click: copy, fill in the title
       cmd.textContent = GR.incidentCommand(run, e);
       cmd.title = "open this anomaly as an incident: run this in the served folder";
