@@ -303,3 +303,37 @@ def test_writer_rebuilds_what_a_hand_edit_removed(tmp_path, drop, monkeypatch):
     assert_tiles_match_raw(tmp_path)
     with StoreReader(tmp_path) as reader:
         assert reader.tiled and reader.event_counts() == (1, 0)
+
+
+def test_interrupted_upgrade_changes_nothing(tmp_path, monkeypatch):
+    """Ctrl-C (or a kill) in the middle of an upgrade: the transaction rolls back, the store stays
+    as it was and is upgraded by the next open."""
+    old_store(tmp_path)
+
+    def interrupted(conn, removed=True):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(tiles, "apply_dirty", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            StoreWriter(tmp_path)
+    with sqlite3.connect(store_path(tmp_path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name = 'tiles'").fetchall()
+        assert conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 3030
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled and reader.max_metric_id()[0] == 3030
+    assert_tiles_match_raw(tmp_path)
+
+
+def test_odd_view_arguments(tmp_path):
+    with StoreWriter(tmp_path) as w:
+        for s in range(100):
+            w.log(s, {"loss": float(s)})
+    with StoreReader(tmp_path) as reader:
+        assert reader.view("loss", 50, 10, 10)[3] == 0                      # start after end: empty
+        assert reader.view("loss", -10**30, 10**30, 10)[3] == 100           # far beyond int64: clamped
+        reader.tiled = False
+        assert reader.view("loss", -10**30, 10**30, 10)[3] == 100           # the raw path too
+        steps, mins, maxs, n = reader.view("loss", None, None, 0)           # no buckets asked: one
+        assert n == 100 and len(steps) <= 2 and maxs.max() == 99.0

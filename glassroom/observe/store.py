@@ -275,8 +275,8 @@ class StoreReader:
         id_ = self._id(name)
         if id_ is None:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        lo = -(2**62) if start is None else int(start)
-        hi = 2**62 if end is None else int(end)
+        lo = -(2**62) if start is None else max(-(2**62), int(start))
+        hi = 2**62 if end is None else min(2**62, int(end))
         cursor = self.conn.execute(
             "SELECT step, IFNULL(value, 'NaN') FROM metrics WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step",
             (id_, lo, hi),
@@ -289,12 +289,20 @@ class StoreReader:
         """(steps, mins, maxs, n): `name` over [start, end] in at most `points` buckets (and the
         newest point), as downsample() shows the raw rows; `n` = raw points in the range. From the
         tiles (a few thousand rows at most), else from the raw rows."""
-        id_ = self._id(name)
-        if id_ is not None and self._current():
-            return tiles.view(self.conn, id_, start, end, points, lambda lo, hi: self.series(name, lo, hi))
-        steps, values = self.series(name, start, end)
-        s, lo, hi = downsample(steps, values, points)
-        return s, lo, hi, int(len(steps))
+        points = max(1, int(points))
+        own = not self.conn.in_transaction
+        if own:   # one snapshot: counters, tiles and edge rows from the same commit of a live writer
+            self.conn.execute("BEGIN")
+        try:
+            id_ = self._id(name)
+            if id_ is not None and self._current():
+                return tiles.view(self.conn, id_, start, end, points, lambda lo, hi: self.series(name, lo, hi))
+            steps, values = self.series(name, start, end)
+            s, lo, hi = downsample(steps, values, points)
+            return s, lo, hi, int(len(steps))
+        finally:
+            if own and self.conn.in_transaction:
+                self.conn.execute("COMMIT")
 
     def counters(self) -> Optional[dict[int, tuple[int, Optional[int], Optional[int]]]]:
         """name id -> (rows, last step, last vector step) as the writer keeps them; None when this
@@ -330,8 +338,8 @@ class StoreReader:
         id_ = self._id(name)
         if id_ is None:
             return []
-        lo = -(2**62) if start is None else int(start)
-        hi = 2**62 if end is None else int(end)
+        lo = -(2**62) if start is None else max(-(2**62), int(start))
+        hi = 2**62 if end is None else min(2**62, int(end))
         rows = self.conn.execute(
             "SELECT step, value FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step",
             (id_, lo, hi),
