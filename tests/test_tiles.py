@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -337,3 +338,43 @@ def test_odd_view_arguments(tmp_path):
         assert reader.view("loss", -10**30, 10**30, 10)[3] == 100           # the raw path too
         steps, mins, maxs, n = reader.view("loss", None, None, 0)           # no buckets asked: one
         assert n == 100 and len(steps) <= 2 and maxs.max() == 99.0
+
+
+def test_live_writers_and_upgrading_readers_do_not_deadlock(tmp_path):
+    """An old-style writer (no tiles code) commits rows while readers open the store and upgrade it
+    or fold its rows in: nobody fails or waits past the busy timeout, and the tiles end up exact."""
+    old_store(tmp_path, rows=2000)
+    stop = threading.Event()
+    errors = []
+
+    def old_writer():
+        conn = sqlite3.connect(store_path(tmp_path), timeout=30, isolation_level=None)
+        step = 2000
+        try:
+            while not stop.is_set():
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany("INSERT OR REPLACE INTO metrics VALUES (1, ?, 1.0, 5.0)", [(s,) for s in range(step, step + 50)])
+                conn.execute("COMMIT")
+                step += 50
+        except Exception as exc:   # noqa: BLE001 (reported below)
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=old_writer)
+    thread.start()
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.5:
+            with StoreReader(tmp_path) as reader:
+                reader.conn.execute("BEGIN")   # the view and the raw rows from one snapshot
+                steps, mins, maxs, n = reader.view("train/loss", None, None, 100)
+                assert n == len(reader.series("train/loss")[0]) and maxs.max() > 1.0
+                reader.conn.execute("COMMIT")
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    with StoreReader(tmp_path) as reader:
+        assert reader.tiled
+    assert_tiles_match_raw(tmp_path)
