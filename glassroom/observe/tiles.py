@@ -56,13 +56,13 @@ TILE_SCHEMA = (
     """CREATE TABLE IF NOT EXISTS run_counters (
         id INTEGER PRIMARY KEY CHECK (id = 1), rows INTEGER NOT NULL, newest REAL NOT NULL,
         events INTEGER NOT NULL, anomalies INTEGER NOT NULL)""",
-    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_insert AFTER INSERT ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 3); END""",
-    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_delete AFTER DELETE ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 3); END""",
-    """CREATE TRIGGER IF NOT EXISTS metrics_tiles_update AFTER UPDATE ON metrics BEGIN
-        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> 3);
-        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> 3); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS metrics_tiles_insert AFTER INSERT ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> {SHIFT}); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS metrics_tiles_delete AFTER DELETE ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> {SHIFT}); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS metrics_tiles_update AFTER UPDATE ON metrics BEGIN
+        INSERT OR IGNORE INTO tile_dirty VALUES (OLD.name_id, OLD.step >> {SHIFT});
+        INSERT OR IGNORE INTO tile_dirty VALUES (NEW.name_id, NEW.step >> {SHIFT}); END""",
     """CREATE TRIGGER IF NOT EXISTS vectors_counter_insert AFTER INSERT ON vectors BEGIN
         INSERT INTO series_counters (name_id, vector_last) VALUES (NEW.name_id, NEW.step)
         ON CONFLICT (name_id) DO UPDATE SET vector_last = MAX(IFNULL(vector_last, NEW.step), NEW.step); END""",
