@@ -21,8 +21,9 @@ Layout (RUN_DIR/store.sqlite):
   write reads the raw rows.
 
 The writer buffers metric rows and commits them in batches (every `flush_rows` rows or
-`flush_seconds`), so logging stays a small fraction of a training step; events and artifacts
-commit at once. What was committed survives a SIGKILL of the writer; close() commits the rest.
+`flush_seconds`: 8,000 rows or 1 s; each commit also rewrites the tiles of every series it
+touched, so fewer, larger commits cost less), so logging stays a small fraction of a training
+step; events and artifacts commit at once. What was committed survives a SIGKILL of the writer; close() commits the rest.
 The trainer flushes before each checkpoint, so no checkpoint is visible while rows of its steps
 are only buffered, and a resumed run calls discard_after(step) for the steps it redoes.
 """
@@ -82,7 +83,7 @@ def _storable(text: str) -> str:
 class StoreWriter:
     """Appends to a run's store. Use as a context manager, or call close()."""
 
-    def __init__(self, run_dir: str | Path, flush_rows: int = 2000, flush_seconds: float = 1.0):
+    def __init__(self, run_dir: str | Path, flush_rows: int = 8000, flush_seconds: float = 1.0):
         self.path = store_path(run_dir)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
