@@ -239,7 +239,7 @@ def ensure_for_reader(path: Path, conn: sqlite3.Connection) -> bool:
 
 def segments(a: int, b: int, level: int) -> list[tuple[int, int, int]]:
     """[a, b] cut into whole tiles, coarsest first where they fit: (level, first bucket, last
-    bucket), in step order; level 0 entries are raw step ranges (at most 3 steps each side)."""
+    bucket), in step order; level 0 entries are raw step ranges (at most BRANCH - 1 steps each side)."""
     out: list[tuple[int, int, int]] = []
 
     def cut(lo: int, hi: int, k: int) -> None:
