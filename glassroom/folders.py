@@ -1,5 +1,5 @@
-"""Replacing a folder as one step: what dataset builds, exports and task writers use to put a folder
-they wrote beside its destination into place."""
+"""Replacing a folder or a file as one step: what dataset builds, exports, task writers and the
+published site use to put what they wrote beside its destination into place."""
 
 from __future__ import annotations
 
@@ -26,3 +26,16 @@ def swap_into_place(new: Path, final: Path) -> None:
             old.unlink()
         else:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def replace_file(path: Path, data: str | bytes) -> None:
+    """Write file `path` completely or not at all: a temporary name beside it, then one rename (its
+    folder is made first). Readers see the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)

@@ -23,13 +23,13 @@ This module never imports torch.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
 
+from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import inside, looks_secret
 
@@ -202,13 +202,6 @@ def atlas_routes(root: str | Path) -> list:
     ]
 
 
-def _replace(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
     """Static copies of every dataset's atlas below `root` into SITE/atlas/; returns the dataset ids
     published (datasets without an atlas are listed but get no page)."""
@@ -229,16 +222,16 @@ def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
             entry["atlas"] = False
             continue
         dest = out / "d" / ds_id if ds_id != "." else out / "d" / "_root"
-        _replace(dest / "atlas.json", body)
+        replace_file(dest / "atlas.json", body)
         depth = len(dest.relative_to(site).parts)
-        _replace(dest / "index.html", render({"mode": "static", "base": "../" * depth, "page": "atlas", "dataset": ds_id,
+        replace_file(dest / "index.html", render({"mode": "static", "base": "../" * depth, "page": "atlas", "dataset": ds_id,
                                               "data": "atlas.json"}).encode("utf-8"))
         entry["href"] = dest.relative_to(out).as_posix() + "/"
         published.append(ds_id)
-    _replace(out / "datasets.json", json.dumps({"root": redact_text(root.resolve().name), "datasets": summaries}).encode("utf-8"))
-    _replace(out / "index.html", render({"mode": "static", "base": "../", "page": "atlas-index", "data": "datasets.json"}).encode("utf-8"))
+    replace_file(out / "datasets.json", json.dumps({"root": redact_text(root.resolve().name), "datasets": summaries}).encode("utf-8"))
+    replace_file(out / "index.html", render({"mode": "static", "base": "../", "page": "atlas-index", "data": "datasets.json"}).encode("utf-8"))
     for name in ("atlas.js", "atlas.css"):
-        _replace(site / "static" / name, (FRONTEND / name).read_bytes())
+        replace_file(site / "static" / name, (FRONTEND / name).read_bytes())
     stale = out / "d"
     if stale.is_dir():   # datasets that were removed since the last publish
         keep = {((out / "d" / i) if i != "." else out / "d" / "_root").resolve() for i in published}

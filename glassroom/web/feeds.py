@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import quote
 
+from glassroom.folders import replace_file
 from glassroom.observe import incidents as incidents_mod
 from glassroom.observe.runs import event_is_private
 from glassroom.observe.redact import redact_text
@@ -292,15 +293,7 @@ def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation
     from glassroom.web.search import site_index
     from glassroom.web.server import render_page
 
-    def replace(path: Path, text: str) -> None:
-        import os
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-
-    write = write or replace
+    write = write or replace_file
     found = find_runs(root)
     runs = {i: found[i] for i in exported_run_ids if i in found}
     lab = redact_text(Path(root).resolve().name)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
 from glassroom.observe.store import StoreReader, downsample
@@ -57,17 +58,6 @@ SITE_PARTS = ("data", "static", "runs", "atlas", "ladders", "index.html", "compa
 def _write_json(path: Path, payload) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, separators=(",", ":"), allow_nan=False), encoding="utf-8")
-
-
-def _replace_file(path: Path, text: str | bytes) -> None:
-    """Write `path` completely or not at all (temporary name, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if isinstance(text, bytes):
-        tmp.write_bytes(text)
-    else:
-        tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _file_key(name: str) -> str:
@@ -203,22 +193,22 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     for src in sorted(FRONTEND.rglob("*")):
         rel = src.relative_to(FRONTEND)
         if src.is_file() and src.suffix in STATIC_SUFFIXES and "node_modules" not in rel.parts:
-            _replace_file(out / "static" / rel, src.read_bytes())
+            replace_file(out / "static" / rel, src.read_bytes())
     (out / "static" / "vendor").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(FRONTEND / "vendor" / "uPlot.LICENSE", out / "static" / "vendor" / "uPlot.LICENSE")
     boot = {"mode": "static", "base": "./", "runs": []}
-    _replace_file(out / "index.html", render_page("index", {**boot, "page": "index"}))
-    _replace_file(out / "compare.html", render_page("compare", {**boot, "page": "compare"}))
+    replace_file(out / "index.html", render_page("index", {**boot, "page": "index"}))
+    replace_file(out / "compare.html", render_page("compare", {**boot, "page": "compare"}))
     for run_id in exported:
         base = "../" * (len(run_id.split("/")) + 1)
-        _replace_file(out / "runs" / run_id / "index.html",
+        replace_file(out / "runs" / run_id / "index.html",
                       render_page("run", {"mode": "static", "base": base, "page": "run", "runs": [run_id]}))
 
     publish_atlases(root, out)
     publish_ladders(root, out, set(exported), log=log)
     publish_feeds(root, out, exported, data_dir / generation)   # feeds, incidents.json, search.json
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
-    _replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
+    replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 
     _drop_what_is_no_longer_published(out, data_dir, generation, set(exported))
     keep = sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g"))[-2:]
