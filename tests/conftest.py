@@ -19,3 +19,21 @@ def tiny_dataset(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("data") / "tiny"
     build_dataset(load_recipe(ROOT / "experiments" / "data-tiny.yaml"), out, workers=2, log=io.StringIO())
     return out
+
+
+@pytest.fixture(scope="module")
+def server(lab):
+    """`glassroom serve` over the module's `lab` fixture (a folder of runs) on 127.0.0.1."""
+    from web_helpers import Server
+
+    with Server(lab) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium at 1440 x 1000, shared by a module's tests."""
+    from web_helpers import Chromium
+
+    with Chromium(width=1440, height=1000) as c:
+        yield c

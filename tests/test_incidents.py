@@ -188,3 +188,37 @@ def test_fold_ignores_events_glassroom_never_writes():
     (only,) = fold(events)
     assert only["step"] == 5 and only["status"] == "resolved" and only["resolution"] == "w" and only["resolved"] == 7.0
     assert only["updates"] == [] and only["anomaly"] is None
+
+
+def test_note_and_incident_say_busy_or_damaged_in_one_line_and_write_nothing(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    holder = sqlite3.connect(run / "store.sqlite", timeout=0, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")   # another process holds the store past the wait
+    try:
+        import glassroom.observe.store as store_mod
+        slow = store_mod.sqlite3.connect
+
+        def quick(*a, **k):   # wait 0.2 s instead of 30 s for the lock
+            return slow(*a, **{**k, "timeout": 0.2})
+
+        store_mod.sqlite3.connect = quick
+        try:
+            for argv in (["incident", "open", run, "--step", "30", "spike"], ["note", run, "looked at it"]):
+                code = main([str(a) for a in argv])
+                err = capsys.readouterr().err.strip()
+                assert code == 2 and "busy" in err and "try again" in err and "\n" not in err, err
+        finally:
+            store_mod.sqlite3.connect = slow
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [e["kind"] for e in StoreReader(run).events()].count("note") == 0
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "store.sqlite").write_bytes(b"not a database, " * 100)
+    for argv, nothing in ((["incident", "open", damaged, "--step", "3", "spike"], "nothing was written"),
+                          (["note", damaged, "looked"], "nothing was added")):
+        code = main([str(a) for a in argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and "damaged" in err and nothing in err and "\n" not in err, err
+    assert (damaged / "store.sqlite").read_bytes() == b"not a database, " * 100

@@ -13,7 +13,7 @@ import pytest
 
 from glassroom.observe.store import StoreWriter
 from glassroom.web.publish import publish
-from web_helpers import Chromium, Server, StaticSiteServer, chromium_path, write_prediction, write_run
+from web_helpers import StaticSiteServer, chromium_path, write_prediction, write_run
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium not installed (scripts/install-system.sh)")
 
@@ -27,18 +27,6 @@ def lab(tmp_path_factory):
     write_prediction(root / "hero", 3000)
     write_run(root / "ladder" / "rung-1", steps=1500, seed=1, state="finished")
     return root
-
-
-@pytest.fixture(scope="module")
-def server(lab):
-    with Server(lab) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with Chromium(width=1440, height=1000) as c:
-        yield c
 
 
 # JS helpers evaluated in the page.

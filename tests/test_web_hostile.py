@@ -13,7 +13,6 @@ import string
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -144,12 +143,6 @@ def lab(tmp_path_factory):
     write_run(root / "widebomb", steps=20, config={"x": 1})
     (root / "widebomb" / "config.yaml").write_text(wide_alias_bomb())
     return root
-
-
-@pytest.fixture(scope="module")
-def server(lab):
-    with Server(lab) as s:
-        yield s
 
 
 def request(server, path: str, host: str | None = None, method: str = "GET") -> tuple[int, bytes, dict]:

@@ -15,7 +15,7 @@ import pytest
 
 from glassroom.observe.store import StoreReader
 from glassroom.web.publish import publish
-from web_helpers import REPO, Chromium, Server, StaticSiteServer, chromium_path, write_run
+from web_helpers import REPO, StaticSiteServer, chromium_path, write_run
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium not installed (scripts/install-system.sh)")
 
@@ -36,18 +36,6 @@ def lab(tmp_path_factory):
     write_run(root / "hero", steps=1500, spike_at=SPIKE, state="running")
     write_run(root / "other", steps=400, seed=1, state="finished")
     return root
-
-
-@pytest.fixture(scope="module")
-def server(lab):
-    with Server(lab) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with Chromium(width=1440, height=1000) as c:
-        yield c
 
 
 LOSS = "GR.charts.find(c => c.title === 'Loss')"

@@ -7,15 +7,13 @@ step) and FLOPs per token put it, zooms and appends live in those units; the sam
 from __future__ import annotations
 
 import json
-import math
-import time
 import urllib.request
 
 import pytest
 
 from glassroom.observe.store import StoreWriter
 from glassroom.web.publish import publish
-from web_helpers import Chromium, Server, StaticSiteServer, chromium_path, write_run
+from web_helpers import Chromium, StaticSiteServer, chromium_path, write_run
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium not installed (scripts/install-system.sh)")
 
@@ -41,12 +39,6 @@ def lab(tmp_path_factory):
     write_run(root / "perstep", steps=300, seed=2, config={"model": MODEL, "train": TRAIN}, state="finished")
     write_run(root / "plain", steps=300, seed=3, state="finished")   # no model, no batch: off the compute axes
     return root
-
-
-@pytest.fixture(scope="module")
-def server(lab):
-    with Server(lab) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

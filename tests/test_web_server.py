@@ -10,13 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from glassroom.observe.store import StoreWriter
-from web_helpers import REPO, Server, free_port, write_run
+from web_helpers import REPO, write_run
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +25,6 @@ def lab(tmp_path_factory):
     write_run(root / "ladder" / "rung-1", steps=400, seed=1, state="finished")
     (root / "outside.txt").write_text("not a run")
     return root
-
-
-@pytest.fixture(scope="module")
-def server(lab):
-    with Server(lab) as s:
-        yield s
 
 
 def request(server, method: str, path: str, headers: dict | None = None) -> tuple[int, bytes, dict]:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     from glassroom.errors import GlassroomError
     from glassroom.observe.runs import VISIBILITY
-    from glassroom.observe.store import StoreReader, StoreWriter, store_path
+    from glassroom.observe.store import StoreReader, StoreWriter, store_path, write_failure
 
     if args.text is not None and args.private is not None:
         raise GlassroomError('note: give the text once, either as "text" or as --private "text"')
@@ -85,14 +85,7 @@ def run(args: argparse.Namespace) -> int:
                 said.append(f"{'private ' if private_note else ''}note {event_id} added to {args.run_dir} at step {step}")
         finally:
             writer.conn.close()  # nothing buffered; leave the run's status alone
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise GlassroomError(f"{path}: busy (another process held it for over 30 s); nothing was added, "
-                                 "try again") from None
-        if "readonly" in str(exc):
-            raise GlassroomError(f"{path}: cannot be written ({exc}); nothing was added") from None
-        raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was added") from None
     except sqlite3.DatabaseError as exc:
-        raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was added") from None
+        raise write_failure(path, exc, "nothing was added") from None
     print("\n".join(said))
     return 0

@@ -147,7 +147,7 @@ def _write(run_dir: str | Path, build) -> tuple[dict, int]:
     """Open the run's store, and inside one write transaction read its incidents, let `build(conn,
     incidents)` check the request and return (kind-less event: text, step, data), append it.
     Returns (the event's data, its id). SQLite problems become one-line GlassroomErrors."""
-    from glassroom.observe.store import StoreWriter
+    from glassroom.observe.store import StoreWriter, write_failure
 
     path = run_store(run_dir)
     try:
@@ -166,15 +166,8 @@ def _write(run_dir: str | Path, build) -> tuple[dict, int]:
                 raise
         finally:
             writer.conn.close()   # nothing buffered; the run's status is left alone
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise GlassroomError(f"{path}: busy (another process held it for over 30 s); nothing was written, "
-                                 "try again") from None
-        if "readonly" in str(exc):
-            raise GlassroomError(f"{path}: cannot be written ({exc}); nothing was written") from None
-        raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was written") from None
     except sqlite3.DatabaseError as exc:
-        raise GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, nothing was written") from None
+        raise write_failure(path, exc) from None
     return data, event_id
 
 

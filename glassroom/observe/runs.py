@@ -74,6 +74,37 @@ def find_runs(root: str | Path, max_depth: int = 6) -> dict[str, Path]:
     return runs
 
 
+def find_folders(root: str | Path, matches, skip: set[str], max_depth: int,
+                 enter_matches: bool) -> dict[str, Path]:
+    """{id relative to root (`.` for root): folder} of the folders below `root` (root included) for
+    which `matches(folder)` is true, by a walk that follows no symlink, enters no run (a folder with
+    store.sqlite), hidden folder or folder named in `skip`, goes at most `max_depth` deep, and enters a
+    matching folder only with `enter_matches`. Ids that look like secrets are left out (an id is in
+    every URL). The dashboard's dataset and ladder pages find their folders with it."""
+    root = Path(root)
+    found: dict[str, Path] = {}
+
+    def walk(folder: Path, depth: int) -> None:
+        if (folder / STORE_FILE).exists():
+            return
+        if inside(root, folder) is not None and matches(folder):
+            found[folder.relative_to(root).as_posix() if folder != root else "."] = folder
+            if not enter_matches:
+                return
+        if depth >= max_depth:
+            return
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return
+        for child in children:
+            if not child.name.startswith(".") and child.name not in skip:
+                walk(child, depth + 1)
+
+    if root.is_dir():
+        walk(root, 0)
+    return {i: p for i, p in found.items() if not looks_secret(i)}
+
 def _expanded_chars(tree: Any, limit: int) -> int:
     """About how many characters `tree` takes as JSON with shared parts (YAML aliases) written out
     in full, counted on the shared graph (each distinct object once), stopping past `limit`."""

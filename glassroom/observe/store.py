@@ -80,6 +80,19 @@ def _storable(text: str) -> str:
             return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
+def write_failure(path: Path, exc: sqlite3.DatabaseError, nothing: str = "nothing was written") -> Exception:
+    """A failed write to a run store (`glassroom note`, `glassroom incident`) as one line for the user:
+    busy, read-only or damaged; `nothing` says what was left undone."""
+    from glassroom.errors import GlassroomError
+
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return GlassroomError(f"{path}: busy (another process held it for over 30 s); {nothing}, try again")
+    if isinstance(exc, sqlite3.OperationalError) and "readonly" in text:
+        return GlassroomError(f"{path}: cannot be written ({exc}); {nothing}")
+    return GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, {nothing}")
+
+
 class StoreWriter:
     """Appends to a run's store. Use as a context manager, or call close()."""
 

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
-from glassroom.observe.runs import inside, looks_secret
+from glassroom.observe.runs import find_folders, inside
 
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
@@ -41,29 +41,13 @@ MAX_ATLAS_BYTES = 256 * 1024 * 1024      # an atlas of 20,000 sampled documents 
 
 
 def find_datasets(root: str | Path) -> dict[str, Path]:
-    """{relative id: folder} of every dataset (a folder with manifest.json) below root, root included."""
-    root = Path(root)
-    found: dict[str, Path] = {}
-
-    def walk(folder: Path, depth: int) -> None:
+    """{relative id: folder} of every dataset (a folder with manifest.json) below root, root included;
+    a dataset's own folders hold no datasets, and one whose path looks like a secret is not shown."""
+    def is_dataset(folder: Path) -> bool:
         manifest = inside(root, folder / "manifest.json")
-        if manifest is not None and manifest.is_file():
-            found[folder.relative_to(root).as_posix() if folder != root else "."] = folder
-            return   # a dataset's own folders hold no datasets
-        if depth >= MAX_DEPTH or (folder / "store.sqlite").exists():
-            return
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-        except OSError:
-            return
-        for child in children:
-            if not child.name.startswith(".") and child.name not in SKIP_DIRS:
-                walk(child, depth + 1)
+        return manifest is not None and manifest.is_file()
 
-    if root.is_dir():
-        walk(root, 0)
-    # A dataset whose folder path holds a secret (`data/hf_...`) is not shown: its id is in every URL.
-    return {i: p for i, p in found.items() if not looks_secret(i)}
+    return find_folders(root, is_dataset, SKIP_DIRS, MAX_DEPTH, enter_matches=False)
 
 
 def atlas_file(root: Path, folder: Path) -> Optional[Path]:

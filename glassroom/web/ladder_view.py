@@ -42,7 +42,7 @@ from typing import Any, Optional
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.redact import redact_text
-from glassroom.observe.runs import find_runs, inside, is_private, looks_secret
+from glassroom.observe.runs import find_folders, find_runs, inside, is_private, looks_secret
 
 MAX_DEPTH = 6
 SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__", "rungs"}
@@ -61,27 +61,7 @@ def is_ladder(folder: Path) -> bool:
 
 def find_ladders(root: str | Path) -> dict[str, Path]:
     """{relative id: folder} of every ladder folder below root (root included), symlinks not followed."""
-    root = Path(root)
-    found: dict[str, Path] = {}
-
-    def walk(folder: Path, depth: int) -> None:
-        if (folder / "store.sqlite").exists():
-            return   # a run
-        if inside(root, folder) is not None and is_ladder(folder):
-            found[folder.relative_to(root).as_posix() if folder != root else "."] = folder
-        if depth >= MAX_DEPTH:
-            return
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-        except OSError:
-            return
-        for child in children:
-            if not child.name.startswith(".") and child.name not in SKIP_DIRS:
-                walk(child, depth + 1)
-
-    if root.is_dir():
-        walk(root, 0)
-    return {i: p for i, p in found.items() if not looks_secret(i)}
+    return find_folders(root, is_ladder, SKIP_DIRS, MAX_DEPTH, enter_matches=True)
 
 
 def shown_runs(root: Path, public: bool) -> dict[str, Path]:
