@@ -17,7 +17,7 @@ import pytest
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.runs import VISIBILITY
-from glassroom.observe.store import StoreWriter
+from glassroom.observe.store import StoreReader, StoreWriter
 from glassroom.web import publish as publish_mod
 from glassroom.web import site_tiles
 from glassroom.web.publish import publish, watch
@@ -260,8 +260,28 @@ def drawn(browser) -> tuple[list, list]:
 
 
 @pytest.mark.skipif(__import__("web_helpers").chromium_path() is None, reason="chromium not installed")
+def zoom_in_on_the_spike(browser, n: int, values: np.ndarray, spike_value: float) -> None:
+    """Full view, then 10%, 1% and 0.1% of the run around the spike: the spike is drawn every time,
+    with detail (not the overview's few points), and the deepest zoom draws the raw points."""
+    xs, ys = drawn(browser)
+    assert max(y for y in ys if y is not None) == spike_value and len(xs) > 400   # full view
+    for fraction in (0.1, 0.01, 0.001):
+        half = int(n * fraction / 2)
+        a, b = SPIKE_STEP - half, SPIKE_STEP + half
+        browser.eval(f"GR.zoomAll([{a}, {b}])")
+        browser.wait_for(f"(() => {{ const z = {LOSS_CHART}.zoom; return z && z[0] === {a} && z[1] === {b}; }})()", timeout=20)
+        browser.wait_for(f"(() => {{ const x = {LOSS_CHART}.u.data[0]; return x.length && x[0] >= {a - 1} && x[x.length - 1] <= {b + 1}; }})()", timeout=20)
+        xs, ys = drawn(browser)
+        inside = [(x, y) for x, y in zip(xs, ys) if a - 1 <= x <= b + 1 and y is not None]
+        assert max(y for _, y in inside) == spike_value, fraction
+        assert len(inside) >= min(b - a + 1, 400), (fraction, len(inside))   # detail, not the overview's ~20 points
+        if fraction == 0.001:   # the deepest zoom draws the raw points themselves
+            assert [x for x, _ in inside] == list(range(a, b + 1))
+            assert [y for _, y in inside] == pytest.approx(values[a - 1:b].tolist(), rel=0, abs=0)
+
+
 def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points(tmp_path):
-    from web_helpers import Chromium, StaticSiteServer
+    from web_helpers import Chromium, Server, StaticSiteServer
 
     n = 200_000
     steps = np.arange(1, n + 1)
@@ -277,20 +297,7 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
 
     with Chromium(width=1280, height=900) as browser, StaticSiteServer(site) as url:
         browser.navigate(f"{url}/runs/run/index.html")
-        xs, ys = drawn(browser)
-        assert max(y for y in ys if y is not None) == spike_value and len(xs) > 400   # full view
-        for fraction in (0.1, 0.01, 0.001):
-            half = int(n * fraction / 2)
-            a, b = SPIKE_STEP - half, SPIKE_STEP + half
-            browser.eval(f"GR.zoomAll([{a}, {b}])")
-            browser.wait_for(f"(() => {{ const z = {LOSS_CHART}.zoom; return z && z[0] === {a} && z[1] === {b}; }})()", timeout=20)
-            xs, ys = drawn(browser)
-            inside = [(x, y) for x, y in zip(xs, ys) if a - 1 <= x <= b + 1 and y is not None]
-            assert max(y for _, y in inside) == spike_value, fraction
-            assert len(inside) >= min(b - a + 1, 400), (fraction, len(inside))   # detail, not the overview's ~20 points
-            if fraction == 0.001:   # the deepest zoom draws the raw points themselves
-                assert [x for x, _ in inside] == list(range(a, b + 1))
-                assert [y for _, y in inside] == pytest.approx(values[a - 1:b].tolist(), rel=0, abs=0)
+        zoom_in_on_the_spike(browser, n, values, spike_value)
         # careless views: reversed or outside the run, no points, a bucket with no finite value
         odd = browser.eval("""(async () => {
           const m = await GR.source.meta('run'), gen = GR.source.site().generation;
@@ -308,3 +315,14 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
         assert 0 < len(chunks) <= 12, chunks   # only the chunks covering each range, each fetched once
         errors = [m for m in browser.console if "error" in m.lower() and "favicon" not in m]
         assert not errors, errors[-3:]
+        # Live: the same zooms on `glassroom serve`, answered from the store's tiles (9 levels)
+        with StoreReader(tmp_path / "lab" / "run") as reader:
+            assert reader.tiled and reader.view("train/loss", points=1500)[3] == n
+        with Server(tmp_path / "lab") as server:
+            browser.navigate(f"{server.url}/runs/run")
+            zoom_in_on_the_spike(browser, n, values, spike_value)
+            browser.eval("GR.zoomAll(null)")
+            with StoreWriter(tmp_path / "lab" / "run") as w:   # a new spike, live, on the full view
+                w.log(n + 1, {"train/loss": spike_value + 1})
+            browser.wait_for(f"{LOSS_CHART}.u.data[0].includes({n + 1})", timeout=20)
+            assert max(y for y in drawn(browser)[1] if y is not None) == spike_value + 1
