@@ -13,6 +13,10 @@ Layout of SITE:
   data/chunks/<key>.json                             tile chunks, shared by the generations
                                                      (glassroom/web/site_tiles.py: levels, chunks, reuse)
   data/<generation>/runs/<run>/vectors/<hash>.json   one vector series (tokens per expert, router bias)
+  feed.atom, runs/<run>/feed.atom                    Atom feeds of the lab and of each run (glassroom.web.feeds)
+  incidents.html, data/<generation>/incidents.json   every run's incidents (glassroom.observe.incidents)
+  data/<generation>/search.json                      metric names and event texts the pages search
+  ladders/, atlas/                                   ladder and data atlas pages (ladder_page, atlas_page)
 
 Each export writes a new generation into a temporary folder, renames it into place, and only then
 replaces site.json (an atomic rename), so a reader sees the old site or the new one, never half of

@@ -5,7 +5,10 @@ Pages: `/` (run list), `/runs/<run>` (one run's charts, events, config), `/compa
 and `/feed.atom?run=ID` (glassroom.web.feeds); search: `/api/search?q=` (glassroom.web.search).
 JSON API under `/api/`; live updates as Server-Sent Events from
 `/api/stream` (one stream per page; the store is polled every 0.25 s, so a new point reaches the
-page well within 2 s of its commit). Series are downsampled here (glassroom.web.data).
+page well within 2 s of its commit). Series views come from the stores' multi-resolution tiles
+(glassroom.observe.tiles through glassroom.web.data), the run list from the writers' counters, cached
+for every open tab (glassroom.web.run_list). Ladders (`/ladders`, glassroom.web.ladder_page) and data
+atlases (`/atlas`, glassroom.web.atlas_page) have their own pages.
 
 Safety: GET and HEAD only (anything else gets 405); a run is named by its id from the run list,
 never by a path, and every file is opened only when it resolves (symlinks followed) inside DIR, so
