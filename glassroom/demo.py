@@ -100,6 +100,18 @@ def _sealed(run_dir: Path) -> dict:
     return {"digest": seal.get("digest"), "created_iso": seal.get("created_iso")}
 
 
+def _watch(run_dir: Path) -> dict:
+    """What an outside watcher would look at first: the hero's anomalies (count, and the first one's
+    step and text), for the summary's `watch:` line."""
+    from glassroom.observe.store import StoreReader
+
+    with StoreReader(run_dir) as reader:
+        anomalies = reader.events(kinds=["anomaly"])
+    first = anomalies[0] if anomalies else None
+    return {"anomalies": len(anomalies), "first": None if first is None else {"id": first["id"], "step": first["step"],
+                                                                             "text": first["text"]}}
+
+
 def _downstream(run_dir: Path) -> dict:
     """The hero's final downstream scores of the two task groups: {name: (step, value)}."""
     from glassroom.observe.store import StoreReader
@@ -220,6 +232,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     summary["model"] = str(model) if model.is_dir() else None
     summary["downstream"] = _downstream(hero_dir)
     summary["experts"] = _experts(hero_dir)
+    summary["watch"] = _watch(hero_dir)
     summary["posttrain"] = _posttrain(graph.nodes["hero-sft"].output, graph.nodes["hero-dpo"].output)
     backtest = fit_dir / "backtest.json"
     if backtest.is_file():
@@ -274,6 +287,13 @@ def format_summary(s: dict) -> str:
                      "that the prediction is unchanged and was made before the hero's first step)")
     lines.append(f"site:     {s['site']}/index.html (serve it with any static file server); "
                  f"`glassroom serve {Path(s['site']).parent}` to watch again")
+    lines.append(f"watch:    {s['site']}/feed.atom (Atom: anomalies, notes, the prediction leaving or entering its "
+                 f"band, checkpoints, incidents), {s['site']}/ladders/index.html (the rungs, the law and the hero's "
+                 f"band on a compute axis), {s['site']}/incidents.html")
+    first = (s.get("watch") or {}).get("first")
+    if first and first.get("step") is not None:
+        lines.append(f"          the hero's first anomaly (step {first['step']}): {first['text'][:90]}; open it as an "
+                     f"incident: glassroom incident open {s['hero']} --step {first['step']} --anomaly {first['id']} \"what it looks like\"")
     lines.append(f"time:     {s['seconds']['train'] / 60:.1f} min to build, train and fit; "
                  f"{s['seconds']['publish']:.0f} s to publish")
     return "\n".join(lines)

@@ -41,3 +41,20 @@ def test_a_dense_hero_or_a_layer_without_tokens_gives_no_experts_line(tmp_path):
                                                  "moe/layer_1/imbalance": 1.1, "moe/layer_1/bias_min": -0.1,
                                                  "moe/layer_1/bias_max": 0.1})])
     assert _experts(tmp_path / "moe") == {"step": 3, "imbalance": [1.1], "bias_range": [-0.1, 0.1]}
+
+
+def test_the_summary_points_watchers_at_the_feed_and_the_heros_first_anomaly(tmp_path):
+    from glassroom.demo import _watch
+
+    with StoreWriter(tmp_path / "hero") as w:
+        w.log(1, {"train/loss": 7.0})
+        w.event("note", "warmup done", 1)
+        w.event("anomaly", "train/loss +8.1 sigma at step 40: a spike", 40)
+        w.event("anomaly", "grad norm spike", 90)
+    watch = _watch(tmp_path / "hero")
+    assert watch["anomalies"] == 2 and watch["first"]["step"] == 40
+    text = format_summary({**BASE, "watch": watch, "hero": str(tmp_path / "hero")})
+    assert "lab/site/feed.atom" in text and "lab/site/ladders/index.html" in text and "lab/site/incidents.html" in text
+    assert (f"glassroom incident open {tmp_path / 'hero'} --step 40 --anomaly {watch['first']['id']} "
+            '"what it looks like"') in text
+    assert "incident open" not in format_summary({**BASE, "watch": _watch(tmp_path / "hero") | {"first": None}})
