@@ -378,3 +378,20 @@ def test_live_writers_and_upgrading_readers_do_not_deadlock(tmp_path):
     with StoreReader(tmp_path) as reader:
         assert reader.tiled
     assert_tiles_match_raw(tmp_path)
+
+
+def test_a_series_spanning_more_than_int64_is_bucketed_exactly(tmp_path):
+    """Steps at both ends (-2**62 and 2**62: a difference of 2**63, past int64): every view, from
+    the tiles and from the raw rows, keeps each extreme in its bucket (was an OverflowError, or
+    buckets out of order from a wrapped subtraction)."""
+    steps = np.r_[np.arange(-FAR, -FAR + 2000), np.arange(FAR - 2000, FAR + 1)]
+    values = np.random.default_rng(5).normal(size=len(steps))
+    with StoreWriter(tmp_path, flush_rows=777) as w:
+        for s, v in zip(steps.tolist(), values.tolist()):
+            w.log(s, {"span": v})
+    with StoreReader(tmp_path) as reader:
+        for tiled in (True, False):
+            reader.tiled = tiled
+            for start, end in ((None, None), (-FAR, FAR), (-2**63, 2**63 - 1), (-FAR + 3, FAR - 3)):
+                for points in (1, 2, 64, 1500):
+                    assert_view_matches_raw(reader, "span", start, end, points)

@@ -389,6 +389,13 @@ class StoreReader:
         return int(row[0]), float(row[1])
 
 
+def bucket_index(steps: np.ndarray, lo: int, width: int) -> np.ndarray:
+    """(steps - lo) // width for int64 steps >= lo, without int64 overflow: steps may span more
+    than 2**63 (a store holding both -2**62 and 2**62), so the difference is taken in uint64."""
+    offset = np.asarray(steps, dtype=np.int64).view(np.uint64) - np.uint64(int(lo) % 2**64)
+    return offset // np.uint64(width)
+
+
 def downsample(steps: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """At most `buckets` buckets of equal step width: per bucket its first step and the min and max
     value, so a one-step spike survives at every zoom; the last point is kept exactly."""
@@ -396,7 +403,7 @@ def downsample(steps: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.
         return steps, values, values
     lo, hi = int(steps[0]), int(steps[-1])
     width = max(1, -(-(hi - lo + 1) // buckets))
-    index = (steps - lo) // width
+    index = bucket_index(steps, lo, width)
     starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
     with np.errstate(invalid="ignore"):
         finite = np.where(np.isfinite(values), values, np.nan)

@@ -285,7 +285,7 @@ def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Opti
     step and the min and max of every raw value in it, so a one-step spike shows at every zoom.
     Buckets are unions of whole tiles, so their edges may sit up to one tile from downsample's.
     `raw(lo, hi)` reads raw (steps, values), used for small ranges and ranges of few points."""
-    from glassroom.observe.store import downsample
+    from glassroom.observe.store import bucket_index, downsample
 
     empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), 0)
     row = conn.execute("SELECT rows, first_step, last_step FROM series_counters WHERE name_id = ?", (name_id,)).fetchone()
@@ -303,7 +303,7 @@ def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Opti
         if n > points:
             lo, hi = int(items["first"][0]), int(items["last_step"][-1])
             width = max(1, -(-(hi - lo + 1) // points))
-            index = (items["first"] - lo) // width
+            index = bucket_index(items["first"], lo, width)
             starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
             with np.errstate(invalid="ignore"):
                 mins = np.fmin.reduceat(items["min"], starts)
