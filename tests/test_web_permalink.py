@@ -189,8 +189,10 @@ def test_compare_by_tokens_and_flops(server, browser, lab):
     fx = browser.eval(f"{flops}.raw['tok|train/loss'][0]")
     assert fx[0] == pytest.approx(tokens_seen(1) * fpt) and fx[-1] == pytest.approx(tokens_seen(401) * fpt)
     assert browser.eval(f"{flops}.raw['perstep|train/loss'][0].slice(-1)[0]") == pytest.approx(3072 * 300 * fpt)
-    # FLOPs run to 1e20 and more: ticks and readouts in powers of ten, not 20-digit numbers.
-    assert browser.eval(f"GR.ticks({flops}.u, [2.5e12, 1e15, 3.25e20], 0, 50, 5e11)") == ["2.5e12", "1e15", "3.25e20"]
+    # FLOPs run to 1e20 and more: ticks and readouts in T up to 1e15 (900B, 1T, 1.1T read on one
+    # axis), then in powers of ten, never 20-digit numbers.
+    assert browser.eval(f"GR.ticks({flops}.u, [9e11, 1e12, 2.5e12, 1e15, 3.25e20], 0, 50, 5e11)") == \
+        ["900B", "1T", "2.5T", "1e15", "3.25e20"]
     assert browser.eval("GR.fmt(2.4234e18)") == "2.42e18"
     # A permalink in FLOPs units reopens the same view; a mark is kept in those units.
     view = f"#start={fx[100]}&end={fx[200]}&point={fx[150]}&x=flops"

@@ -9,7 +9,8 @@ GR.charts = [];
 GR.fmt = function (v) {
   if (v === null || v === undefined || !isFinite(v)) return "–";
   const a = Math.abs(v);
-  if (a >= 1e12) return v.toExponential(2).replace("e+", "e");
+  if (a >= 1e15) return v.toExponential(2).replace("e+", "e");
+  if (a >= 1e12) return (v / 1e12).toFixed(2) + "T";
   if (a >= 1e9) return (v / 1e9).toFixed(2) + "B";
   if (a >= 1e6) return (v / 1e6).toFixed(2) + "M";
   if (a >= 1e4) return (v / 1e3).toFixed(1) + "k";
@@ -24,7 +25,8 @@ GR.ticks = function (u, vals, axisIdx, space, incr) {
   return vals.map((v) => {
     if (v === null || v === undefined) return "";
     const a = Math.abs(v);
-    if (a >= 1e12) { const e = Math.floor(Math.log10(a)); return +(v / 10 ** e).toPrecision(3) + "e" + e; }
+    if (a >= 1e15) { const e = Math.floor(Math.log10(a)); return +(v / 10 ** e).toPrecision(3) + "e" + e; }
+    if (a >= 1e12) return +(v / 1e12).toPrecision(3) + "T";
     if (a >= 1e9) return +(v / 1e9).toPrecision(3) + "B";
     if (a >= 1e6) return +(v / 1e6).toPrecision(3) + "M";
     if (a >= 1e4) return +(v / 1e3).toPrecision(3) + "k";
