@@ -145,12 +145,30 @@ def _redact_pairs(text: str) -> str:
     return "".join(out)
 
 
+# What a reader does not see: terminal colour codes, control characters, zero-width and soft-hyphen
+# characters. A token with one inside (`gh\x01p_...`, `\x1b[31mghp_...`) looks whole on a page or
+# in a feed (which drops control characters), so the text is also read without them.
+_INVISIBLE_RE = re.compile("\x1b\\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u200b-\u200f"
+                           "\u2060-\u2064\ufeff]")
+
+
 def redact_text(text: str, pairs: bool = True) -> str:
     """`text` with secrets found anywhere inside it replaced by `<redacted>` (see the module's
     docstring). `pairs=False` leaves `key: value` pairs alone (for corpus excerpts, which are prose
-    and code rather than configs) but still removes token shapes, URL credentials and PEM blocks."""
+    and code rather than configs) but still removes token shapes, URL credentials and PEM blocks.
+    A text that holds a secret only once its invisible characters are dropped comes back without
+    them, redacted; any other text keeps them."""
     if not isinstance(text, str) or not text:
         return text
+    if _INVISIBLE_RE.search(text):
+        seen = _INVISIBLE_RE.sub("", text)
+        hidden = _redact_visible(seen, pairs)
+        if hidden != seen:
+            return hidden
+    return _redact_visible(text, pairs)
+
+
+def _redact_visible(text: str, pairs: bool) -> str:
     out = _PEM_RE.sub(REDACTED, text)
     out = _URL_CREDS_RE.sub(lambda m: f"{m.group(1)}{REDACTED}@", out)
     out = _TOKEN_RE.sub(REDACTED, out)

@@ -62,12 +62,14 @@ def rfc3339(when) -> str:
 
 
 def _parse(data) -> object:
+    """An event's data column parsed; data that cannot be read (broken, or nested too deep for json)
+    might be a private note's, so it reads as private: a public view leaves the event out."""
     if data is None:
         return None
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
-        return None
+        return {"private": True, "unreadable": True}
 
 
 def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, before: Optional[int] = None) -> list[dict]:

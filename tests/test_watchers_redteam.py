@@ -1,0 +1,93 @@
+"""Red-team checks of what outside watchers get (issue 16): Atom feeds, search, incidents.json and the
+incidents CLI, at the edges a careless or hostile store or user reaches: a private note whose data
+cannot be parsed, a token hidden behind invisible characters, incident commands on odd run folders."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import feedparser
+import pytest
+from starlette.testclient import TestClient
+
+from glassroom.observe.incidents import open_incident, resolve_incident
+from glassroom.observe.redact import redact_text
+from glassroom.observe.store import StoreWriter
+from glassroom.web.publish import publish
+from glassroom.web.server import create_app
+
+TOKEN = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+
+
+def make_run(run_dir: Path, notes=(), private=()) -> Path:
+    with StoreWriter(run_dir) as w:
+        for s in range(1, 4):
+            w.log(s, {"train/loss": float(s)})
+        for i, text in enumerate(notes):
+            w.event("note", text, i)
+        for text in private:
+            w.event("note", text, 2, {"private": True})
+        w.set_status("finished", 3)
+    return run_dir
+
+
+def site_texts(site: Path) -> str:
+    generation = json.loads((site / "site.json").read_text())["generation"]
+    parts = [(site / "feed.atom").read_text(encoding="utf-8")]
+    parts += [p.read_text(encoding="utf-8") for p in (site / "runs").rglob("feed.atom")]
+    parts += [(site / "data" / generation / n).read_text(encoding="utf-8") for n in ("search.json", "incidents.json")]
+    return "\n".join(parts)
+
+
+def test_a_private_note_whose_data_cannot_be_parsed_stays_private(tmp_path):
+    # Before: feeds and search read unparseable data as "no data", so as a public note.
+    root = tmp_path / "lab"
+    run = make_run(root / "hero", notes=["a public note"], private=["PRIVATE-DEEP plan", "PRIVATE-BROKEN plan"])
+    with sqlite3.connect(run / "store.sqlite") as conn:
+        conn.execute("UPDATE events SET data = ? WHERE text LIKE 'PRIVATE-DEEP%'",
+                     ('{"private": true, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",))
+        conn.execute("UPDATE events SET data = ? WHERE text LIKE 'PRIVATE-BROKEN%'", ('{"private": true, ',))
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        texts = [client.get(u).text for u in ("/feed.atom", "/feed.atom?run=hero", "/api/incidents")]
+        found = client.get("/api/search", params={"q": "plan"}).json()
+        assert "a public note" in texts[1]
+    assert found["events"] == [] and not any("PRIVATE-" in t for t in texts)
+    site = tmp_path / "site"
+    publish(root, site)
+    assert "PRIVATE-" not in site_texts(site)
+
+
+@pytest.mark.parametrize("hidden", ["gh\x01p_" + TOKEN, "\x1b[31mghp_" + TOKEN + "\x1b[0m", "gh\u200bp_" + TOKEN,
+                                    "AK\x02IAABCDEFGHIJKLMNOP", "pass\x7fword=hunter2hunter2"])
+def test_a_token_behind_invisible_characters_is_redacted(hidden):
+    # Before: the token shapes did not match across the character, and the feed then dropped it.
+    shown = redact_text(f"note: {hidden} end")
+    visible = "".join(c for c in shown if c.isprintable())
+    assert TOKEN not in visible and "ABCDEFGHIJKLMNOP" not in visible and "hunter2" not in visible
+    assert "<redacted>" in shown
+    assert redact_text("runs/a\x00b \x01 plain") == "runs/a\x00b \x01 plain"   # no secret: kept as written
+
+
+def test_feeds_search_and_incidents_never_show_a_token_split_by_a_control_character(tmp_path):
+    root = tmp_path / "lab"
+    run = make_run(root / "hero", notes=["ctl gh\x01p_" + TOKEN, "ansi \x1b[31mghp_" + TOKEN + "\x1b[0m"])
+    open_incident(run, "title gh\x01p_" + TOKEN, step=2)
+    resolve_incident(run, "inc-1", "write-up AK\x01IAABCDEFGHIJKLMNOP")
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        feed = client.get("/feed.atom?run=hero").text
+        incidents = json.dumps(client.get("/api/incidents").json())
+        hits = [client.get("/api/search", params={"q": q}).json() for q in ("p_a1b2", TOKEN[4:14], "IAABCD")]
+    assert feedparser.parse(feed).bozo == 0
+    assert "ghp_" + TOKEN[:6] not in feed and "AKIAABCD" not in feed and "&lt;redacted&gt;" in feed
+    assert "AKIAABCD" not in incidents.replace("\\u0001", "") and TOKEN not in incidents.replace("\\u0001", "")
+    assert all(h["events"] == [] for h in hits)
+    site = tmp_path / "site"
+    publish(root, site)
+    text = site_texts(site).replace("\\u0001", "").replace("\x01", "")
+    assert "ghp_" + TOKEN[:6] not in text and "AKIAABCD" not in text
