@@ -91,3 +91,30 @@ def test_feeds_search_and_incidents_never_show_a_token_split_by_a_control_charac
     publish(root, site)
     text = site_texts(site).replace("\\u0001", "").replace("\x01", "")
     assert "ghp_" + TOKEN[:6] not in text and "AKIAABCD" not in text
+
+
+def test_incident_open_refuses_a_step_beyond_the_run_and_a_store_that_is_no_run(tmp_path, capsys):
+    from glassroom.cli import main
+    from glassroom.observe.store import StoreReader
+
+    run = make_run(tmp_path / "hero")   # steps 1..3, status step 3
+    with StoreWriter(run) as w:
+        w.event("eval", "eval at step 7", 7)   # an event further on counts as reached
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "store.sqlite").write_bytes(b"")
+    (tmp_path / "other").mkdir()
+    with sqlite3.connect(tmp_path / "other" / "store.sqlite") as conn:   # another program's database
+        conn.execute("CREATE TABLE t (a)")
+    for argv, said in ((["open", str(run), "--step", "8", "t"], "beyond the run"),
+                       (["open", str(run), "--step", str(2**62), "t"], "newest step is 7"),
+                       (["open", str(tmp_path / "empty"), "--step", "0", "t"], "not a run store"),
+                       (["open", str(tmp_path / "other"), "--step", "0", "t"], "not a run store")):
+        code = main(["incident", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and said in err, (argv, err)
+    assert (tmp_path / "empty" / "store.sqlite").stat().st_size == 0   # nothing written into either
+    with sqlite3.connect(tmp_path / "other" / "store.sqlite") as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["t"]
+    assert main(["incident", "open", str(run), "--step", "7", "at the last step reached"]) == 0
+    with StoreReader(run) as r:
+        assert [e["step"] for e in r.events() if e["kind"] == "incident"] == [7]

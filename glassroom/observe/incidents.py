@@ -128,7 +128,24 @@ def run_store(run_dir: str | Path) -> Path:
     path = store_path(run_dir)
     if not path.is_file():
         raise GlassroomError(f"{run_dir}: not a run (no store.sqlite); give the folder of a run")
+    if path.stat().st_size == 0 or not _has_journal(path):
+        raise GlassroomError(f"{path}: not a run store (no journal in it); give the folder of a run "
+                             "(nothing was written)")
     return path
+
+
+def _has_journal(path: Path) -> bool:
+    """Whether the SQLite file at `path` has an events table (an empty file or another program's
+    database does not: a write would make it look like a run). A file SQLite cannot open read-only
+    is left to the writer, which reports what is wrong with it."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return True
 
 
 def _read_events(conn: sqlite3.Connection, where: str = "kind = ?", args: tuple = (KIND,)) -> list[dict]:
@@ -203,6 +220,10 @@ def open_incident(run_dir: str | Path, title: str, step: Any = None, anomaly: An
                                      f"({_anomaly_ids(conn)})")
             if step is None:
                 step = found[0]["step"] if found[0]["step"] is not None else 0
+        newest = newest_step(conn)
+        if step > newest:
+            raise GlassroomError(f"--step {step}: beyond the run {run_dir}, whose newest step is {newest}; "
+                                 f"give a step it has reached (0 to {newest})")
         numbers = [int(ID_RE.match(i).group(1)) for i in incidents if ID_RE.match(i)]
         iid = f"inc-{max(numbers, default=0) + 1}"
         data = {"incident": iid, "action": "open", "title": title, "anomaly": anomaly_id}
@@ -210,6 +231,24 @@ def open_incident(run_dir: str | Path, title: str, step: Any = None, anomaly: An
 
     data, event_id = _write(run_dir, build)
     return {**data, "step": step, "event": event_id}
+
+
+def newest_step(conn: sqlite3.Connection) -> int:
+    """The newest step the run has reached: its status, its series (each by its index) and its events."""
+    steps = [0]
+    row = conn.execute("SELECT value FROM artifacts WHERE name = 'status'").fetchone()
+    try:
+        status = json.loads(row[0]) if row else None
+    except (ValueError, RecursionError):
+        status = None
+    if isinstance(status, dict) and isinstance(status.get("step"), int) and not isinstance(status.get("step"), bool):
+        steps.append(status["step"])
+    for table in ("metrics", "vectors"):
+        steps += [r[0] for r in conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) "
+                                             "FROM names") if isinstance(r[0], int)]
+    row = conn.execute("SELECT MAX(step) FROM events WHERE kind != ?", (KIND,)).fetchone()
+    steps.append(row[0] if row and isinstance(row[0], int) else 0)
+    return max(steps)
 
 
 def _anomaly_ids(conn) -> str:
