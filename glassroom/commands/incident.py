@@ -44,7 +44,7 @@ def register(sub) -> None:
     _debug(o)
     o.add_argument("run_dir", metavar="RUN_DIR")
     o.add_argument("title", help="one line, at most 300 characters")
-    o.add_argument("--step", metavar="S", help="the step it happened at (0 or more; default: the anomaly's step)")
+    o.add_argument("--step", metavar="S", help="the step it happened at (0 up to the newest step the run has reached; default: the anomaly's step)")
     o.add_argument("--anomaly", metavar="EVENT_ID",
                    help="the id of the anomaly event it follows up (an event of kind anomaly in this run)")
     o.set_defaults(run=run_open)
