@@ -312,7 +312,28 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
         assert odd[3] == [10, 10]                      # clipped to the run's first step: raw points 1..10
         assert odd[4] == [[1, 3], [1, 3], [5, 4]]
         chunks = browser.eval("performance.getEntriesByType('resource').map(e => e.name).filter(u => u.includes('/data/chunks/'))")
-        assert 0 < len(chunks) <= 12, chunks   # only the chunks covering each range, each fetched once
+        assert 0 < len(chunks) <= 24, chunks   # only the chunks covering each range (and its two ends), each once
+        # Ranges that start or end mid-tile, the spike just outside them: as the server's view, no
+        # value of a step outside the range, n exact, the range's newest point exact (the edge
+        # buckets once held steps beyond the range: a spike drawn where there is none).
+        ranges = [(SPIKE_STEP + 1, SPIKE_STEP + 40_000), (SPIKE_STEP - 30_001, SPIKE_STEP - 1),
+                  (SPIKE_STEP - 5003, SPIKE_STEP - 1), (SPIKE_STEP + 1, SPIKE_STEP + 9_999), (7, n - 5)]
+        got = browser.eval(f"""(async () => {{
+          const m = await GR.source.meta('run'), gen = GR.source.site().generation;
+          const ov = await GR.siteTiles.json(`${{GR.boot.base}}data/${{gen}}/runs/run/${{m.files['train/loss']}}`);
+          const out = [];
+          for (const [a, b] of {json.dumps(ranges)}) for (const p of [7, 300, 1500])
+            out.push([a, b, p, await GR.siteSeries(ov, a, b, p, `${{GR.boot.base}}data/chunks/`)]);
+          return out;
+        }})()""")
+        for a, b, p, view in got:
+            raw = values[a - 1:b]
+            assert view["n"] == len(raw) and len(view["steps"]) <= p + 1, (a, b, p)
+            assert view["steps"][0] == a and view["steps"][-1] == b and view["max"][-1] == raw[-1], (a, b, p)
+            body = np.array(view["steps"][:-1])
+            edges = np.r_[body - a, len(raw)]
+            want = [(raw[i:j].min(), raw[i:j].max()) for i, j in zip(edges[:-1], edges[1:])]
+            assert list(zip(view["min"][:-1], view["max"][:-1])) == want, (a, b, p)
         errors = [m for m in browser.console if "error" in m.lower() and "favicon" not in m]
         assert not errors, errors[-3:]
         # Live: the same zooms on `glassroom serve`, answered from the store's tiles (9 levels)

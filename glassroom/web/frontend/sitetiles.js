@@ -4,8 +4,10 @@
 // data/chunks/<key>.json. GR.siteSeries answers a view [start, end] at `points` buckets as the live
 // API does ({steps, min, max, n}): it picks the coarsest level (the overview first) that still has at
 // least `points` buckets over the range, down to the raw points, fetches only the chunks covering
-// the range (cached: their names are content hashes, so they never change), cuts them to the range
-// and reduces them to at most `points` min/max buckets, keeping the newest point.
+// the range (cached: their names are content hashes, so they never change), takes from it only the
+// buckets wholly inside the range and the partial ones at its two ends from the finer levels (as the
+// server's tiles do: no value of a step outside the range), and reduces them to at most `points`
+// min/max buckets, with the range's exact raw count `n` and its newest point as itself.
 "use strict";
 window.GR = window.GR || {};
 
@@ -68,6 +70,56 @@ GR.siteCount = function (level, a, b) {
   return n;
 };
 
+// The chunk files of `level` whose buckets' first steps reach into [a, b].
+GR.siteFiles = function (level, a, b, chunkBase) {
+  const files = level.chunks.filter(([f, l]) => l >= a && f <= b);
+  return Promise.all(files.map((c) => GR.siteTiles.json(`${chunkBase}${c[3]}.json`)));
+};
+
+// The buckets of `levels[i]` over [a, b] exactly, as the server's tiles.segments: only the whole
+// buckets inside [a, b] (aligned on `origin` + multiples of the width) come from level i, the
+// partial ones at the two ends from the level below, down to the raw points; so no value of a step
+// outside [a, b] is counted. A level is {width, origin, chunks} or the overview ({width, origin, data}).
+GR.siteExact = async function (levels, i, a, b, chunkBase) {
+  const out = {steps: [], min: [], max: []};
+  if (!(a <= b)) return out;
+  const level = levels[i], w = level.width, o = level.origin || 0;
+  const lo = w > 1 ? o + Math.ceil((a - o) / w) * w : a, hi = w > 1 ? o + Math.floor((b + 1 - o) / w) * w - 1 : b;
+  if (lo > hi) return GR.siteExact(levels, i - 1, a, b, chunkBase);
+  const [left, parts, right] = await Promise.all([
+    w > 1 ? GR.siteExact(levels, i - 1, a, lo - 1, chunkBase) : out,
+    level.data ? [level.data] : GR.siteFiles(level, lo, hi, chunkBase),
+    w > 1 ? GR.siteExact(levels, i - 1, hi + 1, b, chunkBase) : out]);
+  const pieces = [left, ...parts.map((p) => GR.siteCut(p, lo, hi, 1, 0)), right];
+  const cut = {steps: [], min: [], max: []};
+  for (const c of pieces) for (const k of ["steps", "min", "max"]) for (const v of c[k]) cut[k].push(v);
+  return cut;
+};
+
+// The number of raw points in [a, b] and the newest of them ([step, value], null when none): the
+// raw chunks' counts, reading only the (at most two) chunks that [a, b] cuts.
+GR.siteRaw = async function (raw, a, b, chunkBase) {
+  let n = 0, newest = null;
+  for (const c of raw.chunks) {
+    const [f, l, count] = c;
+    if (l < a || f > b) continue;
+    if (f >= a && l <= b) { n += count; continue; }
+    const p = await GR.siteTiles.json(`${chunkBase}${c[3]}.json`);
+    const cut = GR.siteCut(p, a, b, 1, 0);
+    n += cut.steps.length;
+  }
+  for (let j = raw.chunks.length - 1; j >= 0; j--) {   // the last chunk starting at or before b
+    const c = raw.chunks[j];
+    if (c[0] > b) continue;
+    if (c[1] < a) break;
+    const p = await GR.siteTiles.json(`${chunkBase}${c[3]}.json`);
+    const cut = GR.siteCut(p, a, b, 1, 0), k = cut.steps.length - 1;
+    if (k >= 0) newest = [cut.steps[k], cut.min[k]];
+    break;
+  }
+  return {n, newest};
+};
+
 // overview: a series file ({steps, min, max, n[, tiles]}); chunkBase: the URL of data/chunks/.
 GR.siteSeries = async function (overview, start, end, points, chunkBase) {
   // as the live API: 1,500 buckets when none are asked for, else 2 to 20,000
@@ -84,33 +136,24 @@ GR.siteSeries = async function (overview, start, end, points, chunkBase) {
   const a = Math.max(lo, raw.chunks[0][0]), b = Math.min(hi, lastStep);
   const empty = {steps: [], min: [], max: [], n: 0};
   if (!(a <= b)) return empty;
-  const n = Math.round(GR.siteCount(raw, a, b));
-  let cut = null, width = 1;
-  const inOverview = overview.steps.filter((s) => s >= a && s <= b).length;
-  if (inOverview >= points) {
-    const o = t.overview || {width: 1, origin: 0};   // the overview's buckets: `width` steps from `origin`
-    cut = GR.siteCut(overview, a, b, o.width, o.origin);
-    width = o.width;
-  } else {
-    let level = raw;
-    for (let i = t.levels.length - 1; i > 0; i--) {
-      if (GR.siteCount(t.levels[i], a, b) >= points) { level = t.levels[i]; break; }
-    }
-    width = level.width;
-    const from = width > 1 ? Math.floor(a / width) * width : a;
-    const files = level.chunks.filter(([f, l]) => l >= from && f <= b);
-    const parts = await Promise.all(files.map((c) => GR.siteTiles.json(`${chunkBase}${c[3]}.json`)));
-    cut = {steps: [], min: [], max: []};
-    for (const p of parts) {
-      const c = GR.siteCut(p, a, b, width, 0);
-      for (const k of ["steps", "min", "max"]) for (const v of c[k]) cut[k].push(v);
-    }
+  // The coarsest of the overview and the levels with at least `points` buckets over the range
+  // (estimated from the chunks' step ranges and counts), down to the raw points.
+  const o = t.overview || {width: 1, origin: 0};   // the overview's buckets: `width` steps from `origin`
+  const levels = t.levels.concat([{width: o.width, origin: o.origin, data: overview}]);
+  let top = 0;
+  if (overview.steps.filter((s) => s >= a && s <= b).length >= points) top = levels.length - 1;
+  else for (let i = t.levels.length - 1; i > 0; i--) {
+    if (GR.siteCount(t.levels[i], a, b) >= points) { top = i; break; }
   }
+  const [cut, counted] = await Promise.all([GR.siteExact(levels, top, a, b, chunkBase),
+    b >= lastStep ? GR.siteRaw(raw, a, b, chunkBase).then((r) => ({n: r.n, newest: [lastStep, lastValue]}))
+      : GR.siteRaw(raw, a, b, chunkBase)]);
   const out = GR.siteReduce(cut, points);
-  if (out === cut && width === 1) return Object.assign(out, {n: out.steps.length});   // the raw points themselves
-  // The newest point is shown as itself, not hidden inside its bucket (as the live API does).
-  if (lastStep >= a && lastStep <= b && (!out.steps.length || out.steps[out.steps.length - 1] < lastStep)) {
-    out.steps.push(lastStep); out.min.push(lastValue); out.max.push(lastValue);
+  if (out === cut && top === 0) return Object.assign(out, {n: out.steps.length});   // the raw points themselves
+  // The newest point of the range is shown as itself, not hidden inside its bucket (as the live API does).
+  const newest = counted.newest;
+  if (newest) {
+    out.steps.push(newest[0]); out.min.push(newest[1]); out.max.push(newest[1]);
   }
-  return Object.assign(out, {n});
+  return Object.assign(out, {n: counted.n});
 };
