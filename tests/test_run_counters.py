@@ -145,3 +145,34 @@ def test_run_list_reads_a_store_again_only_when_it_changed(tmp_path, monkeypatch
     assert calls[3:] == ["r1"] and got[1]["latest"]["loss"] == 1.0 and got[1]["step"] == 2
     (runs["r2"] / "store.sqlite").unlink()   # a run that vanished: unreadable, never a crash
     assert cache.summaries([("r2", runs["r2"])])[0]["state"] == "unreadable"
+
+
+def test_run_list_sees_a_store_replaced_in_place_and_is_never_older_than_max_age(tmp_path, monkeypatch):
+    """A store copied over another in place with the old mtime kept (cp -p: same inode, same size,
+    same mtime) is read again at once (its ctime changed); a change the probe cannot see at all is
+    shown after max_age_s; a store replaced by a rename (new inode) too."""
+    import os
+    import shutil
+
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for run, value in ((a, 2.0), (b, 9.0), (c, 5.0)):
+        with StoreWriter(run) as w:
+            w.log(1, {"train/loss": value})
+            w.set_status("running", 1)
+    assert os.stat(a / "store.sqlite").st_size == os.stat(b / "store.sqlite").st_size
+    cache = run_list.RunList(max_age_s=0.5)
+    assert cache.summary("a", a)["latest"]["loss"] == 2.0
+    st = os.stat(a / "store.sqlite")
+    time.sleep(0.02)   # past one clock tick of the file system
+    shutil.copyfile(b / "store.sqlite", a / "store.sqlite")
+    os.utime(a / "store.sqlite", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache.summary("a", a)["latest"]["loss"] == 9.0
+    os.replace(c / "store.sqlite", a / "store.sqlite")   # another store renamed over it
+    assert cache.summary("a", a)["latest"]["loss"] == 5.0
+    monkeypatch.setattr(run_list, "probe", lambda run_dir: ("same",))   # a change no probe sees: at most max_age_s old
+    assert cache.summary("a", a)["latest"]["loss"] == 5.0
+    with StoreWriter(a) as w:
+        w.log(2, {"train/loss": 1.0})
+    assert cache.summary("a", a)["latest"]["loss"] == 5.0
+    time.sleep(0.6)
+    assert cache.summary("a", a)["latest"]["loss"] == 1.0

@@ -2,7 +2,7 @@
 
 Each run-list tab asks for every run's summary once a second (server.py's stream). A run's summary
 (observe.runs.summarize) changes only when its store does, so it is kept with a cheap change probe:
-the size, mtime_ns and inode of store.sqlite and store.sqlite-wal (every commit in WAL mode
+the size, mtime_ns, ctime_ns and inode of store.sqlite and store.sqlite-wal (every commit in WAL mode
 writes the -wal file). Twenty tabs over 200 runs cost 400 stat() calls a second, not 4,000 store
 reads. The age (`age_s`, `stale`) is worked out again from `updated` at each call. An entry is also
 read again after MAX_AGE_S, in case two commits of the same size land within one mtime tick.
@@ -25,13 +25,14 @@ STALE_AFTER_S = 300   # as observe.runs.summarize: running but silent this long 
 
 
 def probe(run_dir: Path) -> tuple:
-    """What changes whenever the store does: (size, mtime_ns, inode) of the store and its WAL."""
+    """What changes whenever the store does: (size, mtime_ns, ctime_ns, inode) of the store and its WAL."""
     out = []
     for name in (STORE_FILE, STORE_FILE + "-wal"):
         try:
             st = os.stat(Path(run_dir) / name)
             # an empty WAL (a read-only reader leaves one) holds nothing: the same as none
-            out.append((st.st_size, st.st_mtime_ns, st.st_ino) if st.st_size else None)
+            # ctime too: a store copied over in place with its old mtime kept (cp -p) changes it
+            out.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) if st.st_size else None)
         except OSError:
             out.append(None)
     return tuple(out)
