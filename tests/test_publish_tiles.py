@@ -347,3 +347,39 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
                 w.log(n + 1, {"train/loss": spike_value + 1})
             browser.wait_for(f"{LOSS_CHART}.u.data[0].includes({n + 1})", timeout=20)
             assert max(y for y in drawn(browser)[1] if y is not None) == spike_value + 1
+
+
+def test_a_chunk_that_cannot_be_written_stops_the_export_and_keeps_the_site(tmp_path, small_tiles, monkeypatch):
+    """A folder where a chunk file goes, or a full disk: one line naming the chunk, the export stops
+    and the site keeps serving its last generation with every run (it once skipped the run as
+    'store unreadable' and published a site without it)."""
+    import errno
+
+    lab = tmp_path / "lab"
+    steps = list(range(1, 3001))
+    write_series(lab / "run", {"train/loss": (steps, [1.0 + s * 1e-4 for s in steps])})
+    site = tmp_path / "site"
+    publish(lab, site)
+    before = (site / "site.json").read_text()
+    key = sorted(referenced(site_series(site, "run", "train/loss")[0]))[0]
+    (site / "data" / "chunks" / key).unlink()
+    (site / "data" / "chunks" / key).mkdir()
+    with pytest.raises(GlassroomError, match=f"cannot write data/chunks/{key}.*nothing was switched") as got:
+        publish(lab, site)
+    assert "\n" not in str(got.value) and (site / "site.json").read_text() == before
+    (site / "data" / "chunks" / key).rmdir()
+
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if ".tmp-" in self.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    with monkeypatch.context() as m, pytest.raises(GlassroomError, match="No space left on device"):
+        m.setattr(Path, "write_text", full)
+        publish(lab, site)
+    assert (site / "site.json").read_text() == before and json.loads(before)["runs"] == ["run"]
+    assert not [p for p in (site / "data").rglob("*") if ".tmp-" in p.name]
+    publish(lab, site)   # fixed: the next export works and writes the missing chunk again
+    assert key in {p.name for p in (site / "data" / "chunks").iterdir()}

@@ -50,7 +50,7 @@ from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
 from glassroom.web.server import FRONTEND, render_page
-from glassroom.web.site_tiles import ChunkStore, json_floats
+from glassroom.web.site_tiles import ChunkStore, SiteWriteError, json_floats
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
 VECTOR_POINTS = 400
@@ -177,6 +177,8 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                     log(f"left out {run_id}: marked private")
                     continue
                 export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks)
+            except SiteWriteError:   # the site cannot be written (site_tiles.ChunkStore): stop, switch nothing
+                raise
             except (sqlite3.DatabaseError, OSError) as exc:   # one unreadable run must not stop the others
                 shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
                 log(f"skipped {run_id}: {store_error(exc)}")

@@ -48,6 +48,10 @@ MANIFEST = "chunks.json"  # SITE/data/<generation>/chunks.json: {"chunks": [key,
 _KEY = re.compile(r"^[0-9a-f]{32}\.json$")
 
 
+class SiteWriteError(GlassroomError):
+    """A chunk file cannot be written: the site's fault, not a run's, so the whole export stops."""
+
+
 def json_floats(values: np.ndarray) -> list:
     """Floats for JSON: NaN and infinities as null."""
     out = values.astype(np.float64).tolist()
@@ -112,12 +116,20 @@ class ChunkStore:
     def put(self, width: int, steps: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> str:
         key = chunk_key(width, steps, lo, hi)
         path = self.dir / f"{key}.json"
-        if key not in self.referenced and not path.is_file():
-            self.dir.mkdir(parents=True, exist_ok=True)
+        if key not in self.referenced and not (path.is_file() and not path.is_symlink()):
             tmp = self.dir / f".{key}.tmp-{os.getpid()}"
-            tmp.write_text(json.dumps(chunk_payload(width, steps, lo, hi), separators=(",", ":"), allow_nan=False),
-                           encoding="utf-8")
-            os.replace(tmp, path)
+            try:
+                if path.is_symlink() or path.exists():   # not a chunk we wrote: a folder, a link
+                    raise IsADirectoryError(f"{path.name} is not a plain file")
+                self.dir.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps(chunk_payload(width, steps, lo, hi), separators=(",", ":"), allow_nan=False),
+                               encoding="utf-8")
+                os.replace(tmp, path)
+            except OSError as exc:   # the site's fault, not the run's: the whole export stops, nothing switched
+                tmp.unlink(missing_ok=True)
+                raise SiteWriteError(f"--out {self.data_dir.parent}: cannot write data/{CHUNKS_DIR}/{key}.json "
+                                     f"({exc.strerror or exc}); nothing was switched: free space or remove what is "
+                                     "in its place, then publish again") from None
             self.written += 1
         else:
             self.reused += 1
