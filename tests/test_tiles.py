@@ -389,7 +389,12 @@ def test_a_series_spanning_more_than_int64_is_bucketed_exactly(tmp_path):
     with StoreWriter(tmp_path, flush_rows=777) as w:
         for s, v in zip(steps.tolist(), values.tolist()):
             w.log(s, {"span": v})
+        for s in (-FAR, -FAR + 1, 0, FAR - 1, FAR):
+            w.log_vector(s, "experts", [float(s > 0), 1.0])
     with StoreReader(tmp_path) as reader:
+        from glassroom.web.data import vector_payload
+        got = vector_payload(reader, "experts", points=2)   # vectors are bucketed the same way
+        assert got["steps"] == [-FAR, FAR - 1] and got["values"] == [[0.0, 1.0], [1.0, 1.0]]
         for tiled in (True, False):
             reader.tiled = tiled
             for start, end in ((None, None), (-FAR, FAR), (-2**63, 2**63 - 1), (-FAR + 3, FAR - 3)):

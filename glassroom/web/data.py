@@ -24,7 +24,7 @@ import numpy as np
 
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
-from glassroom.observe.store import StoreReader
+from glassroom.observe.store import StoreReader, bucket_index
 from glassroom.web.compute import run_compute
 from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 
@@ -69,7 +69,7 @@ def vector_payload(reader: StoreReader, name: str, start: Optional[int] = None,
     if len(rows) > points:
         lo, hi = int(steps[0]), int(steps[-1])
         bucket_width = max(1, -(-(hi - lo + 1) // points))
-        index = (steps - lo) // bucket_width
+        index = bucket_index(steps, lo, bucket_width)   # steps may span more than int64
         starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
         filled = np.where(np.isfinite(matrix), matrix, 0.0)
         sums = np.add.reduceat(filled, starts, axis=0)
