@@ -118,3 +118,31 @@ def test_incident_open_refuses_a_step_beyond_the_run_and_a_store_that_is_no_run(
     assert main(["incident", "open", str(run), "--step", "7", "at the last step reached"]) == 0
     with StoreReader(run) as r:
         assert [e["step"] for e in r.events() if e["kind"] == "incident"] == [7]
+
+
+def test_the_redaction_cache_is_bounded_by_characters_too(monkeypatch):
+    # Before: only the number of texts was bounded, so long texts (tracebacks) grew it to gigabytes.
+    from glassroom.web import feeds
+
+    monkeypatch.setattr(feeds, "_TEXTS", {})
+    monkeypatch.setattr(feeds, "_cached_chars", [0])
+    monkeypatch.setattr(feeds, "MAX_CACHED_CHARS", 1_000_000)
+    for i in range(400):
+        text = f"error {i}: " + "x y " * 1_000 + f" ghp_{TOKEN}"
+        assert feeds.redacted_text(text).endswith(" <redacted>")
+        assert sum(len(k) + len(v) for k, v in feeds._TEXTS.items()) <= 1_000_000
+    assert feeds._TEXTS   # still a cache
+
+
+def test_redaction_of_a_long_word_takes_linear_time():
+    # Before: a key was tried from every position of a word (and a URL scheme from every part of
+    # `a-a-a-...`): 20,000 characters without a separator took seconds, 100,000 minutes, per request.
+    import time
+
+    started = time.monotonic()
+    for text in ("x" * 60_000, "x-" * 30_000, "a." * 30_000, "eyJ" * 20_000, "1" * 60_000 + "a"):
+        assert redact_text(text) == text
+    assert time.monotonic() - started < 3.0
+    # the pairs it finds are the same as before, a key starting with a digit, dot or dash included
+    assert redact_text("9api_key=abc -password=abc x\"api_key\": \"v\" x-https://u:p@host/") == \
+        "9api_key=<redacted> -password=<redacted> x\"api_key\": \"<redacted>\" x-https://<redacted>@host/"

@@ -71,7 +71,9 @@ _PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:----
 _AWS_SECRET_RE = re.compile(
     r"(?i:aws|secret)[^\n]{0,60}?(?<![A-Za-z0-9/+])(?![0-9a-f]{40}(?![A-Za-z0-9/+]))([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])")
 # Up to the last `@` before the path, so a password holding `@` (`user:p@ss@host`) goes whole.
-_URL_CREDS_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#\"'<>]+)@")
+# (A scheme starts where a run of scheme characters starts, and is read in one go: a long run of
+# `a-a-a-...` costs linear time, not quadratic.)
+_URL_CREDS_RE = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*+://)([^\s/?#\"'<>]+)@")
 _BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
 # KEY=VALUE and KEY: VALUE (the key optionally quoted), and --key=value / --key value. Only the key
 # and separator are matched first, so a harmless pair never swallows a secret that follows it.
@@ -79,9 +81,13 @@ _VALUE_RE = re.compile(r"\\\"[^\"]*?\\\"|\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>
 # After `KEY:` (a header or a YAML-like line: `X-Api-Key: abc def`, `password: two words`) an
 # unquoted value runs to the end of the line, or to a comma, semicolon or bracket.
 _LINE_VALUE_RE = re.compile(r"[^\s,;&\"'{}\[\]()<>][^\n\r,;{}\[\]]*")
+# A key is a whole run of key characters with a letter or `_` in it (`api_key`, `db.password`,
+# `2fa-token`), read in one go from where the run starts: a long word with no separator after it
+# costs linear time (reading a key from every position inside it was quadratic: seconds for 20 KB).
 _PAIR_RE = re.compile(
-    r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*)(?P<fsep>=|\s+(?=[^\s\-]))"
-    r"|(?P<q>\\?[\"']?)(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q)(?P<sep>\s*(?:=|:(?!//))\s*))")
+    r"(?:(?<![A-Za-z0-9_\-])--(?P<flag>[A-Za-z][A-Za-z0-9_\-]*+)(?P<fsep>=|\s+(?=[^\s\-]))"
+    r"|(?P<q>\\?[\"']?)(?<![A-Za-z0-9_.\-])(?=[0-9.\-]*+[A-Za-z_])(?P<key>[A-Za-z0-9_.\-]++)(?P=q)"
+    r"(?P<sep>\s*(?:=|:(?!//))\s*))")
 # `curl -u user:password`, `--user user:password`: the part after the colon.
 _USER_PASS_RE = re.compile(r"(?<![A-Za-z0-9_\-])(-u|--user)(\s+|=)([^\s:'\"]+):([^\s'\"]+)")
 

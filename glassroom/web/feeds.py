@@ -85,16 +85,24 @@ def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, be
 
 _TEXTS: dict[str, str] = {}
 MAX_CACHED_TEXTS = 200_000
+MAX_CACHED_CHARS = 20_000_000   # texts and their redacted copies together: a few tens of MB at most
+_cached_chars = [0]
 
 
 def redacted_text(text: str) -> str:
     """redact_text, remembered: events never change, so a feed, a search or a `--watch` export that
-    shows the same event again does not redact it again (the cache is emptied when full)."""
+    shows the same event again does not redact it again (the cache is emptied when full, by count
+    or by characters, so long texts such as tracebacks cannot make it grow without bound)."""
     got = _TEXTS.get(text)
     if got is None:
-        if len(_TEXTS) >= MAX_CACHED_TEXTS:
+        got = redact_text(text)
+        size = len(text) + len(got)
+        if len(_TEXTS) >= MAX_CACHED_TEXTS or _cached_chars[0] + size > MAX_CACHED_CHARS:
             _TEXTS.clear()
-        got = _TEXTS[text] = redact_text(text)
+            _cached_chars[0] = 0
+        if size <= MAX_CACHED_CHARS // 100:
+            _TEXTS[text] = got
+            _cached_chars[0] += size
     return got
 
 
