@@ -321,11 +321,16 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
         got = browser.eval(f"""(async () => {{
           const m = await GR.source.meta('run'), gen = GR.source.site().generation;
           const ov = await GR.siteTiles.json(`${{GR.boot.base}}data/${{gen}}/runs/run/${{m.files['train/loss']}}`);
-          const out = [];
+          const out = [], real = GR.siteTiles.json, asked = [];
           for (const [a, b] of {json.dumps(ranges)}) for (const p of [7, 300, 1500])
             out.push([a, b, p, await GR.siteSeries(ov, a, b, p, `${{GR.boot.base}}data/chunks/`)]);
-          return out;
+          GR.siteTiles.json = (url) => {{ asked.push(url); return real(url); }};
+          try {{ await GR.siteSeries(ov, null, null, 1500, `${{GR.boot.base}}data/chunks/`); }}
+          finally {{ GR.siteTiles.json = real; }}
+          return [out, asked];
         }})()""")
+        got, asked = got
+        assert asked == []   # the full view: the overview alone, no chunk
         for a, b, p, view in got:
             raw = values[a - 1:b]
             assert view["n"] == len(raw) and len(view["steps"]) <= p + 1, (a, b, p)

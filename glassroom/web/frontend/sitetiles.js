@@ -80,16 +80,19 @@ GR.siteFiles = function (level, a, b, chunkBase) {
 // buckets inside [a, b] (aligned on `origin` + multiples of the width) come from level i, the
 // partial ones at the two ends from the level below, down to the raw points; so no value of a step
 // outside [a, b] is counted. A level is {width, origin, chunks} or the overview ({width, origin, data}).
-GR.siteExact = async function (levels, i, a, b, chunkBase) {
+// `ends`: the series' first and last steps; a bucket cut by one of them holds no step beyond it,
+// so it is taken whole (the full view reads the overview alone).
+GR.siteExact = async function (levels, i, a, b, chunkBase, ends) {
   const out = {steps: [], min: [], max: []};
   if (!(a <= b)) return out;
   const level = levels[i], w = level.width, o = level.origin || 0;
-  const lo = w > 1 ? o + Math.ceil((a - o) / w) * w : a, hi = w > 1 ? o + Math.floor((b + 1 - o) / w) * w - 1 : b;
-  if (lo > hi) return GR.siteExact(levels, i - 1, a, b, chunkBase);
+  const lo = w > 1 && a > ends[0] ? o + Math.ceil((a - o) / w) * w : a;
+  const hi = w > 1 && b < ends[1] ? o + Math.floor((b + 1 - o) / w) * w - 1 : b;
+  if (lo > hi) return GR.siteExact(levels, i - 1, a, b, chunkBase, ends);
   const [left, parts, right] = await Promise.all([
-    w > 1 ? GR.siteExact(levels, i - 1, a, lo - 1, chunkBase) : out,
+    lo > a ? GR.siteExact(levels, i - 1, a, lo - 1, chunkBase, ends) : out,
     level.data ? [level.data] : GR.siteFiles(level, lo, hi, chunkBase),
-    w > 1 ? GR.siteExact(levels, i - 1, hi + 1, b, chunkBase) : out]);
+    hi < b ? GR.siteExact(levels, i - 1, hi + 1, b, chunkBase, ends) : out]);
   const pieces = [left, ...parts.map((p) => GR.siteCut(p, lo, hi, 1, 0)), right];
   const cut = {steps: [], min: [], max: []};
   for (const c of pieces) for (const k of ["steps", "min", "max"]) for (const v of c[k]) cut[k].push(v);
@@ -97,9 +100,10 @@ GR.siteExact = async function (levels, i, a, b, chunkBase) {
 };
 
 // The number of raw points in [a, b] and the newest of them ([step, value], null when none): the
-// raw chunks' counts, reading only the (at most two) chunks that [a, b] cuts.
-GR.siteRaw = async function (raw, a, b, chunkBase) {
-  let n = 0, newest = null;
+// raw chunks' counts, reading only the (at most two) chunks that [a, b] cuts. `newest` (the
+// series' last [step, value]) is the answer when b reaches it.
+GR.siteRaw = async function (raw, a, b, chunkBase, newest) {
+  let n = 0;
   for (const c of raw.chunks) {
     const [f, l, count] = c;
     if (l < a || f > b) continue;
@@ -108,6 +112,8 @@ GR.siteRaw = async function (raw, a, b, chunkBase) {
     const cut = GR.siteCut(p, a, b, 1, 0);
     n += cut.steps.length;
   }
+  if (b >= newest[0]) return {n, newest};
+  newest = null;
   for (let j = raw.chunks.length - 1; j >= 0; j--) {   // the last chunk starting at or before b
     const c = raw.chunks[j];
     if (c[0] > b) continue;
@@ -145,9 +151,8 @@ GR.siteSeries = async function (overview, start, end, points, chunkBase) {
   else for (let i = t.levels.length - 1; i > 0; i--) {
     if (GR.siteCount(t.levels[i], a, b) >= points) { top = i; break; }
   }
-  const [cut, counted] = await Promise.all([GR.siteExact(levels, top, a, b, chunkBase),
-    b >= lastStep ? GR.siteRaw(raw, a, b, chunkBase).then((r) => ({n: r.n, newest: [lastStep, lastValue]}))
-      : GR.siteRaw(raw, a, b, chunkBase)]);
+  const [cut, counted] = await Promise.all([GR.siteExact(levels, top, a, b, chunkBase, [raw.chunks[0][0], lastStep]),
+    GR.siteRaw(raw, a, b, chunkBase, [lastStep, lastValue])]);
   const out = GR.siteReduce(cut, points);
   if (out === cut && top === 0) return Object.assign(out, {n: out.steps.length});   // the raw points themselves
   // The newest point of the range is shown as itself, not hidden inside its bucket (as the live API does).
