@@ -146,3 +146,24 @@ def test_redaction_of_a_long_word_takes_linear_time():
     # the pairs it finds are the same as before, a key starting with a digit, dot or dash included
     assert redact_text("9api_key=abc -password=abc x\"api_key\": \"v\" x-https://u:p@host/") == \
         "9api_key=<redacted> -password=<redacted> x\"api_key\": \"<redacted>\" x-https://<redacted>@host/"
+
+
+def test_a_run_marked_private_leaves_feeds_search_and_incidents_at_once(tmp_path):
+    # Before: the server's list of runs is kept 2 s, and the lab feed, search and incidents used it as is.
+    root = tmp_path / "lab"
+    run = make_run(root / "hero", notes=["the plan"])
+    with StoreWriter(run) as w:
+        w.log(4, {"train/plan_norm": 1.0})
+    open_incident(run, "plan incident", step=2)
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        assert "the plan" in client.get("/feed.atom").text   # listed, and cached for 2 s
+        with StoreWriter(run) as w:
+            w.set_artifact("visibility", {"private": True})
+        feed = client.get("/feed.atom").text
+        found = client.get("/api/search", params={"q": "plan"}).json()
+        incidents = client.get("/api/incidents").json()["incidents"]
+    assert "hero" not in feed and found["metrics"] == [] and found["events"] == [] and incidents == []
+    owner = create_app(root)   # the owner on the loopback still sees it
+    with TestClient(owner, base_url="http://127.0.0.1") as client:
+        assert client.get("/api/search", params={"q": "plan"}).json()["events"]

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from glassroom.folders import replace_file
 from glassroom.observe import incidents as incidents_mod
-from glassroom.observe.runs import event_is_private
+from glassroom.observe.runs import VISIBILITY, event_is_private
 from glassroom.observe.redact import redact_text
 from glassroom.observe.store import StoreReader
 
@@ -106,11 +106,23 @@ def redacted_text(text: str) -> str:
     return got
 
 
+def run_is_private(reader: StoreReader) -> bool:
+    """Whether the run is marked private now (read from its store at each request: a server's list of
+    runs is up to 2 s old, and a run marked private must leave feeds, search and incidents at once)."""
+    try:
+        value = reader.artifact(VISIBILITY)
+    except (ValueError, RecursionError):
+        return True
+    return bool(isinstance(value, dict) and value.get("private"))
+
+
 def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool) -> list[dict]:
     """Events as the run page shows them: redacted, private notes out when `public`, and a private
     base run (glassroom.web.lineage) named nowhere on a public view. Only incident events keep their
     (redacted) data: feeds and search show texts, and redacting every event's data would cost more
     than everything else they do."""
+    if public and run_is_private(reader):   # marked private since the server last listed its runs
+        return []
     out = []
     for e in events:
         if public and event_is_private(e):
@@ -132,6 +144,8 @@ def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional
 def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
                   kinds: tuple[str, ...] = FEED_KINDS, limit: int = MAX_ENTRIES) -> list[dict]:
     """The newest `limit` shown events of `kinds`, newest first (private notes skipped, not counted)."""
+    if public and run_is_private(reader):
+        return []
     out: list[dict] = []
     before = None
     while len(out) < limit:

@@ -22,7 +22,7 @@ from typing import Optional
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
-from glassroom.web.feeds import _parse, shown
+from glassroom.web.feeds import _parse, run_is_private, shown
 
 MAX_HITS = 200
 MAX_QUERY_CHARS = 200
@@ -64,6 +64,8 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
     events: list[dict] = []
     more = False
     with StoreReader(run_dir) as reader:
+        if public and run_is_private(reader):
+            return names, events, more
         cond, args = _matcher(reader.conn, q)
         if want_names > 0:
             rows = reader.conn.execute(NAME_SQL.format(match=cond.format(col="name")), (*args, want_names + 1 + 50))
