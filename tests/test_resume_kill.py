@@ -15,6 +15,7 @@ import pytest
 
 from glassroom.observe import journal
 from glassroom.observe.store import StoreReader, StoreWriter
+from test_tiles import assert_tiles_match_raw
 from train_helpers import TINY, assert_same_store, run_train
 
 KILLED = -9  # subprocess returncode of a SIGKILLed child
@@ -49,10 +50,12 @@ def test_sigkill_right_after_a_checkpoint_rename_loses_no_metric(tiny_dataset, r
     assert committed_steps(out, "norm/param/total") == [1, 3, 6]
     # Killed between the rename and its event: the event is missing until the resume.
     assert [e["step"] for e in events(out) if e["kind"] == "checkpoint"] == [4]
+    assert_tiles_match_raw(out)   # the multi-resolution tiles committed with the rows: consistent as left
 
     resumed = run_train(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)
+    assert_tiles_match_raw(out)   # and after the resume's discard and redo
     journal = events(out)
     late = [e for e in journal if e["kind"] == "checkpoint" and e["step"] == 8]
     assert len(late) == 1 and late[0]["data"]["journaled_on_resume"] is True
