@@ -400,3 +400,21 @@ def test_a_series_spanning_more_than_int64_is_bucketed_exactly(tmp_path):
             for start, end in ((None, None), (-FAR, FAR), (-2**63, 2**63 - 1), (-FAR + 3, FAR - 3)):
                 for points in (1, 2, 64, 1500):
                     assert_view_matches_raw(reader, "span", start, end, points)
+
+
+def test_rows_deleted_by_a_tile_unaware_writer_while_a_writer_is_open(tmp_path):
+    """An older glassroom deletes rows (its resume redoes steps 51..) while this writer is open:
+    the next flush drops the emptied tiles too (it kept them: the run list said step 100, loss 100
+    forever, and views drew points that no longer exist)."""
+    w = StoreWriter(tmp_path, flush_rows=10**9, flush_seconds=1e9)
+    for s in range(1, 101):
+        w.log(s, {"loss": float(s)})
+    w.flush()
+    with sqlite3.connect(store_path(tmp_path)) as old:
+        old.execute("DELETE FROM metrics WHERE step > 50")
+    w.log(51, {"loss": -1.0})
+    w.flush()
+    w.close()
+    assert_tiles_match_raw(tmp_path)
+    with StoreReader(tmp_path) as reader:
+        assert reader.latest("loss") == (51, -1.0) and reader.view("loss", None, None, 10)[3] == 51

@@ -147,9 +147,12 @@ class StoreWriter:
         if self._rows or self._vectors:
             with self.conn:
                 self.conn.execute("BEGIN IMMEDIATE")
+                # Dirty buckets before our rows: a tile-unaware writer (an older glassroom) changed rows,
+                # maybe deleted some, since our last commit; then a tile may have to go.
+                foreign = self.conn.execute("SELECT EXISTS (SELECT 1 FROM tile_dirty)").fetchone()[0]
                 self.conn.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)", self._rows)
                 self.conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)", self._vectors)
-                tiles.apply_dirty(self.conn, removed=False)   # the buckets these rows touched, same transaction
+                tiles.apply_dirty(self.conn, removed=bool(foreign))   # the buckets these rows touched, same transaction
             self._rows, self._vectors = [], []
         self._last_flush = time.monotonic()
 
