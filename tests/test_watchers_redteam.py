@@ -167,3 +167,30 @@ def test_a_run_marked_private_leaves_feeds_search_and_incidents_at_once(tmp_path
     owner = create_app(root)   # the owner on the loopback still sees it
     with TestClient(owner, base_url="http://127.0.0.1") as client:
         assert client.get("/api/search", params={"q": "plan"}).json()["events"]
+
+
+def test_a_huge_event_text_costs_feeds_and_search_a_bounded_time(tmp_path):
+    # Before: every request redacted the whole text (a 5 MB note: seconds each) and search sent it whole.
+    import time
+
+    root = tmp_path / "lab"
+    long_tail = "lorem ipsum " * 400_000   # 4.8 MB
+    cut_secret = "x" * (20_000 - 10) + " ghp_" + TOKEN   # a token across the 20,000-character cut
+    run = make_run(root / "hero", notes=["huge " + long_tail, cut_secret])
+    open_incident(run, "huge write-up", step=1)
+    resolve_incident(run, "inc-1", "w" * 19_950 + " ghp_" + TOKEN)
+    with sqlite3.connect(run / "store.sqlite") as conn:   # a hand-edited incident with a 5 MB title
+        conn.execute("UPDATE events SET data = json_set(data, '$.title', ?) WHERE kind = 'incident' "
+                     "AND json_extract(data, '$.action') = 'open'", ("t" * 5_000_000,))
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        started = time.monotonic()
+        feed = client.get("/feed.atom?run=hero").text
+        found = client.get("/api/search", params={"q": "huge"}).json()
+        incidents = client.get("/api/incidents").json()["incidents"]
+        took = time.monotonic() - started
+    assert took < 5.0
+    assert len(feed) < 200_000 and found["events"] and all(len(e["text"]) <= 20_000 for e in found["events"])
+    assert len(incidents[0]["title"]) == 20_000 and len(incidents[0]["resolution"]) <= 20_000
+    for text in (feed, json.dumps(found), json.dumps(incidents)):
+        assert "ghp_" + TOKEN[:6] not in text and "ghp_" not in text.replace("<redacted>", "")

@@ -40,6 +40,7 @@ END_KINDS = ("end", "stopped", "error", "finished", "failed")
 FEED_KINDS = ("anomaly", "note", "prediction", "checkpoint", "incident", *END_KINDS)
 TITLE_CHARS = 140
 CONTENT_CHARS = 20_000
+SHOWN_CHARS = 20_000           # an event's text (and an incident's title or write-up) as feeds and search show it
 # XML 1.0 allows tab, newline, carriage return and U+0020 upwards, less surrogates and U+FFFE/U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -128,17 +129,34 @@ def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional
         if public and event_is_private(e):
             continue
         if e.get("kind") == incidents_mod.KIND:
-            out.append(incidents_mod.redacted(e))
+            data = e.get("data")
+            if isinstance(data, dict):
+                data = {k: _prefix(v) for k, v in data.items()}
+            out.append(incidents_mod.redacted({**e, "text": _prefix(e.get("text")), "data": data}))
         else:
             text = e.get("text")
-            out.append({**e, "text": redacted_text(text) if isinstance(text, str) else "", "data": None})
+            out.append({**e, "text": redacted_text(_prefix(text)) if isinstance(text, str) else "", "data": None})
     if public and out:
         from glassroom.web.lineage import hidden_base, scrub
 
         hidden = hidden_base(reader.artifact("lineage"), run_dir, root, True)
         if hidden:
             out = scrub(out, hidden)
+    for e in out:   # clipped only now: a secret or a hidden path across the cut was removed whole
+        e["text"] = _clip_shown(e.get("text"))
+        if isinstance(e.get("data"), dict):
+            e["data"] = {k: _clip_shown(v) for k, v in e["data"].items()}
     return out
+
+
+def _prefix(value):
+    """The part of a long text that is redacted and shown: SHOWN_CHARS and a margin, so a secret
+    that starts before the cut is still matched whole (a hostile 100 MB note costs no more)."""
+    return value[:SHOWN_CHARS + 4_096] if isinstance(value, str) and len(value) > SHOWN_CHARS else value
+
+
+def _clip_shown(value):
+    return value[:SHOWN_CHARS - 1] + "…" if isinstance(value, str) and len(value) > SHOWN_CHARS else value
 
 
 def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
