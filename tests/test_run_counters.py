@@ -121,6 +121,38 @@ def test_cursor_opened_mid_run_starts_where_the_counters_say(tmp_path):
         cursor.close()
 
 
+@pytest.mark.parametrize("tiled", [True, False])
+def test_a_resumed_run_that_logs_its_steps_again_makes_open_pages_reload(tmp_path, tiled):
+    """A resume discards the steps after its checkpoint and logs them again with other values: an open
+    page is told to reload (it would otherwise keep the old values), then gets the new rows; also for
+    a series that began after the checkpoint, and for a store read without counters."""
+    run = tmp_path / "run"
+    with StoreWriter(run) as w:
+        for s in range(1, 101):
+            w.log(s, {"train/loss": 5.0})
+            w.log_vector(s, "moe/layer_0/tokens_per_expert", [1.0, 2.0])
+        w.log(80, {"eval/macro/bpb": 2.0})   # the first eval, after the checkpoint
+    cursor = data.Cursor("run", run)
+    cursor.reader.tiled = tiled
+    try:
+        assert cursor.poll() is None
+        with StoreWriter(run) as w:   # the resume: back to the checkpoint at step 60
+            w.discard_after(60)
+        update = cursor.poll()
+        assert update["reload"] is True and update["series"] == {}
+        assert cursor.poll() is None   # told once
+        with StoreWriter(run) as w:
+            for s in range(61, 64):
+                w.log(s, {"train/loss": 4.0})
+            w.log(62, {"eval/macro/bpb": 1.5})
+        update = cursor.poll()
+        assert update["reload"] is False
+        assert update["series"] == {"train/loss": {"steps": [61, 62, 63], "values": [4.0, 4.0, 4.0]},
+                                    "eval/macro/bpb": {"steps": [62], "values": [1.5]}}
+    finally:
+        cursor.close()
+
+
 def test_run_list_reads_a_store_again_only_when_it_changed(tmp_path, monkeypatch):
     runs = {}
     for i in range(3):

@@ -189,8 +189,19 @@ class Cursor:
             vlast = self.vector_last.get(id_, -(2**62))
             if counters is not None:
                 _, top, vtop = counters.get(id_, (0, None, None))
-                if (top is None or top <= last) and (vtop is None or vtop <= vlast):
-                    continue
+            else:   # a store without counters: the newest steps from the (name, step) index
+                top, vtop = (self._max_step(table, id_) for table in ("metrics", "vectors"))
+                top, vtop = (None if x == -(2**62) else x for x in (top, vtop))
+            never = -(2**62)
+            if (top if top is not None else never) < last or (vtop if vtop is not None else never) < vlast:
+                # Cut back: a resumed run discarded the steps after its checkpoint (all of a series
+                # that began after it) and logs them again, maybe with other values. The page
+                # reloads what it shows; new rows follow.
+                reload = True
+                self.last_step[id_] = last = min(last, never if top is None else top)
+                self.vector_last[id_] = vlast = min(vlast, never if vtop is None else vtop)
+            if (top is None or top <= last) and (vtop is None or vtop <= vlast):
+                continue
             rows = conn.execute(
                 "SELECT step, value FROM metrics WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
                 (id_, last, self.MAX_NEW + 1)).fetchall()
