@@ -194,3 +194,33 @@ def test_a_huge_event_text_costs_feeds_and_search_a_bounded_time(tmp_path):
     assert len(incidents[0]["title"]) == 20_000 and len(incidents[0]["resolution"]) <= 20_000
     for text in (feed, json.dumps(found), json.dumps(incidents)):
         assert "ghp_" + TOKEN[:6] not in text and "ghp_" not in text.replace("<redacted>", "")
+
+
+def test_an_infinite_time_or_step_in_a_store_leaves_incidents_and_search_valid_json(tmp_path, capsys):
+    # Before: /api/incidents answered 500 for the whole lab, and `incident list --json` printed Infinity.
+    from glassroom.cli import main
+
+    root = tmp_path / "lab"
+    for name in ("good", "hero"):
+        make_run(root / name)
+        open_incident(root / name, f"{name} incident", step=2)
+        resolve_incident(root / name, "inc-1", "odd steps")
+    with sqlite3.connect(root / "hero" / "store.sqlite") as conn:
+        conn.execute("UPDATE events SET time = 1e999 WHERE kind = 'incident'")
+        conn.execute("UPDATE events SET step = 1e999 WHERE kind = 'incident'")
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        incidents = client.get("/api/incidents")
+        found = client.get("/api/search", params={"q": "odd steps"})
+    assert incidents.status_code == 200 and found.status_code == 200
+    assert sorted(i["run"] for i in incidents.json()["incidents"]) == ["good", "hero"]
+    hero = next(i for i in incidents.json()["incidents"] if i["run"] == "hero")
+    assert hero["step"] is None and hero["opened"] is None and hero["resolved"] is None
+    assert {e["run"]: e["step"] for e in found.json()["events"]} == {"good": 2, "hero": None}
+    assert main(["incident", "list", str(root), "--json"]) == 0
+
+    def strict(name):
+        raise ValueError(name)
+
+    rows = json.loads(capsys.readouterr().out, parse_constant=strict)["incidents"]
+    assert len(rows) == 2

@@ -15,6 +15,7 @@ by hand, or an update for an unknown ID) are ignored by fold. Never imports torc
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from pathlib import Path
@@ -39,6 +40,14 @@ def _data(event: dict) -> Optional[dict]:
     return data
 
 
+def number(value: Any) -> Any:
+    """A step or a time as JSON can carry it: an int or a finite float, else None (a hand-edited
+    store can hold 1e999, which would make the whole list unreadable as JSON)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
+
+
 def fold(events: list[dict]) -> list[dict]:
     """One record per incident, in the order they were opened:
     {"id", "step", "title", "status": "open"|"resolved", "opened": time, "resolved": time|None,
@@ -55,18 +64,18 @@ def fold(events: list[dict]) -> list[dict]:
                 continue   # an ID opened twice (never written by glassroom): the first one counts
             title = data.get("title") if isinstance(data.get("title"), str) else text
             anomaly = data.get("anomaly")
-            out[iid] = {"id": iid, "step": event.get("step"), "title": title, "status": "open",
-                        "opened": event.get("time"), "resolved": None, "resolution": None, "updates": [],
+            out[iid] = {"id": iid, "step": number(event.get("step")), "title": title, "status": "open",
+                        "opened": number(event.get("time")), "resolved": None, "resolution": None, "updates": [],
                         "anomaly": anomaly if isinstance(anomaly, int) and not isinstance(anomaly, bool) else None}
             continue
         record = out.get(iid)
         if record is None:
             continue
         if action == "update":
-            record["updates"].append({"time": event.get("time"), "text": text})
+            record["updates"].append({"time": number(event.get("time")), "text": text})
         elif record["status"] == "open":   # resolve; a second resolve (never written by glassroom) is ignored
             resolution = data.get("resolution")
-            record.update(status="resolved", resolved=event.get("time"),
+            record.update(status="resolved", resolved=number(event.get("time")),
                           resolution=resolution if isinstance(resolution, str) else text)
     return list(out.values())
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from glassroom.observe.incidents import number
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
@@ -85,7 +86,7 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
                     if len(events) == want_events:
                         more = True
                         break
-                    events.append({"run": run_id, "id": event["id"], "step": event.get("step"),
+                    events.append({"run": run_id, "id": event["id"], "step": number(event.get("step")),
                                    "kind": event["kind"], "text": event["text"]})
     return names, events, more
 
@@ -140,7 +141,7 @@ def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
         except Exception:
             continue
         out[run_id] = {"names": names,
-                       "events": [{"id": e["id"], "step": e.get("step"), "kind": e["kind"], "text": e["text"]}
+                       "events": [{"id": e["id"], "step": number(e.get("step")), "kind": e["kind"], "text": e["text"]}
                                   for e in events]}
     return {"runs": out}
 
