@@ -14,12 +14,12 @@ Python (SQLite's lower() knows ASCII only). At most MAX_HITS metrics and MAX_HIT
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from pathlib import Path
 from typing import Optional
 
-from glassroom.observe.incidents import number
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
@@ -86,9 +86,14 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
                     if len(events) == want_events:
                         more = True
                         break
-                    events.append({"run": run_id, "id": event["id"], "step": number(event.get("step")),
+                    events.append({"run": run_id, "id": event["id"], "step": _json_safe(event.get("step")),
                                    "kind": event["kind"], "text": event["text"]})
     return names, events, more
+
+
+def _json_safe(value):
+    """A value as it was, but a float JSON cannot carry (1e999 in a hand-edited store) is None."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _row(row) -> dict:
@@ -141,7 +146,7 @@ def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
         except Exception:
             continue
         out[run_id] = {"names": names,
-                       "events": [{"id": e["id"], "step": number(e.get("step")), "kind": e["kind"], "text": e["text"]}
+                       "events": [{"id": e["id"], "step": _json_safe(e.get("step")), "kind": e["kind"], "text": e["text"]}
                                   for e in events]}
     return {"runs": out}
 
