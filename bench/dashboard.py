@@ -12,12 +12,15 @@ machine and moment. Each figure is printed with its target (issue 16):
           (target p95 <= 200 ms; also with every
           store read again, what a cold cache costs), and the server's CPU while 20 run-list tabs are open (each tab's
           stream re-lists every second).
-4. live   Write-to-browser latency with 50 live clients on one run: a point committed with StoreWriter
+4. writer What keeping the tiles costs the training process: one commit of N series (one step's
+          values), with the tiles and without (the same writer with its tile triggers dropped and
+          its tile upkeep skipped), for N = 100 and 300.
+5. live   Write-to-browser latency with 50 live clients on one run: a point committed with StoreWriter
           until it is in the chart data of a headless Chromium page (polled every 5 ms over DevTools),
           while 49 more clients follow the same run's stream (target p95 <= 1 s); and the
           commit-to-delivery latency over all 49 stream clients.
 
-    python bench/dashboard.py [--only view,zoom,list,live] [--points 1000000] [--big-points 10000000]
+    python bench/dashboard.py [--only view,zoom,list,writer,live] [--points 1000000] [--big-points 10000000]
                               [--runs 200] [--series 300] [--clients 50] [--rounds 30]
 """
 
@@ -206,7 +209,41 @@ def bench_list(root: Path, runs: int, series: int, rounds: int) -> None:
         print(f"20 run-list tabs open: server CPU {100 * busy:.1f}% of a core; GET /api/runs meanwhile: {fmt(with_tabs, 200)}")
 
 
-# ----------------------------------------------------------------------------------------- 4. live
+# ----------------------------------------------------------------------------------------- 4. writer
+def commit_seconds(folder: Path, names: int, commits: int, tiles_kept: bool) -> float:
+    from glassroom.observe import tiles
+
+    writer = StoreWriter(folder, flush_rows=10**9, flush_seconds=1e9)
+    keep = tiles.apply_dirty
+    if not tiles_kept:   # the reference: no triggers marking buckets, no tile upkeep at the commit
+        for trigger in ("metrics_tiles_insert", "metrics_tiles_delete", "metrics_tiles_update"):
+            writer.conn.execute(f"DROP TRIGGER {trigger}")
+        tiles.apply_dirty = lambda conn, removed=True: False
+    try:
+        values = {f"group_{i // 30}/metric_{i}": float(i) for i in range(names)}
+        out = []
+        for step in range(commits):
+            writer.log(step, values)
+            t = time.perf_counter()
+            writer.flush()
+            out.append(time.perf_counter() - t)
+        return out
+    finally:
+        tiles.apply_dirty = keep
+        writer.close()
+
+
+def bench_writer(root: Path, rounds: int) -> None:
+    for names in (100, 300):
+        with_tiles, without = [], []
+        for i in range(3):   # interleaved, so both see the same machine
+            with_tiles += commit_seconds(root / f"t{names}-{i}", names, rounds * 5, True)
+            without += commit_seconds(root / f"r{names}-{i}", names, rounds * 5, False)
+        print(f"writer, one commit of {names} series: with tiles {fmt(with_tiles)}; without {fmt(without)}; "
+              f"{pct(with_tiles, 50) / pct(without, 50):.1f}x")
+
+
+# ----------------------------------------------------------------------------------------- 5. live
 class StreamClient(threading.Thread):
     """Follows one run's stream like a page does; records when each step of `train/loss` arrived."""
 
@@ -270,7 +307,7 @@ def bench_live(root: Path, clients: int, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="view,zoom,list,live", help="which parts, comma-separated")
+    parser.add_argument("--only", default="view,zoom,list,writer,live", help="which parts, comma-separated")
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--big-points", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=200)
@@ -280,8 +317,9 @@ def main() -> None:
     parser.add_argument("--tb-rounds", type=int, default=3)
     args = parser.parse_args()
     parts = set(args.only.split(","))
-    if parts - {"view", "zoom", "list", "live"}:
-        parser.error(f"--only: unknown parts {sorted(parts - {'view', 'zoom', 'list', 'live'})}")
+    known = {"view", "zoom", "list", "writer", "live"}
+    if parts - known:
+        parser.error(f"--only: unknown parts {sorted(parts - known)}")
     with tempfile.TemporaryDirectory(prefix="gr-bench-") as tmp:
         root = Path(tmp)
         if "view" in parts:
@@ -290,6 +328,8 @@ def main() -> None:
             bench_zoom(root / "zoom", args.big_points, args.rounds)
         if "list" in parts:
             bench_list(root / "list", args.runs, args.series, args.rounds)
+        if "writer" in parts:
+            bench_writer(root / "writer", args.rounds)
         if "live" in parts:
             bench_live(root / "live", args.clients, args.rounds)
 

@@ -341,7 +341,7 @@ def test_published_spike_is_drawn_at_every_zoom_and_the_deepest_shows_raw_points
             assert list(zip(view["min"][:-1], view["max"][:-1])) == want, (a, b, p)
         errors = [m for m in browser.console if "error" in m.lower() and "favicon" not in m]
         assert not errors, errors[-3:]
-        # Live: the same zooms on `glassroom serve`, answered from the store's tiles (9 levels)
+        # Live: the same zooms on `glassroom serve`, answered from the store's tiles
         with StoreReader(tmp_path / "lab" / "run") as reader:
             assert reader.tiled and reader.view("train/loss", points=1500)[3] == n
         with Server(tmp_path / "lab") as server:

@@ -13,7 +13,7 @@ Layout (RUN_DIR/store.sqlite):
   error; `digest` chains each event to the one before (journal.py).
 - artifacts(name, time, value): JSON documents such as the resolved config, status, prediction.
 - tiles, tile_dirty, series_counters, run_counters (observe/tiles.py, PRAGMA user_version 1): per
-  metric, min/max/last/count tiles at 9 resolutions (8**k steps), kept at each flush in the same
+  metric, min/max/last/count tiles at 6 resolutions (8**k steps), kept at each flush in the same
   transaction as the rows (triggers on `metrics` mark the changed buckets), so a chart of any
   range reads a few thousand rows (`StoreReader.view`); and counters (rows, last step and value,
   newest write, events, anomalies) so run lists and live streams never count rows. A store made

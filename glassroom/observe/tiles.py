@@ -1,12 +1,12 @@
 """Multi-resolution series tiles and the writer's counters, kept inside a run's store.sqlite.
 
 Why: a chart of a long run shows ~1,500 buckets of (first step, min, max); reading a million raw
-rows to draw them took 0.7 s. The store keeps, per metric name, precomputed tiles at 9 resolutions,
+rows to draw them took 0.7 s. The store keeps, per metric name, precomputed tiles at 6 resolutions,
 so any view of any range is answered from at most ~8 x points rows.
 
 Layout (tables next to observe/store.py's; PRAGMA user_version = TILE_VERSION once they exist):
 - tiles(name_id, level, bucket, first_step, last_step, min, max, last, count, newest): level k
-  (1..LEVELS = 9) covers steps [bucket * 8**k, (bucket + 1) * 8**k); `bucket = step >> 3k` (floor,
+  (1..LEVELS = 6) covers steps [bucket * 8**k, (bucket + 1) * 8**k); `bucket = step >> 3k` (floor,
   so negative steps work). min/max over the finite values (null when none), `last` the value at
   last_step (null for a NaN row), `count` the raw rows, `newest` the newest write time. Level 0 is
   the raw `metrics` table. Only buckets holding rows exist, so sparse series (evals every 100 steps)
@@ -38,7 +38,8 @@ import numpy as np
 TILE_VERSION = 1
 SHIFT = 3                   # a tile of level k covers 8**k steps: bucket = step >> (SHIFT * k)
 BRANCH = 1 << SHIFT
-LEVELS = 9                  # widest tile: 8**9 = 134M steps
+LEVELS = 6                  # widest tile: 8**6 = 262,144 steps (a run of 10M steps has 38 of them;
+                            # each level more costs every commit ~10%, and views never need it)
 FAR = 2**62                 # steps beyond +-FAR are not read (as StoreReader.series)
 UPGRADE_BUSY_SECONDS = 5.0  # a reader waits this long for a live writer's lock, then reads raw
 
