@@ -224,3 +224,24 @@ def test_an_infinite_time_or_step_in_a_store_leaves_incidents_and_search_valid_j
 
     rows = json.loads(capsys.readouterr().out, parse_constant=strict)["incidents"]
     assert len(rows) == 2
+
+
+def test_an_undecodable_byte_in_an_incident_title_leaves_every_page_readable(tmp_path):
+    # Before: the event's text got U+FFFD but its data kept a lone surrogate: /api/incidents and the
+    # run page answered 500 from then on.
+    import os
+
+    root = tmp_path / "lab"
+    run = make_run(root / "hero")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for argv in ([b"open", bytes(run), b"--step", b"2", b"bad \xff byte"], [b"resolve", bytes(run), b"1", b"it was \xfe"]):
+        proc = subprocess.run([sys.executable.encode(), b"-m", b"glassroom", b"incident", *argv],
+                              capture_output=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+    app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
+    with TestClient(app, base_url="http://lab.example.org") as client:
+        incidents = client.get("/api/incidents")
+        page = client.get("/api/run", params={"run": "hero"})
+    assert incidents.status_code == 200 and page.status_code == 200
+    [one] = incidents.json()["incidents"]
+    assert one["title"] == "bad \ufffd byte" and one["resolution"] == "it was \ufffd"

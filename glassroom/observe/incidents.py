@@ -58,11 +58,11 @@ def fold(events: list[dict]) -> list[dict]:
         if data is None:
             continue
         iid, action = data["incident"], data["action"]
-        text = event.get("text") if isinstance(event.get("text"), str) else ""
+        text = _clean(event.get("text")) if isinstance(event.get("text"), str) else ""
         if action == "open":
             if iid in out:
                 continue   # an ID opened twice (never written by glassroom): the first one counts
-            title = data.get("title") if isinstance(data.get("title"), str) else text
+            title = _clean(data.get("title")) if isinstance(data.get("title"), str) else text
             anomaly = data.get("anomaly")
             out[iid] = {"id": iid, "step": number(event.get("step")), "title": title, "status": "open",
                         "opened": number(event.get("time")), "resolved": None, "resolution": None, "updates": [],
@@ -76,7 +76,7 @@ def fold(events: list[dict]) -> list[dict]:
         elif record["status"] == "open":   # resolve; a second resolve (never written by glassroom) is ignored
             resolution = data.get("resolution")
             record.update(status="resolved", resolved=number(event.get("time")),
-                          resolution=resolution if isinstance(resolution, str) else text)
+                          resolution=_clean(resolution) if isinstance(resolution, str) else text)
     return list(out.values())
 
 
@@ -105,8 +105,17 @@ def parse_step(raw: Any) -> int:
     return step
 
 
+def _clean(text: Any) -> str:
+    """Text as the store and a JSON answer can carry it: an undecodable byte of the command line
+    (a lone surrogate) becomes U+FFFD, in the event's data as in its text (a surrogate left in the
+    data made every page that lists incidents answer 500)."""
+    from glassroom.observe.store import _storable
+
+    return _storable(str(text or ""))
+
+
 def _one_line(text: str, what: str, most: int) -> str:
-    text = " ".join(str(text or "").split())
+    text = " ".join(_clean(text).split())
     if not text:
         raise GlassroomError(f"incident: the {what} is empty; say in a few words what happened")
     if len(text) > most:
@@ -116,7 +125,7 @@ def _one_line(text: str, what: str, most: int) -> str:
 
 
 def _text(text: str, what: str) -> str:
-    text = str(text or "").strip()
+    text = _clean(text).strip()
     if not text:
         raise GlassroomError(f"incident: the {what} is empty")
     if len(text) > MAX_TEXT_CHARS:
