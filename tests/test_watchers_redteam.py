@@ -245,3 +245,23 @@ def test_an_undecodable_byte_in_an_incident_title_leaves_every_page_readable(tmp
     assert incidents.status_code == 200 and page.status_code == 200
     [one] = incidents.json()["incidents"]
     assert one["title"] == "bad \ufffd byte" and one["resolution"] == "it was \ufffd"
+
+
+def test_incident_on_a_read_only_store_says_read_only_in_one_line(tmp_path, capsys, monkeypatch):
+    # Before: on a read-only disk the message said the store was damaged. (A test run as root can
+    # write through file modes, so the read-only disk is played by os.access.)
+    import os
+
+    from glassroom.cli import main
+    from glassroom.observe.store import StoreReader
+
+    run = make_run(tmp_path / "hero")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if mode == os.W_OK and str(p).startswith(str(run))
+                        else real(p, mode, *a, **k))
+    assert main(["incident", "open", str(run), "--step", "1", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "read-only" in err and "damaged" not in err
+    monkeypatch.setattr(os, "access", real)
+    with StoreReader(run) as r:
+        assert not [e for e in r.events() if e["kind"] == "incident"]

@@ -185,6 +185,11 @@ def _write(run_dir: str | Path, build) -> tuple[dict, int]:
     from glassroom.observe.store import StoreWriter, write_failure
 
     path = run_store(run_dir)
+    import os
+
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):   # a read-only file, folder or disk
+        raise GlassroomError(f"{path}: read-only (the file, its folder or its disk), so no incident can be "
+                             "written; run this where the run's folder is writable (nothing was written)")
     try:
         writer = StoreWriter(run_dir)
         try:
