@@ -265,3 +265,24 @@ def test_incident_on_a_read_only_store_says_read_only_in_one_line(tmp_path, caps
     monkeypatch.setattr(os, "access", real)
     with StoreReader(run) as r:
         assert not [e for e in r.events() if e["kind"] == "incident"]
+
+
+def test_feeds_and_search_never_load_a_huge_text_whole(tmp_path):
+    # Before: every event's whole text was read into memory (5,000 events of a run for some queries).
+    import tracemalloc
+
+    from glassroom.web import feeds
+    from glassroom.web.search import search
+
+    root = tmp_path / "lab"
+    make_run(root / "hero", notes=[f"huge {i} " + "lorem ipsum " * 100_000 for i in range(40)])   # 40 x 1.2 MB
+    runs = {"hero": root / "hero"}
+    tracemalloc.start()
+    try:
+        feeds.run_feed("hero", root / "hero", root, True, "http://x/", "lab")
+        search(runs, "<", public=True, root=root)
+        search(runs, "huge", public=True, root=root)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 15_000_000, peak

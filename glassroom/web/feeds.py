@@ -41,6 +41,9 @@ FEED_KINDS = ("anomaly", "note", "prediction", "checkpoint", "incident", *END_KI
 TITLE_CHARS = 140
 CONTENT_CHARS = 20_000
 SHOWN_CHARS = 20_000           # an event's text (and an incident's title or write-up) as feeds and search show it
+# An event's text as read for feeds and search: the part that is shown (SHOWN_CHARS) and a margin,
+# so a hostile multi-megabyte text is never loaded whole (see _prefix).
+TEXT_SQL = f"substr(text, 1, {SHOWN_CHARS + 4_096})"
 # XML 1.0 allows tab, newline, carriage return and U+0020 upwards, less surrogates and U+FFFE/U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -78,7 +81,7 @@ def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, be
     marks = ",".join("?" * len(kinds))
     where = f"kind IN ({marks})" + ("" if before is None else " AND id < ?")
     args = (*kinds, *(() if before is None else (before,)), limit)
-    rows = conn.execute(f"SELECT id, time, step, kind, text, data FROM events WHERE {where} ORDER BY id DESC LIMIT ?",
+    rows = conn.execute(f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events WHERE {where} ORDER BY id DESC LIMIT ?",
                         args)
     return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "", "data": _parse(d)}
             for i, t, s, k, x, d in rows]

@@ -23,7 +23,7 @@ from typing import Optional
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
-from glassroom.web.feeds import _parse, run_is_private, shown
+from glassroom.web.feeds import TEXT_SQL, _parse, run_is_private, shown
 
 MAX_HITS = 200
 MAX_QUERY_CHARS = 200
@@ -78,7 +78,7 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
                 candidates = _newest(reader.conn, SCAN_EVENTS)
             else:
                 rows = reader.conn.execute(
-                    f"SELECT id, time, step, kind, text, data FROM events WHERE {cond.format(col='text')} "
+                    f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events WHERE {cond.format(col='text')} "
                     "ORDER BY id DESC LIMIT ?", (*args, SCAN_EVENTS))
                 candidates = [_row(r) for r in rows]
             for event in shown(candidates, reader, run_dir, root, public):
@@ -103,7 +103,7 @@ def _row(row) -> dict:
 
 
 def _newest(conn: sqlite3.Connection, limit: int) -> list[dict]:
-    rows = conn.execute("SELECT id, time, step, kind, text, data FROM events ORDER BY id DESC LIMIT ?", (limit,))
+    rows = conn.execute(f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events ORDER BY id DESC LIMIT ?", (limit,))
     return [_row(r) for r in rows]
 
 
