@@ -42,8 +42,10 @@ TITLE_CHARS = 140
 CONTENT_CHARS = 20_000
 SHOWN_CHARS = 20_000           # an event's text (and an incident's title or write-up) as feeds and search show it
 # An event's text as read for feeds and search: the part that is shown (SHOWN_CHARS) and a margin,
-# so a hostile multi-megabyte text is never loaded whole (see _prefix).
-TEXT_SQL = f"substr(text, 1, {SHOWN_CHARS + 4_096})"
+# so a hostile multi-megabyte text is never loaded whole (see _prefix). SQLite's length() and substr()
+# stop at a NUL character: a text with one early on is read whole, as written.
+TEXT_SQL = (f"CASE WHEN length(text) > {SHOWN_CHARS + 4_096} THEN substr(text, 1, {SHOWN_CHARS + 4_096}) "
+            "ELSE text END")
 # XML 1.0 allows tab, newline, carriage return and U+0020 upwards, less surrogates and U+FFFE/U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
