@@ -286,3 +286,16 @@ def test_feeds_and_search_never_load_a_huge_text_whole(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 15_000_000, peak
+
+
+@pytest.mark.parametrize("argv, said", [(["resolve", "RUN", "²", "x"], "not an incident ID"),
+                                        (["update", "RUN", "inc-²", "x"], "not an incident ID"),
+                                        (["open", "RUN", "--anomaly", "²", "t"], "--anomaly")])
+def test_unicode_digits_in_ids_are_one_line_errors(tmp_path, capsys, argv, said):
+    # Before: "²".isdigit() is true and int("²") raised: a traceback and exit 1.
+    from glassroom.cli import main
+
+    run = make_run(tmp_path / "hero")
+    code = main(["incident", *[str(run) if a == "RUN" else a for a in argv]])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and said in err, err

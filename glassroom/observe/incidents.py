@@ -83,7 +83,7 @@ def fold(events: list[dict]) -> list[dict]:
 def normalize_id(raw: str) -> str:
     """`inc-3` or `3` -> `inc-3`; anything else is a GlassroomError."""
     text = str(raw).strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():   # ("²".isdigit() is true, int("²") an error)
         text = f"inc-{int(text)}"
     if not ID_RE.match(text):
         raise GlassroomError(f"{str(raw)[:60]!r}: not an incident ID; IDs look like inc-1, inc-2 "
@@ -225,7 +225,7 @@ def open_incident(run_dir: str | Path, title: str, step: Any = None, anomaly: An
     anomaly_id = None
     if anomaly is not None:
         raw = str(anomaly).strip()
-        if not raw.isdigit() or not 0 < int(raw) <= MAX_STEP:
+        if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) <= MAX_STEP:
             raise GlassroomError(f"--anomaly: expected the id of an anomaly event (a number, as on the run page "
                                  f"or in `glassroom metrics RUN_DIR --events`), got {raw[:40]!r}")
         anomaly_id = int(raw)
