@@ -139,12 +139,12 @@ def test_the_redaction_cache_is_bounded_by_characters_too(monkeypatch):
 def test_redaction_of_a_long_word_takes_linear_time():
     # Before: a key was tried from every position of a word (and a URL scheme from every part of
     # `a-a-a-...`): 20,000 characters without a separator took seconds, 100,000 minutes, per request.
-    import time
-
-    started = time.monotonic()
-    for text in ("x" * 60_000, "x-" * 30_000, "a." * 30_000, "eyJ" * 20_000, "1" * 60_000 + "a"):
-        assert redact_text(text) == text
-    assert time.monotonic() - started < 3.0
+    # 600,000 characters each: linear, a second; quadratic as before, hours. The subprocess's
+    # timeout only guards against that hang (no timing is asserted).
+    code = ("from glassroom.observe.redact import redact_text\n"
+            "for text in ('x' * 600_000, 'x-' * 300_000, 'a.' * 300_000, 'eyJ' * 200_000, '1' * 600_000 + 'a'):\n"
+            "    assert redact_text(text) == text\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
     # the pairs it finds are the same as before, a key starting with a digit, dot or dash included
     assert redact_text("9api_key=abc -password=abc x\"api_key\": \"v\" x-https://u:p@host/") == \
         "9api_key=<redacted> -password=<redacted> x\"api_key\": \"<redacted>\" x-https://<redacted>@host/"
@@ -171,10 +171,8 @@ def test_a_run_marked_private_leaves_feeds_search_and_incidents_at_once(tmp_path
         assert client.get("/api/search", params={"q": "plan"}).json()["events"]
 
 
-def test_a_huge_event_text_costs_feeds_and_search_a_bounded_time(tmp_path):
+def test_a_huge_event_text_is_shown_bounded_by_feeds_search_and_incidents(tmp_path):
     # Before: every request redacted the whole text (a 5 MB note: seconds each) and search sent it whole.
-    import time
-
     root = tmp_path / "lab"
     long_tail = "lorem ipsum " * 400_000   # 4.8 MB
     cut_secret = "x" * (20_000 - 10) + " ghp_" + TOKEN   # a token across the 20,000-character cut
@@ -186,12 +184,9 @@ def test_a_huge_event_text_costs_feeds_and_search_a_bounded_time(tmp_path):
                      "AND json_extract(data, '$.action') = 'open'", ("t" * 5_000_000,))
     app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
     with TestClient(app, base_url="http://lab.example.org") as client:
-        started = time.monotonic()
         feed = client.get("/feed.atom?run=hero").text
         found = client.get("/api/search", params={"q": "huge"}).json()
         incidents = client.get("/api/incidents").json()["incidents"]
-        took = time.monotonic() - started
-    assert took < 5.0
     assert len(feed) < 200_000 and found["events"] and all(len(e["text"]) <= 20_000 for e in found["events"])
     assert len(incidents[0]["title"]) == 20_000 and len(incidents[0]["resolution"]) <= 20_000
     for text in (feed, json.dumps(found), json.dumps(incidents)):
@@ -301,3 +296,25 @@ def test_unicode_digits_in_ids_are_one_line_errors(tmp_path, capsys, argv, said)
     code = main(["incident", *[str(run) if a == "RUN" else a for a in argv]])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_run_pages_show_a_huge_note_bounded_and_a_hand_written_kind_redacted(tmp_path, capsys):
+    from glassroom.cli import main
+    from glassroom.web.data import run_meta
+
+    root = tmp_path / "lab"
+    run = make_run(root / "hero", notes=["y" * (20_000 - 8) + " ghp_" + TOKEN + " " + "z" * 5_000_000])
+    with StoreWriter(run) as w:   # a kind no glassroom writes, holding a token
+        w.event("ghp_" + TOKEN, "hand-written", 2)
+    open_incident(run, "\x1b[2J\x1b[31mred\rtitle", step=2)
+    meta = run_meta("hero", run, root=root, public=True)
+    note = next(e for e in meta["events"] if e["kind"] == "note")
+    assert len(note["text"]) == 20_000 and note["text"].endswith("…")   # not 5 MB to every page
+    assert TOKEN[:8] not in json.dumps(meta)                            # the token across the cut went whole
+    with TestClient(create_app(root), base_url="http://127.0.0.1") as client:
+        found = client.get("/api/search", params={"q": "hand-written"}).json()["events"]
+        streamed = client.get("/api/events", params={"run": "hero"}).json()["events"]
+    assert found and TOKEN[:8] not in json.dumps(found) and TOKEN[:8] not in json.dumps(streamed)
+    assert main(["incident", "list", str(root)]) == 0
+    listed = capsys.readouterr().out
+    assert "\x1b" not in listed and "\r" not in listed and "red title" in listed.replace("  ", " ")

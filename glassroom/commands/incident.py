@@ -124,8 +124,12 @@ def run_list(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no incidents in {len(runs)} run{'s' if len(runs) != 1 else ''} below {root}")
         return 0
+    def cell(text) -> str:   # a title written with terminal escapes or line breaks prints as one plain line
+        return "".join(c if c.isprintable() else " " for c in str(text))
+
     table = [("run", "id", "step", "status", "title")] + [
-        (r["run"], r["id"], str(r["step"]), r["status"], r["title"] if len(r["title"]) <= 70 else r["title"][:69] + "…")
+        tuple(cell(v) for v in (r["run"], r["id"], r["step"], r["status"],
+                                r["title"] if len(r["title"]) <= 70 else r["title"][:69] + "…"))
         for r in rows]
     widths = [max(len(row[c]) for row in table) for c in range(4)]
     for row in table:

@@ -221,12 +221,28 @@ def redact(value: Any, key: Any = None) -> Any:
     return value
 
 
+SHOWN_CHARS = 20_000   # an event's text as pages, feeds and search show it; the rest is cut off
+
+
+def shown_prefix(value):
+    """The part of a long text that is redacted and shown: SHOWN_CHARS and a margin, so a secret
+    that starts before the cut is still matched whole (a hostile 100 MB note costs no more)."""
+    return value[:SHOWN_CHARS + 4_096] if isinstance(value, str) and len(value) > SHOWN_CHARS else value
+
+
+def clip_shown(value):
+    """A redacted text cut to SHOWN_CHARS (after redaction, so a secret across the cut went whole)."""
+    return value[:SHOWN_CHARS - 1] + "…" if isinstance(value, str) and len(value) > SHOWN_CHARS else value
+
+
 def redact_event(event: dict) -> dict:
-    """A journal event (note, anomaly, ...) with its text and data redacted; other fields (id, time,
-    step, kind, digest) unchanged."""
+    """A journal event (note, anomaly, ...) with its text (at most SHOWN_CHARS of it), kind and data
+    redacted; other fields (id, time, step, digest) unchanged."""
     out = dict(event)
     if isinstance(out.get("text"), str):
-        out["text"] = redact_text(out["text"])
+        out["text"] = clip_shown(redact_text(shown_prefix(out["text"])))
+    if isinstance(out.get("kind"), str):
+        out["kind"] = redact_text(out["kind"])
     if out.get("data") is not None:
         out["data"] = redact(out["data"])
     return out

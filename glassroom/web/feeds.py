@@ -31,7 +31,7 @@ from urllib.parse import quote
 from glassroom.folders import replace_file
 from glassroom.observe import incidents as incidents_mod
 from glassroom.observe.runs import VISIBILITY, event_is_private
-from glassroom.observe.redact import redact_text
+from glassroom.observe.redact import SHOWN_CHARS, clip_shown, redact_text, shown_prefix
 from glassroom.observe.store import StoreReader
 
 ATOM = "http://www.w3.org/2005/Atom"
@@ -40,9 +40,8 @@ END_KINDS = ("end", "stopped", "error", "finished", "failed")
 FEED_KINDS = ("anomaly", "note", "prediction", "checkpoint", "incident", *END_KINDS)
 TITLE_CHARS = 140
 CONTENT_CHARS = 20_000
-SHOWN_CHARS = 20_000           # an event's text (and an incident's title or write-up) as feeds and search show it
 # An event's text as read for feeds and search: the part that is shown (SHOWN_CHARS) and a margin,
-# so a hostile multi-megabyte text is never loaded whole (see _prefix). SQLite's length() and substr()
+# so a hostile multi-megabyte text is never loaded whole (see redact.shown_prefix). SQLite's length() and substr()
 # stop at a NUL character: a text with one early on is read whole, as written.
 TEXT_SQL = (f"CASE WHEN length(text) > {SHOWN_CHARS + 4_096} THEN substr(text, 1, {SHOWN_CHARS + 4_096}) "
             "ELSE text END")
@@ -136,11 +135,13 @@ def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional
         if e.get("kind") == incidents_mod.KIND:
             data = e.get("data")
             if isinstance(data, dict):
-                data = {k: _prefix(v) for k, v in data.items()}
-            out.append(incidents_mod.redacted({**e, "text": _prefix(e.get("text")), "data": data}))
+                data = {k: shown_prefix(v) for k, v in data.items()}
+            out.append(incidents_mod.redacted({**e, "text": shown_prefix(e.get("text")), "data": data}))
         else:
             text = e.get("text")
-            out.append({**e, "text": redacted_text(_prefix(text)) if isinstance(text, str) else "", "data": None})
+            kind = e.get("kind")   # a hand-written kind can hold anything too
+            out.append({**e, "kind": redacted_text(kind) if isinstance(kind, str) else kind,
+                        "text": redacted_text(shown_prefix(text)) if isinstance(text, str) else "", "data": None})
     if public and out:
         from glassroom.web.lineage import hidden_base, scrub
 
@@ -148,20 +149,10 @@ def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional
         if hidden:
             out = scrub(out, hidden)
     for e in out:   # clipped only now: a secret or a hidden path across the cut was removed whole
-        e["text"] = _clip_shown(e.get("text"))
+        e["text"] = clip_shown(e.get("text"))
         if isinstance(e.get("data"), dict):
-            e["data"] = {k: _clip_shown(v) for k, v in e["data"].items()}
+            e["data"] = {k: clip_shown(v) for k, v in e["data"].items()}
     return out
-
-
-def _prefix(value):
-    """The part of a long text that is redacted and shown: SHOWN_CHARS and a margin, so a secret
-    that starts before the cut is still matched whole (a hostile 100 MB note costs no more)."""
-    return value[:SHOWN_CHARS + 4_096] if isinstance(value, str) and len(value) > SHOWN_CHARS else value
-
-
-def _clip_shown(value):
-    return value[:SHOWN_CHARS - 1] + "…" if isinstance(value, str) and len(value) > SHOWN_CHARS else value
 
 
 def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
