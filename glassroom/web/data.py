@@ -16,6 +16,7 @@ non-loopback address) notes marked private are left out.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -31,6 +32,7 @@ from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 MAX_POINTS = 20_000          # largest bucket count a client may ask for
 DEFAULT_POINTS = 1_500
 MAX_NAMES = 400              # series per request
+VECTOR_SAMPLES = 8           # rows a vector view averages per bucket, at most (evenly spread)
 # Artifacts the pages draw (the preregistered prediction, the newest Hugging Face export and its model
 # card); others (status, config) have their own fields. The `lineage` artifact (what an init.from run
 # started from) is added by glassroom.web.lineage, its base matched to a run the pages can link to.
@@ -55,10 +57,46 @@ def series_payload(reader: StoreReader, names: list[str], start: Optional[int] =
     return {"series": out, "start": start, "end": end, "points": points}
 
 
+def _vector_rows(reader: StoreReader, name: str, start: Optional[int], end: Optional[int],
+                 points: int) -> list[tuple[int, list]]:
+    """The rows a vector view averages: all of them when the range spans at most points x
+    VECTOR_SAMPLES steps; else, in each of the `points` buckets, the first row of each of
+    VECTOR_SAMPLES equal slices (so at most that many rows per bucket, evenly spread, found by the
+    (name, step) index without reading the others), and always the range's first and newest rows."""
+    id_ = reader._id(name)
+    if id_ is None:
+        return []
+    lo = -(2**62) if start is None else max(-(2**62), int(start))
+    hi = 2**62 if end is None else min(2**62, int(end))
+    first, last = reader.conn.execute("SELECT MIN(step), MAX(step) FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ?",
+                                      (id_, lo, hi)).fetchone()
+    if first is None:
+        return []
+    if last - first + 1 <= points * VECTOR_SAMPLES:
+        return reader.vectors(name, first, last)
+    bucket = -(-(last - first + 1) // points)
+    part = max(1, -(-bucket // VECTOR_SAMPLES))
+    query = "SELECT step, value FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT 1"
+    rows = []
+    for b_lo in range(first, last + 1, bucket):
+        b_hi = min(b_lo + bucket - 1, last)
+        for s in range(b_lo, b_hi + 1, part):
+            row = reader.conn.execute(query, (id_, s, min(s + part - 1, b_hi))).fetchone()
+            if row is not None:
+                rows.append((int(row[0]), json.loads(row[1])))
+    if rows[-1][0] != last:   # the newest row, as itself (the heatmap's readout is about it)
+        row = reader.conn.execute(query, (id_, last, last)).fetchone()
+        rows.append((int(row[0]), json.loads(row[1])))
+    return rows
+
+
 def vector_payload(reader: StoreReader, name: str, start: Optional[int] = None,
                    end: Optional[int] = None, points: int = 400) -> dict:
-    """{steps, values: [[...] per bucket], width}: each bucket's mean vector (first step of the bucket)."""
-    rows = reader.vectors(name, start, end)
+    """{steps, values: [[...] per bucket], width}: each bucket's mean vector (first step of the bucket),
+    over at most VECTOR_SAMPLES of its rows, evenly spread (_vector_rows): a heatmap of a 200k-step
+    run reads a few thousand rows, not all of them."""
+    points = max(1, int(points))
+    rows = _vector_rows(reader, name, start, end, points)
     if not rows:
         return {"name": name, "steps": [], "values": [], "width": 0}
     width = max(len(v) for _, v in rows)
