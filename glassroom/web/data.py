@@ -39,7 +39,7 @@ VECTOR_SAMPLES = 8           # rows a vector view averages per bucket, at most (
 EXPORTED_ARTIFACTS = ("prediction", "export")
 
 
-def _json_floats(values: np.ndarray) -> list:
+def json_floats(values: np.ndarray) -> list:
     """A float array as a list with NaN/Inf as None (JSON has no NaN)."""
     out = values.astype(np.float64).tolist()
     if not np.isfinite(values).all():
@@ -53,7 +53,7 @@ def series_payload(reader: StoreReader, names: list[str], start: Optional[int] =
     out: dict[str, Any] = {}
     for name in names:
         s, lo, hi, n = reader.view(name, start, end, points)   # from the store's tiles (observe/tiles.py)
-        out[name] = {"steps": s.tolist(), "min": _json_floats(lo), "max": _json_floats(hi), "n": n}
+        out[name] = {"steps": s.tolist(), "min": json_floats(lo), "max": json_floats(hi), "n": n}
     return {"series": out, "start": start, "end": end, "points": points}
 
 
@@ -115,7 +115,7 @@ def vector_payload(reader: StoreReader, name: str, start: Optional[int] = None,
         with np.errstate(invalid="ignore", divide="ignore"):
             matrix = np.where(valid > 0, sums / np.maximum(valid, 1), np.nan)
         steps = steps[starts]
-    return {"name": name, "steps": steps.tolist(), "values": [_json_floats(r) for r in matrix], "width": width}
+    return {"name": name, "steps": steps.tolist(), "values": [json_floats(r) for r in matrix], "width": width}
 
 
 def shown_events(events: list[dict], public: bool = False) -> list[dict]:

@@ -50,7 +50,7 @@ from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
 from glassroom.web.server import FRONTEND, render_page
-from glassroom.web.site_tiles import ChunkStore, SiteWriteError, json_floats
+from glassroom.web.site_tiles import ChunkStore, SiteWriteError
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
 VECTOR_POINTS = 400
@@ -71,7 +71,7 @@ def _file_key(name: str) -> str:
 def _overview(steps, values) -> dict:
     """{steps, min, max, n}: the same buckets as the live API's full view at SERIES_POINTS."""
     s, lo, hi = downsample(steps, values, SERIES_POINTS)
-    return {"steps": s.tolist(), "min": json_floats(lo), "max": json_floats(hi), "n": int(len(steps))}
+    return {"steps": s.tolist(), "min": data.json_floats(lo), "max": data.json_floats(hi), "n": int(len(steps))}
 
 
 def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None,

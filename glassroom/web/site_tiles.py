@@ -39,6 +39,7 @@ from typing import Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.web.data import json_floats
 
 TILE_VERSION = 1
 FACTOR = 8               # each level's buckets are FACTOR times wider than the level below
@@ -50,14 +51,6 @@ _KEY = re.compile(r"^[0-9a-f]{32}\.json$")
 
 class SiteWriteError(GlassroomError):
     """A chunk file cannot be written: the site's fault, not a run's, so the whole export stops."""
-
-
-def json_floats(values: np.ndarray) -> list:
-    """Floats for JSON: NaN and infinities as null."""
-    out = values.astype(np.float64).tolist()
-    if not np.isfinite(values).all():
-        out = [v if math.isfinite(v) else None for v in out]
-    return out
 
 
 def levels(steps: np.ndarray, values: np.ndarray, overview_points: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
