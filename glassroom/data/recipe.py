@@ -153,34 +153,26 @@ class CleanConfig:
 
 @dataclass(frozen=True)
 class DedupConfig:
+    """Exact and near-duplicate removal (docs/data-dedup.md)."""
+
     exact: bool = True  # drop documents whose normalised text hashes the same as an earlier one
-    fuzzy: bool = True  # drop near duplicates found by MinHash LSH
-    threshold: float = 0.8  # estimated Jaccard similarity of shingle sets at or above which to drop
-    num_perm: int = 128  # MinHash permutations
+    fuzzy: bool = True  # drop near duplicates: MinHash LSH candidates, verified, clustered
+    threshold: float = 0.8  # Jaccard similarity of word-shingle sets at or above which documents are duplicates
+    num_perm: int = 128  # MinHash permutations (bands x rows are derived from threshold and recall)
     shingle_words: int = 5  # words per shingle
+    recall: float = 0.95  # the least probability that LSH makes a pair at exactly the threshold a candidate
+    examples: int = 1000  # duplicate clusters kept (with their texts) in removed/duplicates.jsonl for the browser
 
     def check(self, path: str) -> None:
         if not 0 < self.threshold < 1:
             raise ConfigError(f"{path}.threshold: must be between 0 and 1 (exclusive), got {self.threshold}")
         if not 16 <= self.num_perm <= 1024:
             raise ConfigError(f"{path}.num_perm: must be between 16 and 1024, got {self.num_perm}")
+        if not 0.5 <= self.recall < 1:
+            raise ConfigError(f"{path}.recall: must be at least 0.5 and below 1, got {self.recall}")
         require_positive(path, shingle_words=self.shingle_words)
-        if self.fuzzy and not _lsh_possible(self.threshold, self.num_perm):
-            enough = next((n for n in range(self.num_perm, 1025, 16) if _lsh_possible(self.threshold, n)), None)
-            fix = f"raise num_perm to {enough} or lower the threshold" if enough else "lower the threshold"
-            raise ConfigError(f"{path}.threshold: {self.threshold} is too close to 1 for num_perm {self.num_perm} "
-                              f"(MinHash LSH needs at least 2 bands); {fix}")
-
-
-def _lsh_possible(threshold: float, num_perm: int) -> bool:
-    """Whether datasketch can band `num_perm` permutations for `threshold` (it needs 2 bands or more)."""
-    from datasketch import MinHashLSH
-
-    try:
-        MinHashLSH(threshold=threshold, num_perm=num_perm)
-    except ValueError:
-        return False
-    return True
+        if self.examples < 0:
+            raise ConfigError(f"{path}.examples: must be 0 or more, got {self.examples}")
 
 
 @dataclass(frozen=True)
@@ -207,6 +199,47 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True)
+class QualityConfig:
+    """The quality classifier and its buckets (docs/data-quality.md)."""
+
+    enabled: bool = True  # train the classifier, score every document, bucket each domain
+    buckets: int = 5  # quality levels per domain: equal-count quantiles of the score, q0 lowest
+    sample_docs: int = 4000  # at most this many kept train documents feed the classifier's training set
+    positive_domains: list[str] = field(default_factory=list)  # domains whose text is the positive class; empty: all
+    seed: int = 0
+
+    def check(self, path: str) -> None:
+        if not 2 <= self.buckets <= 10:
+            raise ConfigError(f"{path}.buckets: must be between 2 and 10, got {self.buckets}")
+        require_positive(path, sample_docs=self.sample_docs)
+        if self.sample_docs < 20:
+            raise ConfigError(f"{path}.sample_docs: must be at least 20, got {self.sample_docs}")
+
+
+@dataclass(frozen=True)
+class DecontaminateConfig:
+    """Removal of training documents that share long n-grams with evaluation text (docs/data-decontamination.md)."""
+
+    enabled: bool = True
+    ngram: int = 13  # words per n-gram (lowercased words, as the dedup shingles count them)
+    action: Literal["remove", "flag"] = "remove"  # flag: keep the document, mark it in the shard index
+    validation: bool = True  # the build's own validation split (and so the downstream tasks made from it) is evaluation text
+    files: list[str] = field(default_factory=list)  # more evaluation text: .txt, .jsonl, .json or a folder of them
+    common_docs: int = 10  # an n-gram in more train documents than this is a common phrase, not a leak
+    examples: int = 1000  # contaminated documents kept (with their texts) in removed/contaminated.jsonl
+
+    def check(self, path: str) -> None:
+        if not 8 <= self.ngram <= 50:
+            raise ConfigError(f"{path}.ngram: must be between 8 and 50 words, got {self.ngram}")
+        require_positive(path, common_docs=self.common_docs)
+        if self.examples < 0:
+            raise ConfigError(f"{path}.examples: must be 0 or more, got {self.examples}")
+        for i, f in enumerate(self.files):
+            if not f.strip() or "\x00" in f:
+                raise ConfigError(f"{path}.files[{i}]: give a file or folder path")
+
+
+@dataclass(frozen=True)
 class Recipe:
     name: str
     domains: dict[str, DomainConfig]
@@ -215,6 +248,8 @@ class Recipe:
     dedup: DedupConfig = field(default_factory=DedupConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    decontaminate: DecontaminateConfig = field(default_factory=DecontaminateConfig)
 
     def check(self, path: str) -> None:
         if not self.domains:
@@ -233,6 +268,10 @@ class Recipe:
                     raise ConfigError(f"{where}: a {src.kind} source needs task: "
                                       f"{'sft' if src.kind == 'conversations' else 'dpo'} at the top of the recipe "
                                       "(this recipe builds pretraining data)")
+        for i, name in enumerate(self.quality.positive_domains):
+            if name not in self.domains:
+                raise ConfigError(f"{path}.quality.positive_domains[{i}]: no domain {name!r} "
+                                  f"(the recipe has {', '.join(self.domains)})")
 
 
 def _check_sections(path: str, text: str) -> None:
