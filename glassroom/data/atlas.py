@@ -25,6 +25,7 @@ from typing import TextIO
 import numpy as np
 
 from glassroom.data import cluster, embed
+from glassroom.data.embed import spread_windows
 from glassroom.data.mixture import Dataset, check_weights
 from glassroom.data.progress import Progress
 from glassroom.data.shards import SPLITS
@@ -103,19 +104,28 @@ def sample_documents(ds: Dataset, n: int, sampling: str, seed: int) -> tuple[Sam
     return sample, sources
 
 
-def document_texts(ds: Dataset, sample: Sample, max_tokens: int, tick=lambda n: None) -> list[str]:
-    """The first max_tokens tokens of each sampled document, decoded to text."""
+def document_texts(ds: Dataset, sample: Sample, max_tokens: int, tick=lambda n: None,
+                   windows: int = embed.WINDOWS) -> list[str]:
+    """At most max_tokens tokens of each sampled document, decoded to text: the whole document when it
+    fits, else `windows` equal windows spread from its start to its end (embed.spread_windows),
+    joined by newlines."""
     tok = ds.tokenizer()
     texts: list[str] = []
     for start in range(0, len(sample.doc), 1000):
-        seqs = []
-        for d, s, i in zip(sample.domain[start: start + 1000], sample.split[start: start + 1000], sample.doc[start: start + 1000]):
+        seqs, owner = [], []
+        rows = zip(sample.domain[start: start + 1000], sample.split[start: start + 1000], sample.doc[start: start + 1000])
+        for j, (d, s, i) in enumerate(rows):
             shard = ds.shard(ds.domains[d], SPLITS[s])
-            lo = int(shard.doc_offsets[i])
-            hi = min(int(shard.doc_offsets[i + 1]) - 1, lo + max_tokens)
-            seqs.append(np.asarray(shard.tokens[lo:hi]).tolist())
-        texts += tok.decode_batch(seqs)
-        tick(len(seqs))
+            lo, hi = int(shard.doc_offsets[i]), int(shard.doc_offsets[i + 1]) - 1   # without the EOS
+            for a, b in spread_windows(hi - lo, max_tokens, windows) or [(0, 0)]:
+                seqs.append(np.asarray(shard.tokens[lo + a: lo + b]).tolist())
+                owner.append(j)
+        decoded = tok.decode_batch(seqs)
+        parts: list[list[str]] = [[] for _ in range(max(owner, default=-1) + 1)]
+        for j, text in zip(owner, decoded):
+            parts[j].append(text)
+        texts += ["\n".join(p) for p in parts]
+        tick(len(parts))
     return texts
 
 

@@ -2,11 +2,15 @@
 
 Two methods, chosen with `glassroom data atlas --method`:
 
-  fast    hashed word TF-IDF (sublinear tf) reduced by truncated SVD to 32 dimensions, plus five
-          typographic features (shares of non-ASCII letters, code symbols, digits, indented lines and
-          capitals; standardised, weight STYLE_WEIGHT). No model; the vectors adapt to the corpus
-          itself. The typographic part is what keeps one domain of many languages, or of two
-          programming languages, together: their words share nothing, their look does.
+  fast    three blocks, each unit-length, joined and normalised: hashed word TF-IDF (sublinear tf)
+          reduced by truncated SVD to 32 dimensions (what a text is about); a function-word profile
+          (the square-rooted shares of the sample's 200 most widespread words: the, of, und, de,
+          return, self, ... what a text is written in, whatever its topic; weight PROFILE_WEIGHT);
+          seven typographic features (shares of non-ASCII letters, code symbols, digits, indented
+          lines, capitals, English function words, lines ending in code punctuation; standardised,
+          weight STYLE_WEIGHT). No model; the vectors adapt to the corpus itself. The profile and the
+          typographic part keep one domain of many languages, or of two programming languages,
+          together: their topics share nothing, their look and their function words do.
           Cost: hashing is stateless and streams; the SVD is fitted on a subsample of at most
           SVD_FIT_DOCS documents (on the MAX_WORDS most widespread words that occur in two or more documents) and applied to all.
   better  the fast vectors joined with wordllama's static embeddings (a 16 MB model shipped inside
@@ -19,6 +23,7 @@ docs/data-atlas.md has the measured purity and documents/s of both on the demo c
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 import numpy as np
@@ -28,17 +33,44 @@ from glassroom.errors import GlassroomError
 METHODS = ("fast", "better")
 HASH_FEATURES = 2 ** 20
 SVD_DIMS = 32
-STYLE_WEIGHT = 0.2   # measured on the demo corpus (k=5, seeds 0-4): 0 gives purity 0.66-0.87, 0.2 gives 0.80-0.88
+STYLE_WEIGHT = 0.35  # chosen on the demo corpus only (k=5, seeds 0-2, with the profile): 0.2 gives 0.895, 0.35 0.917, 0.5 0.849
 SVD_FIT_DOCS = 5_000
+FUNCTION_WORDS = 200   # words of the function-word profile
+PROFILE_WEIGHT = 1.0   # chosen on the demo corpus only (k=5, seeds 0-2): 0 gives 0.89-0.93, 0.5 and 1.0 give 0.895-0.917
 MAX_WORDS = 50_000
 BATCH = 1_000
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"   # words and identifiers; digits too, so code and tables keep their shape
 
 
+WINDOWS = 4          # spread windows a long document is embedded from
+
+
+def spread_windows(length: int, budget: int, parts: int = WINDOWS) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of at most `budget` units in all out of `length`: the whole when it fits, else
+    `parts` equal windows evenly spread from the start to the end (the first at 0, the last ending
+    at `length`), so a long document is read from its middle and end too, not only its opening
+    (a licence header, a title page, a table of contents)."""
+    if budget <= 0:
+        return []
+    if length <= budget:
+        return [(0, length)]
+    parts = max(1, min(parts, budget))
+    width = budget // parts
+    starts = [round(i * (length - width) / max(parts - 1, 1)) for i in range(parts)]
+    return [(s, s + width) for s in starts]
+
+
+def spread_text(text: str, budget: int, parts: int = WINDOWS) -> str:
+    """The characters of `text` in spread_windows, joined by newlines."""
+    return "\n".join(text[lo:hi] for lo, hi in spread_windows(len(text), budget, parts))
+
+
 def describe(method: str) -> str:
     return {
-        "fast": f"hashed word TF-IDF + truncated SVD ({SVD_DIMS} dims) and 5 typographic features, fitted on this corpus",
-        "better": f"the fast vectors ({SVD_DIMS} + 5 dims) joined with wordllama static embeddings (256 dims)",
+        "fast": (f"hashed word TF-IDF + truncated SVD ({SVD_DIMS} dims), a {FUNCTION_WORDS}-word function-word profile "
+                 f"and {STYLE_FEATURES} typographic features, fitted on this corpus; {WINDOWS} spread windows of long documents"),
+        "better": (f"the fast vectors ({SVD_DIMS} + {FUNCTION_WORDS} + {STYLE_FEATURES} dims) joined with wordllama "
+                   "static embeddings (256 dims)"),
     }[method]
 
 
@@ -48,8 +80,22 @@ def _normalize(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
-def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.ndarray:
-    """Hashed word counts -> sublinear TF-IDF -> truncated SVD -> unit rows (len(texts), <= SVD_DIMS)."""
+def function_profile(counts, top: int = None) -> np.ndarray:
+    """Each text's profile over the `top` words found in the most texts of the sample (a corpus's
+    most widespread words are its function words: the, of, und, de, return, self, ...): their share
+    of the text's words, square-rooted (Hellinger), unit rows. What a text is written in and how
+    (a language, a kind of code, prose or a definition), whatever it is about."""
+    top = FUNCTION_WORDS if top is None else top
+    df = np.bincount(counts.indices, minlength=counts.shape[1])
+    cols = np.sort(np.argsort(-df, kind="stable")[:top])
+    totals = np.asarray(counts.sum(axis=1)).ravel()
+    prof = np.sqrt(counts[:, cols].toarray() / np.maximum(totals, 1)[:, None])
+    return _normalize(prof.astype(np.float32))
+
+
+def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None], profile: list | None = None) -> np.ndarray:
+    """Hashed word counts -> sublinear TF-IDF -> truncated SVD -> unit rows (len(texts), <= SVD_DIMS).
+    With `profile` (a list), the texts' function_profile is appended to it."""
     import scipy.sparse as sp
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
@@ -61,6 +107,8 @@ def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.nd
         parts.append(hasher.transform(texts[start: start + BATCH]))
         tick(len(parts[-1].indptr) - 1)
     counts = sp.vstack(parts).tocsr()
+    if profile is not None:
+        profile.append(function_profile(counts))
     # Keep the words seen in at least two documents: the rest cannot shape a direction shared by documents,
     # and dropping them makes the SVD's dense factors a few tens of thousands of rows instead of a million.
     # Of those, the MAX_WORDS most widespread: the SVD's cost grows with the columns, its top directions hardly do.
@@ -80,24 +128,41 @@ def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.nd
 
 
 CODE_SYMBOLS = np.frombuffer("{}()[];=<>_*#/\\|&$@".encode("utf-32-le"), dtype=np.uint32)
+LINE_END = np.frombuffer(";{}):,".encode("utf-32-le"), dtype=np.uint32)
+
+
+ENGLISH = frozenset("the of and to a in is that it for was on with as be by this are or not from at which "
+                    "you he his have an but had were they their its can if will".split())
+WORD = re.compile(r"\w+")
+STYLE_FEATURES = 7
 
 
 def typographic(texts: list[str]) -> np.ndarray:
-    """Five shares per text (non-ASCII, code symbols, digits, indented lines, capitals), standardised."""
-    rows = np.zeros((len(texts), 5), dtype=np.float64)
+    """STYLE_FEATURES shares per text, standardised over the texts: non-ASCII characters, code symbols,
+    digits, indented lines, capitals, English function words among the words (the, of, and, ...:
+    high in English prose and documentation, near zero in code and in other languages) and lines
+    that end in code punctuation (`;`, `{`, `}`, `)`, `:`, `,`)."""
+    rows = np.zeros((len(texts), STYLE_FEATURES), dtype=np.float64)
     for i, t in enumerate(texts):
-        c = np.frombuffer(t[:4000].encode("utf-32-le"), dtype=np.uint32)   # the look of a text shows in its start
+        t = t[:4000]
+        c = np.frombuffer(t.encode("utf-32-le"), dtype=np.uint32)
         if len(c) == 0:
             continue
         starts = np.concatenate([[0], np.flatnonzero(c[:-1] == 10) + 1])
+        ends = np.concatenate([np.flatnonzero(c == 10) - 1, [len(c) - 1]])
+        words = WORD.findall(t.lower())
         rows[i] = ((c > 127).mean(), np.isin(c, CODE_SYMBOLS).mean(), ((c >= 48) & (c <= 57)).mean(),
-                   np.isin(c[starts], (32, 9)).mean(), ((c >= 65) & (c <= 90)).mean())
+                   np.isin(c[starts], (32, 9)).mean(), ((c >= 65) & (c <= 90)).mean(),
+                   sum(w in ENGLISH for w in words) / max(len(words), 1),
+                   np.isin(c[ends[ends >= 0]], LINE_END).mean() if (ends >= 0).any() else 0.0)
     std = rows.std(axis=0)
     return ((rows - rows.mean(axis=0)) / np.where(std > 0, std, 1.0)).astype(np.float32)
 
 
 def fast_vectors(texts: list[str], seed: int, tick: Callable[[int], None]) -> np.ndarray:
-    return _normalize(np.hstack([tfidf_svd(texts, seed, tick), STYLE_WEIGHT * typographic(texts)]))
+    profile: list = []
+    words = tfidf_svd(texts, seed, tick, profile)
+    return _normalize(np.hstack([words, PROFILE_WEIGHT * profile[0], STYLE_WEIGHT * typographic(texts)]))
 
 
 def load_wordllama():
