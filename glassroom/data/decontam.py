@@ -70,7 +70,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def words_of(text: str) -> list[str]:
-    """The lowercased \w+ words of text."""
+    """The lowercased \\w+ words of text."""
     return WORDS.findall(text.lower())
 
 
@@ -95,7 +95,7 @@ def _powers(count: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _words_hashed(lowered: str) -> tuple[np.ndarray, np.ndarray]:
-    """(hash, first character) of every \w+ word of an already lowercased string, all in numpy: each word's
+    """(hash, first character) of every \\w+ word of an already lowercased string, all in numpy: each word's
     hash is the polynomial of its code points (prefix sums of cp * C^j, shifted by C^-start) with its length,
     mixed. Equal words hash equal wherever they stand."""
     cp = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
@@ -550,7 +550,7 @@ def file_texts(files: Sequence[str]) -> Iterator[tuple[str, str]]:
     Paths are relative to the current folder, ~ expanded. Every input is checked before the first text is
     given, so a mistake in files[2] is reported before any work: a missing, unreadable, non-UTF-8, malformed
     or empty input is a one-line GlassroomError naming decontaminate.files[i]."""
-    plan: list[tuple[str, list[Path]]] = []
+    plan: list[tuple[str, str, list[Path], bool]] = []
     for i, name in enumerate(files):
         where = f"decontaminate.files[{i}]"
         path = Path(os.path.expanduser(str(name)))
@@ -562,22 +562,22 @@ def file_texts(files: Sequence[str]) -> Iterator[tuple[str, str]]:
             if not found:
                 raise GlassroomError(f"{where}: folder {name} has no .txt, .jsonl or .json files; "
                                      "give a folder of evaluation text")
-            plan.append((where, found))
+            plan.append((where, name, found, True))
         elif path.is_file():
-            plan.append((where, [path]))
+            plan.append((where, name, [path], False))
         else:
             raise GlassroomError(f"{where}: {name} is not a regular file or folder; give an evaluation file")
     loaded: list[tuple[str, list[str]]] = []
-    for where, paths in plan:
+    for where, name, paths, folder in plan:
         got = 0
         for p in paths:
             texts = _texts_of_file(p, where)
-            if not texts and len(paths) == 1:
+            if not texts and not folder:
                 raise GlassroomError(f"{where}: {p} has no text; give a file with evaluation text or leave it out")
             got += len(texts)
             loaded.append((f"file:{p}", texts))
         if not got:
-            raise GlassroomError(f"{where}: the files in {paths[0].parent} have no text; give evaluation text")
+            raise GlassroomError(f"{where}: the evaluation files in folder {name} have no text; give evaluation text")
     for label, texts in loaded:
         for text in texts:
             yield label, text
