@@ -87,7 +87,10 @@ def register_build(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="dataset folder to create")
     p.add_argument("--force", action="store_true", help="replace DIR if it holds a glassroom dataset and nothing else (never any other folder)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value, e.g. dedup.threshold=0.7")
-    p.add_argument("--workers", type=int, help="cleaning processes (default: one per core)")
+    p.add_argument("--workers", type=int, help="local processes for the per-document stages (default: one per core)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the per-document stages on Ray: `local` starts Ray on this "
+                   "machine, an address (auto, host:6379, ray://host:10001) joins a cluster whose nodes see the "
+                   "sources and DIR's parent at the same paths; the output is byte-identical to a local build")
     p.add_argument("--progress-every", type=float, default=5.0, metavar="S", help="seconds between progress lines (default 5)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the summary")
     p.set_defaults(run=run_build)
@@ -99,6 +102,10 @@ def run_build(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise GlassroomError(f"--workers: must be at least 1, got {args.workers}")
+    if args.ray is not None and args.workers is not None:
+        raise GlassroomError("--workers and --ray: give one (on Ray every CPU of the cluster works)")
+    if args.ray is not None and not args.ray.strip():
+        raise GlassroomError("--ray: give `local` or a cluster address (auto, host:6379, ray://host:10001)")
     if not (math.isfinite(args.progress_every) and args.progress_every > 0):
         raise GlassroomError(f"--progress-every: must be a positive number of seconds, got {args.progress_every}")
     recipe = load_recipe(args.recipe, args.set)
@@ -106,7 +113,7 @@ def run_build(args: argparse.Namespace) -> int:
     # keep a worker stuck in a lock from dying, and the pool's shutdown would wait for it for ever.
     # What a killed build leaves is removed by the next build (docs/data-build.md, Safety rules).
     manifest = build_dataset(recipe, args.out, force=args.force, workers=args.workers, recipe_file=args.recipe,
-                             progress_interval=args.progress_every)
+                             progress_interval=args.progress_every, ray=args.ray)
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:
@@ -114,10 +121,25 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_info(out: str) -> dict:
+    """DIR/build.json (time, executor) when readable; {} otherwise (datasets built before it existed)."""
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(out) / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def format_summary(out: str, m: dict) -> str:
     tok = m["tokenizer"]
+    info = _build_info(out)
+    seconds = info.get("seconds", m.get("build_seconds"))
+    took = f" in {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
+    where = f" on {info['executor']}" if isinstance(info.get("executor"), str) and info["executor"] != "local" else ""
     lines = [
-        f"{out}: dataset {m['name']!r} built in {m['build_seconds']:.0f} s; tokenizer vocabulary {tok['vocab_size']} "
+        f"{out}: dataset {m['name']!r} built{took}{where}; tokenizer vocabulary {tok['vocab_size']} "
         f"(EOS id {tok['eos_id']}), tokens stored as {m['dtype']}",
         f"  {'domain':<14}{'documents':>11}{'MB':>9}{'train tokens':>14}{'val tokens':>12}{'bytes/token':>13}",
     ]
@@ -130,8 +152,32 @@ def format_summary(out: str, m: dict) -> str:
     lines.append(f"  {'total':<14}{t['train']['documents'] + t['validation']['documents']:>11,}"
                  f"{(t['train']['bytes'] + t['validation']['bytes']) / 1e6:>9.1f}{format_count(t['train']['tokens']):>14}"
                  f"{format_count(t['validation']['tokens']):>12}")
+    lines.extend(_funnel(m))
     lines.append(f"  what each cleaning stage removed: {out}/stats.json")
     return "\n".join(lines)
+
+
+def _funnel(m: dict) -> list[str]:
+    """A few lines on dedup, decontamination and the quality classifier (what the manifest recorded)."""
+    lines = []
+    dd = m.get("dedup")
+    if isinstance(dd, dict):
+        clusters = dd.get("clusters")
+        removed = sum(dd.get(k) or 0 for k in ("exact_duplicates", "near_duplicates"))
+        banding = f" (bands {dd['bands']} x rows {dd['rows']}, threshold {dd['threshold']})" if "bands" in dd else ""
+        if clusters is not None:
+            lines.append(f"  dedup: {clusters} duplicate clusters, {removed} documents removed{banding}")
+    dc = m.get("decontamination")
+    if isinstance(dc, dict):
+        verb = "removed" if dc.get("action") == "remove" else "flagged"
+        lines.append(f"  decontamination: {dc.get(f'documents_{verb}', 0)} train documents {verb} "
+                     f"({dc.get('ngram')}-word n-grams shared with evaluation text)")
+    q = m.get("quality")
+    if isinstance(q, dict):
+        acc = q.get("held_out_accuracy")
+        lines.append(f"  quality: {q.get('buckets')} buckets per domain"
+                     + (f", classifier held-out accuracy {acc:.3f}" if isinstance(acc, (int, float)) else ""))
+    return lines
 
 
 def register_mixture(sub) -> None:

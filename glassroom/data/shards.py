@@ -4,11 +4,16 @@ One shard per domain and split: `shards/<domain>/<split>.bin` holds the token id
 each followed by EOS, as raw little-endian uint16 (vocabulary below 65,536) or uint32. Beside it:
   `<split>.idx.npz`   doc_offsets (int64, documents + 1: document i is tokens [off[i], off[i+1])),
                       doc_bytes (int64, UTF-8 bytes of each cleaned document), doc_source (int32,
-                      index into the domain's `sources` list in manifest.json)
+                      index into the domain's `sources` list in manifest.json), and in datasets built
+                      since issue 17: doc_quality (float32 classifier score, NaN without quality),
+                      doc_bucket (int8 quality bucket, -1 without quality), doc_flags (uint8; bit 1:
+                      flagged by decontamination). Documents are ordered by bucket (q0 first), so
+                      each (domain, bucket) cell is one contiguous range (manifest "cells").
   `<split>.ids.txt`   the document ids, one a line, in shard order
   `<split>.mask.bin`  conversation data only (manifest task sft/dpo): the loss mask, uint8, one byte
                       per token (glassroom/data/chat.py)
-Files are written under temporary names and renamed when complete; the manifest records each
+The .npz is written with fixed zip timestamps (`savez_fixed`), so two builds of the same recipe
+give the same bytes. Files are written under temporary names and renamed when complete; the manifest records each
 shard's token count and its largest token id (`max_token_id`).
 
 Reading checks what a damaged or hand-edited dataset would get wrong, each as one line naming the
@@ -22,6 +27,7 @@ a few flipped ids in a huge shard can slip through.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
@@ -63,13 +69,17 @@ class ShardWriter:
         self.offsets = [np.zeros(1, dtype=np.int64)]
         self.doc_bytes: list[int] = []
         self.doc_source: list[int] = []
+        self.doc_quality: list[float] = []
+        self.doc_bucket: list[int] = []
+        self.doc_flags: list[int] = []
         self.n_tokens = 0
         self.max_token_id = -1
 
     def add(self, ids: np.ndarray, offsets: np.ndarray, docs: list[dict], source_index: dict[str, int],
             mask: np.ndarray | None = None) -> None:
         """Append a batch from tokenizer.encode_documents with the documents it encodes (and, for a
-        writer made with_mask, the loss mask of those tokens)."""
+        writer made with_mask, the loss mask of those tokens). A document may carry "quality"
+        (score), "bucket" and "flags"; absent ones are NaN, -1 and 0."""
         if (mask is None) != (self.mask_file is None) or (mask is not None and len(mask) != len(ids)):
             raise ValueError("a mask of the batch's length is given exactly when the writer is made with_mask")
         self.tokens_file.write(ids.astype(self.dtype, copy=False).tobytes())
@@ -82,6 +92,9 @@ class ShardWriter:
         for doc in docs:
             self.doc_bytes.append(doc["bytes"])
             self.doc_source.append(source_index[doc["source"]])
+            self.doc_quality.append(doc.get("quality", float("nan")))
+            self.doc_bucket.append(doc.get("bucket", -1))
+            self.doc_flags.append(doc.get("flags", 0))
             self.ids_file.write(doc["id"].replace("\n", " ") + "\n")
 
     def close(self) -> dict:
@@ -90,10 +103,12 @@ class ShardWriter:
         self.ids_file.close()
         if self.mask_file is not None:
             self.mask_file.close()
-        offsets = np.concatenate(self.offsets)
-        with open(self.tmp["index"], "wb") as fh:
-            np.savez(fh, doc_offsets=offsets, doc_bytes=np.asarray(self.doc_bytes, dtype=np.int64),
-                     doc_source=np.asarray(self.doc_source, dtype=np.int32))
+        offsets = self.doc_offsets = np.concatenate(self.offsets)
+        savez_fixed(self.tmp["index"], doc_offsets=offsets, doc_bytes=np.asarray(self.doc_bytes, dtype=np.int64),
+                    doc_source=np.asarray(self.doc_source, dtype=np.int32),
+                    doc_quality=np.asarray(self.doc_quality, dtype=np.float32),
+                    doc_bucket=np.asarray(self.doc_bucket, dtype=np.int8),
+                    doc_flags=np.asarray(self.doc_flags, dtype=np.uint8))
         for key, path in self.paths.items():
             os.replace(self.tmp[key], path)
         return {"documents": len(self.doc_bytes), "tokens": self.n_tokens, "bytes": int(sum(self.doc_bytes)),
@@ -122,6 +137,7 @@ class Shard:
             raise GlassroomError(f"{self.paths['tokens']}: size {size} is not a whole number of {self.dtype} tokens (corrupt shard); rebuild the dataset")
         self.tokens = np.memmap(self.paths["tokens"], dtype=self.dtype, mode="r") if size else np.zeros(0, self.dtype)
         self.doc_offsets, self.doc_bytes, self.doc_source = _read_index(self.paths["index"], len(self.tokens))
+        self.doc_quality, self.doc_bucket, self.doc_flags = _read_extras(self.paths["index"], self.n_docs)
         self._max_token: tuple[int, str] | None = None
 
     def __len__(self) -> int:
@@ -218,6 +234,38 @@ def _read_index(path: Path, n_tokens: int) -> tuple[np.ndarray, np.ndarray, np.n
     if docs and (int(doc_bytes.min()) < 0 or int(doc_source.min()) < 0):
         raise corrupt("negative doc_bytes or doc_source")
     return offsets.astype(np.int64, copy=False), doc_bytes.astype(np.int64, copy=False), doc_source
+
+
+def _read_extras(path: Path, docs: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """doc_quality, doc_bucket, doc_flags of an index (each None when absent: datasets built before
+    issue 17); a present one of the wrong length or type is a one-line error naming the file."""
+    out = []
+    with np.load(path, allow_pickle=False) as index:
+        for name, kind in (("doc_quality", np.floating), ("doc_bucket", np.integer), ("doc_flags", np.integer)):
+            if name not in index.files:
+                out.append(None)
+                continue
+            try:
+                arr = index[name]
+            except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+                raise GlassroomError(f"{path}: {name} cannot be read ({type(exc).__name__}) (corrupt shard index); "
+                                     "rebuild the dataset") from None
+            if arr.ndim != 1 or len(arr) != docs or not np.issubdtype(arr.dtype, kind):
+                raise GlassroomError(f"{path}: {name} does not hold one {kind.__name__} per document ({len(arr)} for "
+                                     f"{docs}) (corrupt shard index); rebuild the dataset")
+            out.append(arr)
+    return tuple(out)
+
+
+def savez_fixed(path: Path, **arrays: np.ndarray) -> None:
+    """np.savez with fixed zip entry timestamps and order, so equal arrays give equal bytes."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, arr in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asanyarray(arr), allow_pickle=False)
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o600 << 16
+            zf.writestr(info, buf.getvalue())
 
 
 def check_manifest(manifest, path: Path) -> None:
