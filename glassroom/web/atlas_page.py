@@ -10,9 +10,13 @@ Served (mounted by glassroom.web.server):
   /atlas/<dataset>           one dataset's atlas page (frontend/atlas.html, atlas.js, atlas.css)
   /api/atlas/list            that list as JSON
   /api/atlas?dataset=<id>    the dataset's atlas.json
+  /api/atlas/docs?dataset=<id>&collection=C&page=N&q=TEXT&from=M
+                             the document browser: one page of a collection's documents
+                             (glassroom.web.atlas_docs; docs/data-browser.md)
 Published (publish_atlases): SITE/atlas/index.html, SITE/atlas/datasets.json,
 SITE/atlas/d/<dataset>/index.html and SITE/atlas/d/<dataset>/atlas.json, each written under a temporary
-name and renamed; the script and style sheet go to SITE/static/ like the dashboard's.
+name and renamed, and the browser's pages under SITE/atlas/d/<dataset>/docs/ (atlas_docs.publish_docs);
+the scripts and style sheets go to SITE/static/ like the dashboard's.
 Every file (manifest.json, atlas/atlas.json) is read only when it resolves inside the root after
 symlinks (glassroom.observe.runs.inside); one that leads elsewhere counts as absent. Every string
 in an atlas (document excerpts, source names, terms) is treated as corpus text: token shapes, URL
@@ -32,6 +36,7 @@ from typing import Any, Optional
 from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_folders, inside
+from glassroom.web.atlas_docs import Browser, BrowseError, parse_request, publish_docs
 
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
@@ -163,6 +168,27 @@ def atlas_routes(root: str | Path) -> list:
     async def api_list(request: Request):
         return JSONResponse(await run_in_threadpool(listing), headers=no_cache)
 
+    browser = Browser(root)
+
+    async def api_docs(request: Request):
+        try:
+            ds_id, collection, page, q, start = parse_request(request.query_params)
+        except BrowseError as exc:
+            raise HTTPException(exc.status, exc.message) from None
+        folder = await run_in_threadpool(datasets.get, ds_id)
+
+        def answer() -> bytes:
+            return json.dumps(browser.dataset(ds_id, folder).page(collection, page, q, start), ensure_ascii=False).encode("utf-8")
+
+        try:
+            body = await run_in_threadpool(answer)
+        except BrowseError as exc:
+            raise HTTPException(exc.status, exc.message) from None
+        except (OSError, ValueError) as exc:
+            raise HTTPException(503, f"dataset {redact_text(ds_id[:200], pairs=False)!r}: its documents cannot be read "
+                                     f"({type(exc).__name__}); rebuild it") from None
+        return Response(body, media_type="application/json", headers=no_cache)
+
     async def api_atlas(request: Request):
         values = request.query_params.getlist("dataset")
         if len(values) != 1 or not values[0]:
@@ -182,6 +208,7 @@ def atlas_routes(root: str | Path) -> list:
         Route("/atlas", index_page),
         Route("/atlas/{dataset:path}", dataset_page),
         Route("/api/atlas/list", api_list),
+        Route("/api/atlas/docs", api_docs),
         Route("/api/atlas", api_atlas),
     ]
 
@@ -207,6 +234,10 @@ def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
             continue
         dest = out / "d" / ds_id if ds_id != "." else out / "d" / "_root"
         replace_file(dest / "atlas.json", body)
+        try:
+            entry["docs_bytes"] = publish_docs(root, folder, ds_id, dest)
+        except (BrowseError, OSError, ValueError):   # the atlas page is still published, without documents
+            shutil.rmtree(dest / "docs", ignore_errors=True)
         depth = len(dest.relative_to(site).parts)
         replace_file(dest / "index.html", render({"mode": "static", "base": "../" * depth, "page": "atlas", "dataset": ds_id,
                                               "data": "atlas.json"}).encode("utf-8"))
@@ -214,7 +245,7 @@ def publish_atlases(root: str | Path, site_dir: str | Path) -> list[str]:
         published.append(ds_id)
     replace_file(out / "datasets.json", json.dumps({"root": redact_text(root.resolve().name), "datasets": summaries}).encode("utf-8"))
     replace_file(out / "index.html", render({"mode": "static", "base": "../", "page": "atlas-index", "data": "datasets.json"}).encode("utf-8"))
-    for name in ("atlas.js", "atlas.css"):
+    for name in ("atlas.js", "atlas.css", "atlas-docs.js", "atlas-docs.css"):
         replace_file(site / "static" / name, (FRONTEND / name).read_bytes())
     stale = out / "d"
     if stale.is_dir():   # datasets that were removed since the last publish
