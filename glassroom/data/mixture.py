@@ -1,4 +1,4 @@
-"""Domain weights to deterministic, resumable batches; epochs per domain; validation sequences.
+"""Domain (and domain x quality cell) weights to deterministic, resumable batches; epochs; validation.
 
 The batch of step s is a pure function of (dataset, weights, seed, s): no iterator state, so a run
 restarted at step s gets exactly the batch it would have had. How a global sequence index g maps
@@ -12,12 +12,19 @@ to tokens:
    tokens (inputs and targets overlap by one). Its k-th sequence is window perm_e(k mod n) of epoch
    e = k div n, where perm_e is a keyed Feistel permutation of the n windows (no memory, any n).
 
+Weights are keyed by domain (`prose`: all its train tokens) or by quality cell (`prose:q4`: the
+train tokens of bucket 4, manifest cells[].token_range, one contiguous range since shards are
+ordered by bucket; docs/data-quality.md). A cell is scheduled exactly like a domain, over its own
+token range, with its key in place of the domain name; domain-only weights give the same batches
+as before cells existed.
+
 Data-parallel rank r of W takes global indices [s*B + r*B/W, s*B + (r+1)*B/W): ranks never overlap.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +35,7 @@ from glassroom.data.shards import Shard, check_manifest, read_manifest
 from glassroom.errors import GlassroomError
 
 BLOCK = 65536  # domain slots per schedule block: shares exact to 1/65536 over every block
+_CELL = re.compile(r"q(\d{1,3})")
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -56,6 +64,11 @@ class Dataset:
                                      f"(a damaged or replaced shard); rebuild the dataset")
             self._shards[key] = shard
         return self._shards[key]
+
+    def cells(self, domain: str, split: str = "train") -> list[dict] | None:
+        """The (domain, split)'s quality cells from manifest.json (bucket, documents, token_range...), or None."""
+        cells = self.manifest["domains"][domain][split].get("cells")
+        return cells if isinstance(cells, list) and cells else None
 
     def bytes_per_token(self, domain: str, split: str = "validation") -> float:
         return self.manifest["domains"][domain][split]["bytes_per_token"]
@@ -135,6 +148,64 @@ def check_weights(weights: dict[str, float], domains: list[str]) -> dict[str, fl
     return {d: weights[d] / total for d in domains if weights.get(d, 0) > 0}
 
 
+def weight_domain(key: str) -> str:
+    """The domain a weights key names: `prose` -> prose, `prose:q4` -> prose."""
+    return key.rpartition(":")[0] if ":" in key else key
+
+
+def resolve_weights(weights: dict[str, float], dataset: "Dataset") -> tuple[dict[str, float], dict[str, tuple[str, int, int]]]:
+    """Weights keyed by domain or cell -> (normalised weights without zeros, key -> (domain, first token,
+    end token) of its train tokens). Domain-only weights are exactly check_weights'. One-line errors."""
+    domains = dataset.domains
+    if not any(isinstance(k, str) and ":" in k for k in weights):
+        out = check_weights(weights, domains)
+        return out, {d: (d, 0, -1) for d in out}
+    where = dataset.path / "manifest.json"
+    spans: dict[str, tuple[str, int, int]] = {}
+    order: dict[str, tuple[int, int]] = {}
+    for key in weights:
+        if not isinstance(key, str):
+            raise GlassroomError(f"mixture weights: key {key!r} is not a domain or domain:qN cell")
+        domain, _, cell = key.rpartition(":") if ":" in key else (key, "", "")
+        if domain not in domains:
+            raise GlassroomError(f"mixture weights: {key}: no domain {domain!r} in the dataset (it has {', '.join(domains)})")
+        if not cell:
+            order[key] = (domains.index(domain), -1)
+            spans[key] = (domain, 0, -1)
+            continue
+        cells = dataset.cells(domain)
+        if cells is None:
+            raise GlassroomError(f"mixture weights: {key} is a quality cell, but domain {domain} of {where} has no quality "
+                                 f"buckets (built without quality); weight the domain {domain} instead, or rebuild with quality")
+        match = _CELL.fullmatch(cell)
+        buckets = [int(c["bucket"]) for c in cells]
+        if match is None:
+            raise GlassroomError(f"mixture weights: {key}: expected {domain}:qN with N a bucket "
+                                 f"(it has {', '.join(f'{domain}:q{b}' for b in buckets)})")
+        bucket = int(match.group(1))
+        if bucket not in buckets:
+            raise GlassroomError(f"mixture weights: {key}: no bucket {bucket} in domain {domain} "
+                                 f"(it has {', '.join(f'{domain}:q{b}' for b in buckets)})")
+        entry = cells[buckets.index(bucket)]
+        first, end = (int(v) for v in entry["token_range"])
+        order[key] = (domains.index(domain), bucket)
+        spans[key] = (domain, first, end)
+    for key in weights:
+        if ":" in key and weight_domain(key) in weights:
+            raise GlassroomError(f"mixture weights: both {weight_domain(key)} and its cell {key} are given; weight "
+                                 f"either the domain or its cells")
+    for name, w in weights.items():
+        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
+            raise GlassroomError(f"mixture weights: {name} has weight {w!r}, expected a number")
+        if w < 0:
+            raise GlassroomError(f"mixture weights: {name} has negative weight {w}; weights must be 0 or more")
+    total = float(sum(weights.values()))
+    if total <= 0:
+        raise GlassroomError("mixture weights: all are zero; give at least one domain or cell a positive weight")
+    keys = sorted((k for k in weights if weights[k] > 0), key=lambda k: order[k])
+    return {k: weights[k] / total for k in keys}, {k: spans[k] for k in keys}
+
+
 def block_counts(weights: list[float], block: int = BLOCK) -> np.ndarray:
     """Slots per domain in a block: weight * block rounded by largest remainder, at least 1 each."""
     raw = np.asarray(weights, dtype=np.float64) * block
@@ -181,21 +252,31 @@ def permute(index: np.ndarray, n: int, key: int, rounds: int = 4) -> np.ndarray:
 
 
 class Mixture:
-    """Batches from domain weights; see the module doc for how step s maps to tokens."""
+    """Batches from domain or cell weights; see the module doc for how step s maps to tokens.
+
+    `domains` are the weights' keys (domains and cells, e.g. `prose:q4`) in dataset order; Batch.domain_index
+    indexes them, so per-domain metrics become per-cell ones for cell weights."""
 
     def __init__(self, dataset: str | Path | Dataset, weights: dict[str, float], seq_len: int, batch_size: int,
                  seed: int = 0, max_epochs: float = 4.0) -> None:
         self.dataset = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
         if seq_len < 1 or batch_size < 1:
             raise GlassroomError(f"mixture: seq_len and batch_size must be positive, got {seq_len} and {batch_size}")
-        self.weights = check_weights(dict(weights), self.dataset.domains)
+        self.weights, spans = resolve_weights(dict(weights), self.dataset)
         self.domains = list(self.weights)
         self.seq_len, self.batch_size, self.seed, self.max_epochs = seq_len, batch_size, seed, max_epochs
-        self.shards = [self.dataset.shard(d, "train") for d in self.domains]
-        self.windows = np.array([(len(s) - 1) // seq_len for s in self.shards], dtype=np.int64)
-        for d, n, s in zip(self.domains, self.windows, self.shards):
+        self.shards = [self.dataset.shard(spans[d][0], "train") for d in self.domains]
+        self.first = np.array([spans[d][1] for d in self.domains], dtype=np.int64)  # token range of each key
+        self.end = np.array([len(s) if spans[d][2] < 0 else spans[d][2] for d, s in zip(self.domains, self.shards)],
+                            dtype=np.int64)
+        self.windows = (self.end - self.first - 1) // seq_len
+        for d, n, s, a, b in zip(self.domains, self.windows, self.shards, self.first, self.end):
+            if not 0 <= a <= b <= len(s):
+                raise GlassroomError(f"{self.dataset.path / 'manifest.json'}: cell {d} has token range [{a}, {b}) outside "
+                                     f"{s.paths['tokens']} ({len(s)} tokens); rebuild the dataset")
             if n < 1:
-                raise GlassroomError(f"{s.paths['tokens']}: domain {d} has {len(s)} train tokens, fewer than "
+                what = "domain" if ":" not in d else "cell"
+                raise GlassroomError(f"{s.paths['tokens']}: {what} {d} has {b - a} train tokens, fewer than "
                                      f"seq_len + 1 = {seq_len + 1}; lower seq_len or give {d} weight 0")
         self.counts = block_counts([self.weights[d] for d in self.domains])
 
@@ -232,7 +313,7 @@ class Mixture:
                 key = hash_key(self.seed, self.domains[d], int(e))
                 pick = epoch == e
                 out[pick] = permute(j[pick], n, key).astype(np.int64)
-            start[sel] = out * self.seq_len
+            start[sel] = self.first[d] + out * self.seq_len
         return dom, start
 
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> Batch:
@@ -252,18 +333,18 @@ class Mixture:
         return Batch(step=step, tokens=tokens, domain_index=dom, domains=self.domains)
 
     def epochs(self, total_tokens: float) -> dict[str, dict]:
-        """Per domain, for a planned budget of training tokens: weight, tokens drawn and epochs."""
+        """Per domain or cell, for a planned budget of training tokens: weight, tokens drawn and epochs."""
         report = {}
-        for d, shard in zip(self.domains, self.shards):
+        for d, a, b in zip(self.domains, self.first, self.end):
             drawn = self.weights[d] * total_tokens
-            report[d] = {"weight": self.weights[d], "tokens": drawn, "train_tokens": len(shard),
-                         "epochs": drawn / len(shard)}
+            report[d] = {"weight": self.weights[d], "tokens": drawn, "train_tokens": int(b - a),
+                         "epochs": drawn / int(b - a)}
         return report
 
     def epoch_warnings(self, total_tokens: float) -> list[str]:
-        """One line per domain that a budget of `total_tokens` would repeat more than max_epochs times."""
+        """One line per domain or cell that a budget of `total_tokens` would repeat more than max_epochs times."""
         return [
-            f"domain {d} would be seen {r['epochs']:.1f} times (max_epochs {self.max_epochs:g}): "
+            f"{'cell' if ':' in d else 'domain'} {d} would be seen {r['epochs']:.1f} times (max_epochs {self.max_epochs:g}): "
             f"lower its weight or add data"
             for d, r in self.epochs(total_tokens).items() if r["epochs"] > self.max_epochs
         ]
