@@ -173,6 +173,10 @@ class DedupConfig:
         require_positive(path, shingle_words=self.shingle_words)
         if self.examples < 0:
             raise ConfigError(f"{path}.examples: must be 0 or more, got {self.examples}")
+        if self.fuzzy:  # bands x rows must reach `recall` at the threshold (names num_perm when not)
+            from glassroom.data.dedup import choose_bands
+
+            choose_bands(self.threshold, self.num_perm, self.recall, path=path)
 
 
 @dataclass(frozen=True)
