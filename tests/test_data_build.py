@@ -111,18 +111,62 @@ def test_manifest_and_stats_describe_the_dataset(built):
             removed = sum(r["docs"] for r in e["removed"].values())
             assert e["docs_in"] - removed == e["docs_out"]
         split = stats["split"][domain]
-        assert split["train_docs"] == m["domains"][domain]["train"]["documents"]
+        contaminated = stats["decontaminate"][domain]["removed"].get("contaminated", {"docs": 0})["docs"]
+        assert split["train_docs"] - contaminated == m["domains"][domain]["train"]["documents"]
         assert split["validation_docs"] == m["domains"][domain]["validation"]["documents"]
     assert not list(built["root"].glob(".dataset.*")), "temporary build folders left behind"
 
 
-def test_same_recipe_builds_the_same_tokens(built, tmp_path):
+def tree(root):
+    """Every file under root (relative path -> bytes), build.json left out."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != "build.json"}
+
+
+def test_same_recipe_builds_the_same_bytes_with_any_workers(built, tmp_path):
+    """Two local builds (2 workers and 1) write the same bytes in every file but build.json."""
     manifest = build_dataset(load_recipe(built["root"] / "recipe.yaml"), tmp_path / "again", workers=1, log=io.StringIO())
     assert manifest["recipe_hash"] == built["manifest"]["recipe_hash"]
-    for split in ("train", "validation"):
-        a = (built["out"] / "shards" / "web" / f"{split}.bin").read_bytes()
-        b = (tmp_path / "again" / "shards" / "web" / f"{split}.bin").read_bytes()
-        assert a == b
+    a, b = tree(built["out"]), tree(tmp_path / "again")
+    assert sorted(a) == sorted(b) and "manifest.json" in a and "shards/web/train.idx.npz" in a
+    assert [k for k in a if a[k] != b[k]] == []
+    info = json.loads((tmp_path / "again" / "build.json").read_text())
+    assert info["executor"] == "local" and info["workers"] == 1 and info["seconds"] >= 0 and "created" in info
+    assert json.loads((built["out"] / "build.json").read_text())["workers"] == 2
+
+
+def test_manifest_is_deterministic_and_records_the_new_stages(built):
+    """created and build_seconds live in build.json; the manifest has the dedup and decontamination
+    entries and the encoder; shard indexes carry doc_quality, doc_bucket and doc_flags."""
+    from glassroom.data.shards import Shard
+
+    m = built["manifest"]
+    assert "created" not in m and "build_seconds" not in m
+    assert m["dedup"]["threshold"] == 0.8 and m["dedup"]["bands"] * m["dedup"]["rows"] <= m["dedup"]["num_perm"]
+    assert m["dedup"]["clusters"] >= 5 and m["dedup"]["examples_file"] == "removed/duplicates.jsonl"
+    assert m["decontamination"]["ngram"] == 13
+    assert m["tokenizer"]["encoder"]["kind"] == "tiktoken" and m["tokenizer"]["encoder"]["checked_documents"] > 0
+    records = [json.loads(line) for line in (built["out"] / "removed" / "duplicates.jsonl").read_text().splitlines()]
+    assert len(records) == m["dedup"]["clusters"]
+    for rec in records:
+        assert rec["removed"] and all(r["index"] > rec["kept"]["index"] for r in rec["removed"])
+        assert all(r["reason"] in ("exact_duplicate", "near_duplicate") for r in rec["removed"])
+    stats = built["stats"]
+    assert stats["stages"] == ["extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split",
+                               "decontaminate", "quality", "tokenize"]
+    shard = Shard(built["out"], "web", "train", m["dtype"])
+    assert shard.doc_flags is not None and len(shard.doc_flags) == shard.n_docs and not shard.doc_flags.any()
+    assert shard.doc_bucket is not None and len(shard.doc_bucket) == shard.n_docs
+    if m["quality"] is None:
+        assert (shard.doc_bucket == -1).all() and "cells" not in m["domains"]["web"]["train"]
+    else:
+        assert (np.diff(shard.doc_bucket) >= 0).all(), "documents are not ordered by quality bucket"
+        cells = m["domains"]["web"]["train"]["cells"]
+        assert sum(c["documents"] for c in cells) == shard.n_docs
+        for c in cells:
+            lo, hi = c["doc_range"]
+            assert (shard.doc_bucket[lo:hi] == c["bucket"]).all()
+            assert c["token_range"] == [int(shard.doc_offsets[lo]), int(shard.doc_offsets[hi])]
 
 
 def test_an_existing_tokenizer_can_be_reused(built, tmp_path):

@@ -174,7 +174,7 @@ def _funnel(m: dict) -> list[str]:
                      f"({dc.get('ngram')}-word n-grams shared with evaluation text)")
     q = m.get("quality")
     if isinstance(q, dict):
-        acc = q.get("held_out_accuracy")
+        acc = q.get("heldout_accuracy")
         lines.append(f"  quality: {q.get('buckets')} buckets per domain"
                      + (f", classifier held-out accuracy {acc:.3f}" if isinstance(acc, (int, float)) else ""))
     return lines
