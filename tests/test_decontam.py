@@ -96,6 +96,9 @@ def test_case_and_punctuation_do_not_hide_a_leak_and_the_example_shows_it():
     json.dumps(rec, ensure_ascii=False)
     flagged = decontam.example_record({"id": "y"}, shouted + "é" * 70_000, verdict.leaked(0), index, "flag")
     assert flagged["action"] == "flagged" and flagged["text"].endswith("…")
+    assert decontam.example_record({}, shouted, verdict.leaked(0), index, "removed")["action"] == "removed"
+    with pytest.raises(ValueError):
+        decontam.example_record({}, shouted, verdict.leaked(0), index, "delete")
     assert len(flagged["text"].encode()) <= decontam.EXAMPLE_BYTES + 3
 
 

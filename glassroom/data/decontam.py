@@ -467,13 +467,19 @@ def leaked_passages(text: str, hits: np.ndarray, n: int, limit: int = PASSAGES) 
     return out
 
 
+ACTIONS = {"remove": "removed", "removed": "removed", "flag": "flagged", "flagged": "flagged"}
+
+
 def example_record(doc: dict, text: str, hits: np.ndarray, index: EvalIndex, action: str) -> dict:
     """One line of removed/contaminated.jsonl: the document, its leaked passages and where they came from.
 
-    `hits` are the document's leaked n-gram hashes (Verdict.leaked(i)); doc holds index, id, domain, source."""
+    `hits` are the document's leaked n-gram hashes (Verdict.leaked(i)); doc holds index, id, domain, source;
+    action is the recipe's (remove, flag) or the record's word for it (removed, flagged)."""
     hits = np.asarray(hits, dtype=np.uint64)
+    if action not in ACTIONS:
+        raise ValueError(f"example_record: action {action!r} is not one of {sorted(ACTIONS)}")
     return {"index": doc.get("index"), "id": doc.get("id"), "domain": doc.get("domain"), "source": doc.get("source"),
-            "action": "removed" if action == "remove" else "flagged", "matches": int(len(hits)),
+            "action": ACTIONS[action], "matches": int(len(hits)),
             "eval_sources": index.source_names(hits), "ngrams": leaked_passages(text, hits, index.ngram),
             "text": _cut(text)}
 
