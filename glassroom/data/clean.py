@@ -2,9 +2,10 @@
 
 Per document, in worker processes: Unicode NFC and newline normalisation, the quality filters of
 CleanConfig (thresholds in docs/data-build.md), a content hash and a MinHash signature of word
-shingles. In the main process, in source order so the result is deterministic: exact dedup by
-hash, fuzzy dedup by MinHash LSH (datasketch), then the held-out split by a stable hash of the id.
-Dedup runs over the whole corpus (a document in two domains is kept once, where it came first).
+shingles. Dedup itself (bands derived from the threshold, verified pairs, clusters) is
+glassroom/data/dedup.py; `Cleaner` records each document through the stages, then the held-out
+split by a stable hash of the id. Dedup runs over the whole corpus (a document in two domains is
+kept once, where it came first).
 `Stats` records, per stage and domain, documents and bytes in and out and removals by reason.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from glassroom.data.dedup import Deduplicator, StreamingDeduplicator, shingle_set  # noqa: F401 (re-exported)
 from glassroom.data.recipe import CleanConfig, DedupConfig, SplitConfig
 
 STAGES = ("extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split", "tokenize")
@@ -155,32 +157,6 @@ def clean_batch(docs: list[dict], clean: CleanConfig, dedup: DedupConfig) -> lis
     return out
 
 
-class Deduplicator:
-    """Exact (content hash) and fuzzy (MinHash LSH) dedup over every document it is shown."""
-
-    def __init__(self, cfg: DedupConfig) -> None:
-        from datasketch import MinHashLSH
-
-        self.cfg = cfg
-        self.signer = Signer(cfg.num_perm, cfg.shingle_words)
-        self.seen: set[bytes] = set()
-        self.lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm) if cfg.fuzzy else None
-        self.count = 0
-
-    def reason(self, item: Cleaned) -> str | None:
-        """'exact_duplicate', 'near_duplicate' or None (then the document is remembered)."""
-        if self.cfg.exact and item.digest in self.seen:
-            return "exact_duplicate"
-        if self.lsh is not None:
-            mh = self.signer.minhash(item.signature)
-            if self.lsh.query(mh):
-                return "near_duplicate"
-            self.lsh.insert(str(self.count), mh, check_duplication=False)
-        self.seen.add(item.digest)
-        self.count += 1
-        return None
-
-
 def split_score(doc_id: str, seed: int) -> float:
     """A stable number in [0, 1) from the document id: below the validation fraction is held out."""
     digest = hashlib.sha256(f"{seed}:{doc_id}".encode()).digest()
@@ -188,16 +164,21 @@ def split_score(doc_id: str, seed: int) -> float:
 
 
 class Cleaner:
-    """Runs the stages over a stream of documents and records them in `stats`."""
+    """Runs the stages over a stream of documents and records them in `stats`.
+
+    `accept` decides dedup as documents come (dedup.StreamingDeduplicator). A build that runs the
+    global pass (dedup.Deduplicator) calls `record_filter` for every document, then
+    `record_dedup(item, result.decision(i))` for those that passed, in build order.
+    """
 
     def __init__(self, clean: CleanConfig, dedup: DedupConfig, split: SplitConfig, stats: Stats) -> None:
         self.clean, self.dedup_cfg, self.split = clean, dedup, split
         self.stats = stats
-        self.dedup = Deduplicator(dedup)
+        self.dedup = StreamingDeduplicator(dedup)
         self.kept: dict[str, int] = defaultdict(int)
 
-    def accept(self, item: Cleaned) -> bool:
-        """Record `item` through the cleaning stages; True when it is kept."""
+    def record_filter(self, item: Cleaned) -> bool:
+        """Record extract, normalize and filter for `item`; True when it passed the filters."""
         stats, domain = self.stats, item.doc["domain"]
         stats.passthrough("extract", domain, item.raw_bytes)
         stats.record_in("normalize", domain, item.raw_bytes)
@@ -207,8 +188,17 @@ class Cleaner:
             stats.record_removed("filter", domain, item.reason, item.nbytes)
             return False
         stats.record_out("filter", domain, item.nbytes)
+        return True
+
+    def record_dedup(self, item: Cleaned, decision: tuple | str | None) -> bool:
+        """Record exact_dedup and fuzzy_dedup for a document that passed the filters; True when kept.
+
+        `decision` is a Deduplicator result's decision(i) (None or (reason, canonical, jaccard)) or
+        a bare reason; a removed document counts in its own domain.
+        """
+        stats, domain = self.stats, item.doc["domain"]
+        reason = decision[0] if isinstance(decision, tuple) else decision
         stats.record_in("exact_dedup", domain, item.nbytes)
-        reason = self.dedup.reason(item)
         if reason == "exact_duplicate":
             stats.record_removed("exact_dedup", domain, reason, item.nbytes)
             return False
@@ -220,6 +210,12 @@ class Cleaner:
         stats.record_out("fuzzy_dedup", domain, item.nbytes)
         self.kept[domain] += 1
         return True
+
+    def accept(self, item: Cleaned) -> bool:
+        """Record `item` through the cleaning stages, deciding dedup as it comes; True when it is kept."""
+        if not self.record_filter(item):
+            return False
+        return self.record_dedup(item, self.dedup.reason(item.digest, item.signature, item.doc["text"]))
 
 
 def validation_cutoff(rows: list[tuple[float, int]], fraction: float) -> float:
