@@ -102,6 +102,24 @@ def test_case_and_punctuation_do_not_hide_a_leak_and_the_example_shows_it():
     assert len(flagged["text"].encode()) <= decontam.EXAMPLE_BYTES + 3
 
 
+def test_empty_inputs_and_odd_text():
+    empty = decontam.EvalIndex.build(CFG, [("validation:x", "too short to count")])
+    assert len(empty.hashes) == 0 and empty.sources[0]["short_documents"] == 1
+    assert [len(h) for h in scan(empty, train_texts(2) + [""])] == [0, 0, 0]
+    assert decontam.scan_batch(empty.to_bytes(), []) == []
+    verdict = decontam.decide(empty, [], CFG)
+    assert len(verdict.contaminated) == 0 and verdict.summary([])["documents_removed"] == 0
+    none = decontam.EvalIndex.build(CFG, [])
+    assert none.sources == [] and scan(none, ["a b c d e f g h i j k l m n"])[0].size == 0
+    # a lone surrogate (a JSON escape) in a leaked document: the record is still valid UTF-8 JSON
+    index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
+    odd = "\ud800 " + " ".join(eval_words(10, 13)) + " \udfff tail"
+    hits = scan(index, [odd])
+    rec = decontam.example_record({"id": "odd"}, odd, hits[0], index, "remove")
+    assert rec["matches"] == 1 and rec["text"].startswith("? ")
+    json.dumps(rec, ensure_ascii=False).encode("utf-8")
+
+
 def test_common_phrase_in_more_than_common_docs_documents_is_not_a_leak():
     docs = train_texts(12)
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
@@ -206,7 +224,7 @@ def test_file_texts_reads_txt_jsonl_json_and_folders(tmp_path):
     (tmp_path / "a.txt").write_text("whole file as one text\nsecond line")
     records = [{"query": "first question", "choices": ["yes", {"deep": ["nested answer"]}], "label": 2},
                {"query": "second question", "gold": None}]
-    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n\n")
+    (tmp_path / "b.jsonl").write_text("\ufeff" + "\n".join(json.dumps(r) for r in records) + "\n\n")  # with a BOM
     (tmp_path / "c.json").write_text(json.dumps({"items": records}))
     folder = tmp_path / "tasks"
     (folder / "sub").mkdir(parents=True)
@@ -237,6 +255,7 @@ def test_file_texts_reads_txt_jsonl_json_and_folders(tmp_path):
      "has no .txt, .jsonl or .json files"),
     (lambda p: (p / "blank").mkdir() or (p / "blank" / "x.txt").write_text("") or p / "blank", "have no text"),
     (lambda p: Path("/dev/null"), "not a regular file"),
+    (lambda p: (p / "bom.txt").write_bytes(b"\xef\xbb\xbf") and p / "bom.txt", "has no text"),
 ])
 def test_file_texts_bad_inputs_are_one_line_errors(tmp_path, setup, expect):
     (tmp_path / "fine.txt").write_text("fine evaluation text")

@@ -434,9 +434,10 @@ def decide(index: EvalIndex, hits_per_doc: Sequence[np.ndarray], cfg) -> Verdict
 
 
 def _cut(text: str, limit: int = EXAMPLE_BYTES) -> str:
-    raw = text.encode("utf-8", "surrogatepass")
+    """text as valid UTF-8 (a lone surrogate from a JSON escape becomes ?), cut at `limit` bytes with "…"."""
+    raw = text.encode("utf-8", "replace")
     if len(raw) <= limit:
-        return text
+        return raw.decode("utf-8")
     return raw[:limit].decode("utf-8", "ignore") + "…"
 
 
@@ -457,7 +458,7 @@ def leaked_passages(text: str, hits: np.ndarray, n: int, limit: int = PASSAGES) 
             continue
         if run_start >= 0:
             piece = source[spans[run_start][0]: spans[run_end][1]]
-            piece = piece if len(piece) <= PASSAGE_CHARS else piece[:PASSAGE_CHARS] + "…"
+            piece = _cut(piece[:PASSAGE_CHARS]) + ("…" if len(piece) > PASSAGE_CHARS else "")
             if piece not in out:  # a passage repeated in the document is shown once
                 out.append(piece)
             if len(out) == limit:
@@ -507,7 +508,7 @@ def _read(path: Path, where: str) -> str:
     except OSError as exc:
         raise GlassroomError(f"{where}: cannot read {path} ({exc.strerror or exc}); give a readable file") from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte-order mark is not text
     except UnicodeDecodeError as exc:
         raise GlassroomError(f"{where}: {path} is not UTF-8 text (byte {exc.start}); "
                              "convert it to UTF-8 or leave it out") from None
