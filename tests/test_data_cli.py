@@ -95,9 +95,9 @@ def test_bad_recipe_values_name_the_key(corpus, capsys):
         ("domains.web.sources[0]=1", "recipe.domains"),
         ("tokenizer.vocab_sise=10", "recipe.tokenizer.vocab_sise: unknown key (did you mean vocab_size?)"),
         ("split.validation_fraction=0", "recipe.split.validation_fraction: must be above 0"),
-        # datasketch cannot band 128 permutations for 0.99 (a traceback before): say what to change
-        ("dedup.threshold=0.99", "recipe.dedup.threshold: 0.99 is too close to 1 for num_perm 128 "
-                                 "(MinHash LSH needs at least 2 bands); raise num_perm to 272"),
+        # bands x rows are derived; when no banding of num_perm reaches dedup.recall, say what to change
+        ("dedup.threshold=0.01", "recipe.dedup.num_perm: 128 permutations catch a pair at threshold 0.01 with "
+                                 "probability 0.724 at most, below recall 0.95; raise recipe.dedup.num_perm to 299"),
     ]:
         code, _, err = run_cli(["data", "build", str(recipe), "--out", str(root / "bad"), "--set", setting], capsys)
         assert code == 2 and fragment in error_line(err), (setting, err)

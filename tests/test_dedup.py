@@ -1,0 +1,162 @@
+"""Dedup pieces and edges: the derived banding, short/wordless/huge documents, exact vs near reasons,
+duplicates.jsonl records, the manifest entry, the streaming Cleaner path and the benchmark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import pytest
+
+from data_helpers import STDLIB
+from dedup_helpers import copy_at, distinct_documents, run, whitespace_copy
+from glassroom.data import dedup
+from glassroom.data.clean import Cleaned, Cleaner, Signer, Stats
+from glassroom.data.recipe import CleanConfig, DedupConfig, SplitConfig
+from glassroom.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return distinct_documents(40, min_words=400)
+
+
+def test_banding_reaches_recall_at_the_threshold_within_num_perm():
+    assert dedup.choose_bands(0.8, 128, 0.95) == (18, 7)  # datasketch's 9 x 13 caught 0.40 at 0.8
+    for threshold in (0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99):
+        for num_perm in (16, 64, 128, 256):
+            for recall in (0.5, 0.95, 0.99):
+                try:
+                    bands, rows = dedup.choose_bands(threshold, num_perm, recall)
+                except ConfigError as exc:
+                    assert "dedup.num_perm" in str(exc) and "\n" not in str(exc)
+                    continue
+                assert bands * rows <= num_perm
+                assert dedup.catch_probability(threshold, bands, rows) >= recall
+                if num_perm == 64:  # the rows are those of the cheapest banding reaching recall (brute force)
+                    options = [(dedup._below_area(threshold, b, r), r) for r in range(1, 65) for b in range(1, 64 // r + 1)
+                               if dedup.catch_probability(threshold, b, r) >= recall]
+                    assert min(options)[1] == rows and bands == 64 // rows
+    curve = dedup.curve(0.8, 18, 7)
+    assert [j for j, _ in curve] == [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    assert [p for _, p in curve] == sorted(p for _, p in curve) and curve[-1][1] == 1.0
+
+
+def test_unreachable_recall_names_num_perm_and_a_value_that_works():
+    with pytest.raises(ConfigError, match=r"^dedup\.num_perm: 128 .* raise dedup\.num_perm to 299$"):
+        dedup.choose_bands(0.01, 128, 0.95)
+    assert dedup.catch_probability(0.01, *dedup.choose_bands(0.01, 299, 0.95)) >= 0.95
+    with pytest.raises(ConfigError, match="raise recipe.dedup.threshold or lower recipe.dedup.recall"):
+        DedupConfig(threshold=0.001).check("recipe.dedup")
+    DedupConfig(threshold=0.001, fuzzy=False).check("recipe.dedup")  # no banding without fuzzy dedup
+
+
+def test_short_wordless_and_one_word_changes_follow_the_true_jaccard():
+    twenty = " ".join(f"word{i}" for i in range(20))
+    texts = [
+        "Hello World", "hello   WORLD",  # one 2-word shingle each, the same: J = 1
+        "Hello there",  # a different short text: J = 0
+        "!!! ???", "... ---", "!!! ???",  # no words: never near copies, exact copies still removed
+        twenty,
+        twenty.replace("word19", "other"),  # last word: 1 of 16 shingles changes, J = 15/17
+        twenty.replace("word10", "other"),  # a middle word: 5 shingles change, J = 11/21
+    ]
+    result = run(texts, DedupConfig())
+    got = [result.decision(i) for i in range(len(texts))]
+    assert got[0] is None and got[1] == ("near_duplicate", 0, 1.0) and got[2] is None
+    assert got[3] is None and got[4] is None and got[5] == ("exact_duplicate", 3, 1.0)
+    assert got[6] is None and got[7] == ("near_duplicate", 6, pytest.approx(15 / 17)) and got[8] is None
+    assert dedup.shingle_set("!!! ???", 5) == frozenset() and dedup.jaccard(frozenset(), frozenset()) == 0.0
+    assert run([], DedupConfig()).clusters == [] and run(["only one"], DedupConfig()).clusters == []
+
+
+def test_huge_document_and_its_near_copy():
+    parts, size = [], 0
+    for path in sorted(STDLIB.glob("*.py")):
+        parts.append(path.read_text(errors="replace"))
+        size += len(parts[-1])
+        if size > 1_500_000:
+            break
+    huge = "\n".join(parts)
+    words = huge.split(" ")
+    copy = " ".join(w if i % 400 else "CHANGED" for i, w in enumerate(words))
+    texts = [huge, parts[0], copy]
+    result = run(texts, DedupConfig())
+    reason, canonical, jac = result.decision(2)
+    assert (reason, canonical) == ("near_duplicate", 0) and 0.8 <= jac < 1.0
+    records = list(result.example_records(lambda i: {"id": f"d{i}", "domain": "code", "source": "s"},
+                                          lambda idx: [texts[i] for i in idx], 10))
+    assert len(records) == 1
+    kept = records[0]["kept"]["text"]
+    assert kept.endswith("…") and len(kept.encode()) <= 64 * 1024 and huge.startswith(kept[:-1])
+
+
+def test_exact_and_near_reasons_records_and_manifest(docs):
+    a, b = docs[0], docs[1]
+    near = copy_at(b, 0.9, random.Random(2))
+    texts = [a, b, a, whitespace_copy(b), near, near, docs[2]]
+    result = run(texts, DedupConfig())
+    assert result.clusters == [[0, 2], [1, 3, 4, 5]]
+    assert result.decision(2) == ("exact_duplicate", 0, 1.0)
+    assert result.decision(3) == ("near_duplicate", 1, 1.0)
+    assert result.decision(4)[:2] == ("near_duplicate", 1)
+    # an exact copy of a removed near copy is an exact duplicate, with the canonical's Jaccard
+    assert result.decision(5) == ("exact_duplicate", 1, result.decision(4)[2])
+    info = lambda i: {"id": f"doc-{i}", "domain": "prose" if i % 2 else "code", "source": "src"}  # noqa: E731
+    records = list(result.example_records(info, lambda idx: [texts[i] for i in idx], 1))
+    assert records == [{"cluster": 0,
+                        "kept": {"index": 0, "id": "doc-0", "domain": "code", "source": "src", "text": a},
+                        "removed": [{"index": 2, "id": "doc-2", "domain": "code", "source": "src",
+                                     "reason": "exact_duplicate", "jaccard": 1.0, "text": a}]}]
+    assert len(list(result.example_records(info, lambda idx: [texts[i] for i in idx], 1000))) == 2
+    assert list(result.example_records(info, lambda idx: [texts[i] for i in idx], 0)) == []
+    entry = result.dd.manifest_entry()
+    assert json.dumps(entry, sort_keys=True) == json.dumps(run(texts, DedupConfig()).dd.manifest_entry(),
+                                                           sort_keys=True)
+    assert (entry["bands"], entry["rows"], entry["clusters"]) == (18, 7, 2)
+    assert (entry["exact_duplicates"], entry["near_duplicates"]) == (2, 2)
+    assert entry["curve"][4] == [0.8, entry["catch_probability"]] and "exact Jaccard" in entry["verification"]
+    # exact off: identical copies are near duplicates (J = 1); fuzzy off: only exact copies go
+    no_exact = run(texts, DedupConfig(exact=False))
+    assert no_exact.decision(2) == ("near_duplicate", 0, 1.0) and no_exact.clusters == result.clusters
+    no_fuzzy = run(texts, DedupConfig(fuzzy=False))
+    assert no_fuzzy.clusters == [[0, 2], [4, 5]] and no_fuzzy.decision(3) is None
+    assert "bands" not in no_fuzzy.dd.manifest_entry()
+    dd = dedup.Deduplicator(DedupConfig())
+    dd.add(1, b"x", None)
+    dd.add(1, b"y", None)
+    with pytest.raises(ValueError, match="build index 1 added twice"):
+        dd.finish(lambda idx: [])
+
+
+def test_a_large_group_sharing_every_band_is_one_cluster(docs):
+    base = docs[3]
+    texts = [base.replace(" ", " " * (1 + i % 3)) + "\n" * (i // 3) for i in range(450)] + docs[4:8]
+    result = run(texts, DedupConfig())
+    assert result.clusters == [list(range(450))]
+
+
+def test_streaming_cleaner_removes_verified_copies_only(docs):
+    rng = random.Random(4)
+    texts = [docs[0], docs[0], copy_at(docs[0], 0.85, rng), copy_at(docs[1], 0.7, rng), docs[1], docs[2]]
+    cfg = DedupConfig()
+    signer = Signer(cfg.num_perm, cfg.shingle_words)
+    stats = Stats()
+    cleaner = Cleaner(CleanConfig(), cfg, SplitConfig(), stats)
+    kept = []
+    for i, text in enumerate(texts):
+        item = Cleaned({"id": str(i), "domain": "d", "text": text}, len(text), len(text), None,
+                       hashlib.blake2b(text.encode(), digest_size=16).digest(), signer.signature(text))
+        kept.append(cleaner.accept(item))
+    assert kept == [True, False, False, True, True, True]
+    data = stats.to_json()
+    assert data["exact_dedup"]["d"]["removed"]["exact_duplicate"]["docs"] == 1
+    assert data["fuzzy_dedup"]["d"]["removed"]["near_duplicate"]["docs"] == 1
+
+
+def test_benchmark_reports_speed(docs):
+    texts = docs[:20] + [docs[0]]
+    out = dedup.benchmark(texts, DedupConfig())
+    assert out["documents"] == 21 and out["removed"] == 1 and out["docs_per_second"] > 0
+    assert set(out) >= {"signature_seconds", "dedup_seconds", "candidate_pairs", "verified_pairs", "bands", "rows"}
