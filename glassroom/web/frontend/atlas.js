@@ -1,6 +1,8 @@
 // The data atlas page (frontend/atlas.html): the dataset list, or one dataset's atlas.json drawn as a
 // canvas map (tens of thousands of points: one fillRect each, grouped by colour, redrawn on an
-// animation frame), a cluster list, the processing funnel, the mixture and the tokenizer.
+// animation frame), a cluster list, the processing funnel with the dedup and decontamination rows,
+// the domain x quality cells, the mixture and the tokenizer; links open the document browser
+// (atlas-docs.js).
 // Data: the live server's /api/atlas (glassroom serve) or the static site's JSON (glassroom publish).
 // window.ATLAS exposes the state the browser tests read (ready, drawn, drawMs, mode, ...).
 "use strict";
@@ -222,6 +224,9 @@
     return b;
   }
 
+  // Atlases made before the document browser have no split/doc columns: nothing to open.
+  let canRead = false;
+
   function clusterList() {
     const list = $("clusters");
     const s = atlas.sampling;
@@ -244,7 +249,8 @@
         el("div", {class: "row"}, el("span", {class: "lbl", text: "domains"}), bar(dom, 1),
           el("span", {class: "muted small", text: dom.slice(0, 2).map(([d, v]) => `${d} ${pct(v)}`).join(", ")})),
         el("div", {class: "row small muted", text: "sources: " + c.sources.slice(0, 3).map((x) => `${x.name} ${pct(x.share)}`).join(", ")}),
-        excerpts);
+        excerpts,
+        canRead ? el("a", {href: "#", class: "docs-link small", "data-collection": `cluster:${c.id}`, text: `read its ${c.documents.toLocaleString()} sampled documents`}) : null);
       li.addEventListener("click", (e) => { if (!e.target.closest("details")) select(c.id); });
       list.append(li);
     }
@@ -255,7 +261,10 @@
     if (!f || !f.stages) { box.append(el("p", {class: "muted", text: "no stats.json in this dataset"})); return; }
     const stages = f.stages.filter((s) => f[s]);
     const table = el("table", {class: "tbl funnel"});
-    table.append(el("tr", {}, el("th", {text: "domain"}), ...stages.map((s) => el("th", {class: "num", text: s.replace("_", " ")})), el("th", {text: "removed (documents, bytes)"})));
+    const removedFile = {exact_dedup: "duplicates", fuzzy_dedup: "duplicates", decontaminate: "contaminated"};
+    const head = (s) => (removedFile[s] && (atlas.removed || {})[removedFile[s]]) ?
+      el("a", {href: "#", "data-collection": removedFile[s], title: "read the removed documents", text: s.replace("_", " ")}) : document.createTextNode(s.replace("_", " "));
+    table.append(el("tr", {}, el("th", {text: "domain"}), ...stages.map((s) => el("th", {class: "num"}, head(s))), el("th", {text: "removed (documents, bytes)"})));
     for (const [di, d] of atlas.domains.entries()) {
       const first = (f[stages[0]] || {})[d];
       if (!first) continue;
@@ -277,6 +286,47 @@
         el("td", {class: "small", text: removed.join("; ") || "nothing"})));
     }
     box.append(table);
+  }
+
+  function removedLinks() {
+    // The dedup and decontamination rows: what was removed, and a link to read it.
+    const box = $("removed-links"), r = atlas.removed || {}, dd = atlas.dedup, dc = atlas.decontamination;
+    if (dd) {
+      const parts = [`near-duplicates: Jaccard ≥ ${dd.threshold} (${dd.bands} bands × ${dd.rows} rows, caught with probability ${pct(dd.catch_probability || 0)} at the threshold)`,
+        `${count(dd.clusters)} duplicate clusters, ${count(dd.exact_duplicates)} exact and ${count(dd.near_duplicates)} near copies removed`];
+      box.append(el("div", {class: "removed-row"}, el("b", {text: "deduplication "}), el("span", {text: parts.join("; ") + " "}),
+        r.duplicates ? el("a", {href: "#", "data-collection": "duplicates", id: "read-duplicates", text: "read the duplicate clusters"}) : null));
+    }
+    if (dc) {
+      box.append(el("div", {class: "removed-row"}, el("b", {text: "decontamination "}),
+        el("span", {text: `documents sharing a ${dc.ngram}-word n-gram with evaluation text (${(dc.eval_sources || []).map((x) => x.name).join(", ")}): ` +
+          `${count(dc.documents_removed ?? dc.documents_flagged)} ${dc.action === "flag" ? "flagged" : "removed"} `}),
+        r.contaminated ? el("a", {href: "#", "data-collection": "contaminated", id: "read-contaminated", text: "read them"}) : null));
+    }
+  }
+
+  function qualityTable() {
+    // Domain x quality cells: each cell's share of documents and tokens, each a link to its documents.
+    const Q = atlas.quality;
+    if (!Q || !Q.cells) return;
+    $("quality-card").hidden = false;
+    const c = Q.classifier || {};
+    $("quality-readout").textContent = `${Q.buckets} buckets per domain (q0 lowest, equal counts) · ${c.method || "classifier"}` +
+      (c.heldout_accuracy !== undefined ? ` · held-out accuracy ${(100 * c.heldout_accuracy).toFixed(1)}%` : "");
+    const t = $("quality"), buckets = [...Array(Q.buckets).keys()];
+    t.append(el("tr", {}, el("th", {text: "domain"}), ...buckets.map((q) => el("th", {class: "num"},
+      canRead ? el("a", {href: "#", "data-collection": `quality:${q}`, text: `q${q}`}) : document.createTextNode(`q${q}`)))));
+    for (const [di, d] of atlas.domains.entries()) {
+      const cells = Q.cells.filter((x) => x.domain === d);
+      if (!cells.length) continue;
+      t.append(el("tr", {}, el("td", {}, el("i", {class: "sw", style: `background:${colours.domain[di]}`}), d), ...buckets.map((q) => {
+        const x = cells.find((y) => y.bucket === q);
+        if (!x) return el("td", {class: "num muted", text: "–"});
+        const label = el("div", {}, el("span", {class: "share", text: pct(x.token_share)}), el("span", {class: "muted small", text: ` tokens · ${pct(x.doc_share)} docs`}));
+        return el("td", {class: "num cell"}, canRead ? el("a", {href: "#", "data-collection": `cell:${d}:${q}`, title: `read the ${x.documents} sampled documents`}, label) : label,
+          el("div", {class: "muted small", text: `${x.documents.toLocaleString()} sampled`}));
+      })));
+    }
   }
 
   function mixture() {
@@ -327,8 +377,12 @@
     buildGroups();
     canvas = $("map");
     ctx = canvas.getContext("2d");
+    canRead = Array.isArray(p.split) && Array.isArray(p.doc);
+    if (!canRead) $("read-all").hidden = true;
     clusterList();
     funnel();
+    removedLinks();
+    qualityTable();
     mixture();
     tokenizer();
     wireMap();
@@ -337,6 +391,7 @@
     resize();
     setMode("cluster");
     draw();
+    if (window.ATLAS_DOCS) window.ATLAS_DOCS.init(boot, atlas);
     A.ready = true;
   }
 
