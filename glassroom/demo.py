@@ -25,10 +25,11 @@ DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them 
 
 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
-    """The demo's steps: the corpus, the ladder's rungs, the fit and prediction, the hero."""
+    """The demo's steps: the corpus and its atlas, the ladder's rungs, the fit and prediction, the hero."""
     from glassroom.config import load_yaml
     from glassroom.ladder.run import ladder_steps
     from glassroom.ladder.spec import load_spec
+    from glassroom.pipeline.atlas_step import atlas_step
     from glassroom.pipeline.steps import data_build_step, export_step
 
     spec_path = experiments / "ladder-demo.yaml"
@@ -39,7 +40,8 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
     rungs, later = ladder_steps(load_spec(spec_path), spec_raw, data / "dataset", with_hero=True)
     hero = later[-1]
-    return [data, *rungs, *later, export_step("hero-model", hero), *posttrain_steps(experiments, hero)]
+    atlas = atlas_step("demo-atlas", data, k=40)   # the story's composition page: 40 topics, published with the runs
+    return [data, atlas, *rungs, *later, export_step("hero-model", hero), *posttrain_steps(experiments, hero)]
 
 
 def posttrain_steps(experiments: Path, hero) -> list:
@@ -230,6 +232,11 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     }
     model = graph.nodes["hero-model"].output / "model"
     summary["model"] = str(model) if model.is_dir() else None
+    if "demo-atlas" in graph.nodes:
+        atlas_result = graph.nodes["demo-atlas"].output / "result.json"
+        info = json.loads(atlas_result.read_text()) if atlas_result.is_file() else {}
+        summary["atlas"] = {"site": str(site / "atlas" / "index.html"), "k": info.get("k"),
+                            "domain_purity": info.get("domain_purity")}
     summary["downstream"] = _downstream(hero_dir)
     summary["experts"] = _experts(hero_dir)
     summary["watch"] = _watch(hero_dir)
@@ -285,6 +292,10 @@ def format_summary(s: dict) -> str:
     if s.get("seal"):
         lines.append(f"sealed:   sha256 {s['seal']} (keep a copy; `glassroom ladder verify {s['hero']}` checks "
                      "that the prediction is unchanged and was made before the hero's first step)")
+    atlas = s.get("atlas") or {}
+    if atlas.get("k"):
+        lines.append(f"atlas:    {atlas['site']} (what the corpus holds: {atlas['k']} topics, their documents and "
+                     f"shares; domain purity {atlas['domain_purity']:.3f})")
     lines.append(f"site:     {s['site']}/index.html (serve it with any static file server); "
                  f"`glassroom serve {Path(s['site']).parent}` to watch again")
     lines.append(f"watch:    {s['site']}/feed.atom (Atom: anomalies, notes, the prediction leaving or entering its "

@@ -154,6 +154,98 @@ def mixture_report(manifest: dict, weights: dict[str, float] | None, total_token
                             "epochs": w.get(d, 0.0) * budget / train[d] if train[d] else None} for d in train}}
 
 
+def _stage_removed(funnel: dict | None, *stages: str) -> dict:
+    """{domain: documents removed} over the given stages of stats.json (a removed document counts in
+    its own domain); {} when the funnel lacks them."""
+    out: dict = {}
+    for stage in stages:
+        entry = (funnel or {}).get(stage)
+        if not isinstance(entry, dict):
+            continue
+        for d, row in entry.items():
+            if isinstance(row, dict) and isinstance(row.get("docs_in"), int) and isinstance(row.get("docs_out"), int):
+                out[d] = out.get(d, 0) + row["docs_in"] - row["docs_out"]
+    return out
+
+
+def _removed_files(path: Path) -> dict:
+    """Paths (relative to the dataset) of the build's removed-document records, or None each."""
+    return {key: (f"removed/{name}" if (path / "removed" / name).is_file() else None)
+            for key, name in (("duplicates", "duplicates.jsonl"), ("contaminated", "contaminated.jsonl"))}
+
+
+def shard_column(shard, name: str) -> np.ndarray | None:
+    """A per-document array of the shard index (doc_bucket, doc_quality, doc_flags), or None on
+    datasets built before it existed."""
+    value = getattr(shard, name, None)
+    return None if value is None else np.asarray(value)
+
+
+def point_buckets(ds: Dataset, smp: "Sample") -> list:
+    """Each sampled document's quality bucket (an int), or None where its shard has none."""
+    out: list = []
+    for d, s, i in zip(smp.domain, smp.split, smp.doc):
+        col = shard_column(ds.shard(ds.domains[d], SPLITS[s]), "doc_bucket")
+        b = int(col[i]) if col is not None and i < len(col) else -1
+        out.append(b if b >= 0 else None)
+    return out
+
+
+def quality_section(ds: Dataset, smp: "Sample", buckets: list, texts: list[str], sources: list[dict]) -> dict | None:
+    """Cells of domain x quality bucket: their share of the dataset's documents and tokens (from the
+    manifest's cells where it has them, else estimated from the sample), the sampled documents in
+    each and up to EXCERPTS examples; the classifier's manifest entry. None without quality."""
+    info = ds.manifest.get("quality")
+    if not isinstance(info, dict):
+        return None
+    n_buckets = info.get("buckets")
+    if not isinstance(n_buckets, int) or isinstance(n_buckets, bool) or n_buckets < 1:
+        known = [b for b in buckets if b is not None]
+        n_buckets = max(known) + 1 if known else 0
+    docs = np.zeros((len(ds.domains), n_buckets))
+    toks = np.zeros((len(ds.domains), n_buckets))
+    from_manifest = True
+    for di, d in enumerate(ds.domains):
+        for split in SPLITS:
+            cells = (ds.manifest["domains"][d].get(split) or {}).get("cells")
+            if not isinstance(cells, list):
+                from_manifest = False
+                continue
+            for c in cells:
+                q = c.get("bucket") if isinstance(c, dict) else None
+                if isinstance(q, int) and 0 <= q < n_buckets:
+                    docs[di, q] += c.get("documents") or 0
+                    toks[di, q] += c.get("tokens") or 0
+    sampled = np.zeros((len(ds.domains), n_buckets), dtype=np.int64)
+    for i, b in enumerate(buckets):
+        if b is not None and b < n_buckets:
+            sampled[smp.domain[i], b] += 1
+    if not from_manifest or docs.sum() == 0:   # estimate from the sample, each document for those it stands for
+        docs[:], toks[:] = 0, 0
+        for i, b in enumerate(buckets):
+            if b is not None and b < n_buckets:
+                docs[smp.domain[i], b] += smp.weight[i]
+                toks[smp.domain[i], b] += smp.weight[i] * smp.tokens[i]
+    cells_out = []
+    for di, d in enumerate(ds.domains):
+        for q in range(n_buckets):
+            members = [i for i, b in enumerate(buckets) if b == q and smp.domain[i] == di][:EXCERPTS]
+            cells_out.append({"domain": d, "bucket": q, "doc_share": float(docs[di, q] / max(docs.sum(), 1e-12)),
+                              "token_share": float(toks[di, q] / max(toks.sum(), 1e-12)), "documents": int(sampled[di, q]),
+                              "examples": [{"id": _doc_id(ds, smp, i), "domain": d, "source": sources[smp.source[i]]["name"],
+                                            "text": _excerpt(texts[i], EXCERPT_CHARS)} for i in members]})
+    classifier = {k: v for k, v in info.items() if k != "cutoffs"}
+    return {"buckets": n_buckets, "shares": "manifest" if from_manifest and docs.sum() > 0 else "estimated from the sample",
+            "cells": cells_out, "classifier": classifier}
+
+
+def _with_counts(entry, by_domain: dict):
+    """A manifest section (dedup, decontamination) with the funnel's removals per domain added."""
+    if not isinstance(entry, dict):
+        return None if not by_domain else {"removed_by_domain": by_domain}
+    return {**entry, "removed_by_domain": by_domain}
+
+
 def purity(labels: np.ndarray, classes: np.ndarray) -> float:
     """Share of documents whose cluster's most common class is their own class."""
     if len(labels) == 0:
@@ -246,10 +338,12 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
         })
 
     manifest = ds.manifest
+    funnel = _funnel(ds.path)
+    buckets = point_buckets(ds, smp)
     atlas = {
         "format": FORMAT,
         "dataset": manifest.get("name"),
-        "dataset_created": manifest.get("created"),
+        "dataset_created": manifest.get("created") or _build_created(ds.path),
         "recipe_hash": manifest.get("recipe_hash"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "seed": seed,
@@ -273,9 +367,17 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
             "domain": smp.domain.tolist(),
             "source": smp.source.tolist(),
             "tokens": smp.tokens.tolist(),
+            "split": smp.split.tolist(),
+            "doc": smp.doc.tolist(),
+            "id": [_doc_id(ds, smp, i) for i in range(n)],
+            "quality": buckets,
             "text": [_excerpt(" ".join(t[:HOVER_CHARS * 2].split()), HOVER_CHARS) for t in texts],
         },
-        "funnel": _funnel(ds.path),
+        "quality": quality_section(ds, smp, buckets, texts, sources),
+        "dedup": _with_counts(manifest.get("dedup"), _stage_removed(funnel, "exact_dedup", "fuzzy_dedup")),
+        "decontamination": _with_counts(manifest.get("decontamination"), _stage_removed(funnel, "decontaminate")),
+        "removed": _removed_files(ds.path),
+        "funnel": funnel,
         "mixture": mixture,
         "tokenizer": {**{key: manifest["tokenizer"].get(key) for key in ("vocab_size", "model", "origin", "trained_on_bytes")},
                       "bytes_per_token": {d: {split: e[split]["bytes_per_token"] for split in SPLITS} for d, e in manifest["domains"].items()},
@@ -285,6 +387,15 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
         write_atlas(ds.path, atlas)
         print(f"atlas: wrote {ds.path / 'atlas' / 'atlas.json'}", file=log, flush=True)
     return atlas
+
+
+def _build_created(path: Path):
+    """When the dataset was built: build.json's `created` (manifest.json no longer holds it)."""
+    try:
+        info = json.loads((path / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info.get("created") if isinstance(info, dict) else None
 
 
 def _doc_id(ds: Dataset, smp: Sample, i: int) -> str:

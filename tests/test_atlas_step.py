@@ -1,0 +1,71 @@
+"""The atlas as a pipeline step (glassroom/pipeline/atlas_step.py): it writes the dataset's atlas
+beside the dataset, is reused on a second run, `glassroom publish` of the workspace finds the dataset with its atlas,
+wrong options are one-line errors at load; and the demo's steps include it at k=40."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline_helpers import glassroom
+
+RECIPE = """\
+name: two
+domains:
+  code:
+    sources:
+      - {kind: python-stdlib, max_bytes: 60K}
+  prose:
+    sources:
+      - {kind: bible, max_bytes: 60K}
+split:
+  validation_fraction: 0.1
+tokenizer:
+  vocab_size: 512
+  sample_bytes: 100K
+"""
+
+EXPERIMENT = """\
+from glassroom.pipeline import data_build_step
+from glassroom.pipeline.atlas_step import atlas_step
+
+data = data_build_step("two-data", "two.yaml")
+steps = [data, atlas_step("two-atlas", data, k={k})]
+"""
+
+
+def test_atlas_step_writes_reuses_publishes_and_checks(tmp_path, capsys):
+    (tmp_path / "two.yaml").write_text(RECIPE)
+    exp = tmp_path / "exp.py"
+    exp.write_text(EXPERIMENT.format(k=2))
+    ws = tmp_path / "ws"
+    code, _, err = glassroom("run", exp, "--workspace", ws, capsys=capsys)
+    assert code == 0, err
+    (data,) = list((ws / "data").glob("two-data-*"))
+    (step,) = list((ws / "data").glob("two-atlas-*"))
+    atlas = json.loads((data / "dataset" / "atlas" / "atlas.json").read_text())
+    result = json.loads((step / "result.json").read_text())
+    assert atlas["k"] == 2 and result["k"] == 2 and result["atlas"] == str(data / "dataset" / "atlas" / "atlas.json")
+    assert atlas["domain_purity"] >= 0.95 and result["domain_purity"] == atlas["domain_purity"]
+    assert "2 reused" in glassroom("run", exp, "--workspace", ws, capsys=capsys)[2]
+
+    # What `glassroom publish` and `serve` of the workspace find: the dataset, with its atlas.
+    from glassroom.web.atlas_page import atlas_file, find_datasets
+
+    found = find_datasets(ws)
+    assert list(found) == [f"data/{data.name}/dataset"]
+    assert atlas_file(ws, found[f"data/{data.name}/dataset"]) is not None
+
+    for bad, words in (("0", "k must be"), ("'40'", "k must be"), ("True", "k must be"), ("10 ** 6", "more than")):
+        exp.write_text(EXPERIMENT.format(k=bad))
+        code, _, err = glassroom("run", exp, "--workspace", ws, capsys=capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_demo_has_the_atlas_at_k40():
+    from glassroom.demo import demo_steps
+
+    steps = demo_steps()
+    names = [s.name for s in steps]
+    atlas = steps[names.index("demo-atlas")]
+    assert names.index("demo-atlas") == names.index("demo-data") + 1
+    assert atlas.config["k"] == 40 and atlas.config["dataset"].step_name == "demo-data"
