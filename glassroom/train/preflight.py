@@ -75,10 +75,17 @@ def check_data(cfg, dataset) -> None:
     if task != tc.task:
         raise ConfigError(f"train.task: {tc.task}, but {path / 'manifest.json'} holds {task} data; set train.task: "
                           f"{task}, or point data.path at a dataset built with `task: {tc.task}` in its recipe")
+    from glassroom.data.mixture import resolve_weights, weight_domain
+
     for name in (cfg.data.weights or {}):
-        if name not in domains:
-            raise ConfigError(f"data.weights.{name}: the dataset {path} has no domain {name!r} "
+        if weight_domain(name) not in domains:
+            raise ConfigError(f"data.weights.{name}: the dataset {path} has no domain {weight_domain(name)!r} "
                               f"(it has {', '.join(domains)})")
+    if cfg.data.weights and any(":" in name for name in cfg.data.weights):  # quality cells (docs/data-quality.md)
+        try:
+            resolve_weights(dict(cfg.data.weights), dataset)
+        except GlassroomError as exc:
+            raise ConfigError(f"data.weights: {str(exc).removeprefix('mixture weights: ')}") from None
     vocab = int(dataset.vocab_size)
     if cfg.model.vocab_size < vocab:
         raise ConfigError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
@@ -89,7 +96,7 @@ def check_data(cfg, dataset) -> None:
             raise ConfigError(f"data.path: domain {name} of {path} is empty (no tokens); rebuild the dataset "
                               f"with documents for it or without it")
     if cfg.data.weights is not None:
-        trained = [d for d, w in cfg.data.weights.items() if w > 0]
+        trained = list(dict.fromkeys(weight_domain(d) for d, w in cfg.data.weights.items() if w > 0))
     else:
         trained = [d for d in domains if entries[d]["train"]["tokens"] > 0]
     needs = [(d, "train") for d in trained] + [(d, "validation") for d in domains]
