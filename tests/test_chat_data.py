@@ -224,7 +224,8 @@ def test_conversations_reader_refuses_a_missing_or_short_mask(built, tmp_path):
 
 
 def test_pretraining_recipes_resolve_and_hash_as_before(tmp_path):
-    """The keys added for conversation data are absent from a pretraining recipe's resolved form."""
+    """The keys added for conversation data are absent from a pretraining recipe's resolved form (the hash
+    changed once, with issue 17's dedup.recall/examples, quality and decontaminate sections)."""
     from glassroom.data.recipe import load_recipe, recipe_dict, recipe_hash
 
     from train_helpers import ROOT
@@ -233,7 +234,7 @@ def test_pretraining_recipes_resolve_and_hash_as_before(tmp_path):
     resolved = recipe_dict(tiny)
     assert "task" not in resolved
     assert all("split" not in s and "messages_field" not in s for d in resolved["domains"].values() for s in d["sources"])
-    assert recipe_hash(tiny) == "sha256:d0d30e4b73da882a6ec2d86be74de405f9587149465e0456a79179d04cceb54d"
+    assert recipe_hash(tiny) == "sha256:94a9863e2d287ed9bb5844b4e1c5b1b0e790c8ff8bbc8d4f247492ac831e9023"
     src = write_jsonl(tmp_path / "c.jsonl", conversations(2))
     chat = recipe_dict(load_recipe(write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src), "split": "train"}])))
     assert chat["task"] == "sft" and chat["domains"]["pydoc"]["sources"][0]["split"] == "train"
