@@ -123,11 +123,15 @@ def test_exact_and_near_reasons_records_and_manifest(docs):
     no_fuzzy = run(texts, DedupConfig(fuzzy=False))
     assert no_fuzzy.clusters == [[0, 2], [4, 5]] and no_fuzzy.decision(3) is None
     assert "bands" not in no_fuzzy.dd.manifest_entry()
-    dd = dedup.Deduplicator(DedupConfig())
+    dd = dedup.Deduplicator(DedupConfig(fuzzy=False))
     dd.add(1, b"x", None)
     dd.add(1, b"y", None)
     with pytest.raises(ValueError, match="build index 1 added twice"):
         dd.finish(lambda idx: [])
+    with pytest.raises(ValueError, match="build index 3 has no MinHash signature"):
+        dedup.Deduplicator(DedupConfig()).add(3, b"x", None)
+    with pytest.raises(ValueError, match="texts_of returned 0 texts for 3 indices"):
+        run(texts, DedupConfig()).dd.finish(lambda idx: [])
 
 
 def test_a_large_group_sharing_every_band_is_one_cluster(docs):

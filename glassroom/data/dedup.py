@@ -288,12 +288,18 @@ class Deduplicator:
         self._index: list[int] = []
         self._digest: list[bytes] = []
         self._sig: list[np.ndarray | None] = []
-        self.counts = {"documents": 0, "candidate_pairs": 0, "estimated_pairs": 0, "verified_pairs": 0,
-                       "clusters": 0, "exact_duplicates": 0, "near_duplicates": 0}
+        self.counts = self._zero_counts()
         self.seconds: dict[str, float] = {}
+
+    @staticmethod
+    def _zero_counts() -> dict[str, int]:
+        return {"documents": 0, "candidate_pairs": 0, "estimated_pairs": 0, "verified_pairs": 0,
+                "clusters": 0, "exact_duplicates": 0, "near_duplicates": 0}
 
     def add(self, i: int, digest: bytes, signature: np.ndarray | None) -> None:
         """Document with build index `i` (any order; each index once)."""
+        if self.cfg.fuzzy and signature is None:
+            raise ValueError(f"Deduplicator: build index {i} has no MinHash signature but dedup.fuzzy is on")
         self._index.append(int(i))
         self._digest.append(bytes(digest))
         self._sig.append(signature)
@@ -302,6 +308,7 @@ class Deduplicator:
         """Candidates -> verified pairs -> connected components; `texts_of(indices)` reads texts back."""
         cfg = self.cfg
         t0 = time.perf_counter()
+        self.counts = self._zero_counts()
         index = np.asarray(self._index, dtype=np.int64)
         order = np.argsort(index, kind="stable")
         index = index[order]
@@ -331,6 +338,8 @@ class Deduplicator:
                 shingles.clear()
                 need = sorted(asked)
             texts = texts_of([int(index[r]) for r in need])
+            if len(texts) != len(need):
+                raise ValueError(f"Deduplicator: texts_of returned {len(texts)} texts for {len(need)} indices")
             for r, text in zip(need, texts):
                 shingles[r] = shingle_set(text, cfg.shingle_words)
 
