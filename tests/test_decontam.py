@@ -194,6 +194,18 @@ def test_batches_equal_texts_one_by_one_and_words_equal_the_regex():
     assert pickle.loads(pickle.dumps(decontam.scan_batch)) is decontam.scan_batch  # an executor can ship it
 
 
+def test_a_very_long_word_and_a_long_text_hash_like_short_ones():
+    long_word = "ab12" * 50_000  # 200,000 word characters in one \\w+ run (a hex blob)
+    text = f"start {long_word} middle " + " ".join(eval_words(0, 40)) + f" {long_word} end"
+    h = decontam.ngram_hashes(text, 3)
+    words = decontam.words_of(text)
+    assert len(h) == len(words) - 2
+    assert h[0] != h[1] and decontam.ngram_hashes(f"x {long_word} y", 3).tolist() == \
+        decontam.ngram_hashes(f"X {long_word.upper()} Y", 3).tolist()
+    index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
+    assert len(scan(index, [text])[0]) == 40 - 13 + 1
+
+
 def test_hashes_are_the_same_in_another_process():
     text = train_texts(1)[0]
     code = ("import sys, json; from glassroom.data import decontam; "
@@ -271,6 +283,16 @@ def test_file_texts_checks_every_input_before_giving_text(tmp_path):
     texts = decontam.file_texts([str(tmp_path / "fine.txt"), str(tmp_path / "nope")])
     with pytest.raises(GlassroomError, match=r"files\[1\]"):
         next(texts)
+
+
+def test_check_files_and_the_file_size_bound(tmp_path, monkeypatch):
+    (tmp_path / "ok.txt").write_text("x" * 100)
+    decontam.check_files([str(tmp_path / "ok.txt"), str(tmp_path)])
+    with pytest.raises(GlassroomError, match=r"^decontaminate.files\[1\]: .*nope does not exist"):
+        decontam.check_files([str(tmp_path / "ok.txt"), str(tmp_path / "nope")])
+    monkeypatch.setattr(decontam, "MAX_FILE_BYTES", 50)
+    with pytest.raises(GlassroomError, match=r"^decontaminate.files\[0\]: .*ok.txt is 0.0 GiB, more than"):
+        list(decontam.file_texts([str(tmp_path / "ok.txt")]))
 
 
 def test_file_texts_bounds_a_huge_folder(tmp_path, monkeypatch):

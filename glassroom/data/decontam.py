@@ -8,7 +8,7 @@ lowercased `\\w+` runs, the words the dedup shingles count.
 Pieces, in the order a build uses them (glassroom/data/build.py wires them):
 - `ngram_hashes(text, n)`: a 64-bit hash of every n-word window, all in numpy (no Python loop per word): the
   text's code points are classified \\w or not by a table built from `re` itself, each word is hashed as a
-  polynomial of its code points mod 2^64 (prefix sums), the n word hashes of a window are combined by a
+  polynomial of its code points mod 2^64 (np.add.reduceat), the n word hashes of a window are combined by a
   second polynomial in n array steps, each finished with the splitmix64 mixer. Deterministic across
   processes and machines (no Python hash()). `batch_ngram_hashes` does a whole batch in one pass.
 - `BloomFilter`: a numpy bit array sized from the expected items and a false-positive rate; k positions by
@@ -48,15 +48,15 @@ PASSAGE_CHARS = 1000
 FILE_SUFFIXES = (".txt", ".jsonl", ".json")
 MAX_DEPTH = 8  # folder levels file_texts descends
 MAX_FILES = 10_000  # files file_texts reads from one folder
+MAX_FILE_BYTES = 1 << 30  # one evaluation file at most (each is read whole)
 _MAGIC = b"glassroom-evalindex/1\n"
 
 _U64 = np.uint64
 _MUL = _U64(0x9E3779B97F4A7C15)  # the n-gram polynomial's base (odd)
-_CHAR = 0x100000001B3  # the word polynomial's base over code points (odd, so invertible mod 2^64)
-_CHAR_INV = pow(_CHAR, -1, 1 << 64)
+_CHAR = 0x100000001B3  # the word polynomial's base over code points (odd)
 _M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 _TABLE: np.ndarray | None = None  # bool per code point: a \w character (built from `re` itself, once per process)
-_POWERS: list[np.ndarray] = [np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64)]  # _CHAR^j, _CHAR^-j
+_POWERS: list[np.ndarray] = []  # [_CHAR^j for j < the longest word seen]
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -82,33 +82,36 @@ def _word_table() -> np.ndarray:
     return _TABLE
 
 
-def _powers(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """_CHAR^j and _CHAR^-j mod 2^64 for j < count (cached, grown by doubling)."""
-    have = len(_POWERS[0])
+def _powers(count: int) -> np.ndarray:
+    """_CHAR^j mod 2^64 for j < count (cached, grown by doubling; count is the longest word seen)."""
+    have = len(_POWERS[0]) if _POWERS else 0
     if have < count:
-        size = max(count, 2 * have, 1 << 16)
+        size = max(count, 2 * have, 256)
         up = np.full(size, _CHAR, dtype=np.uint64)
-        down = np.full(size, _CHAR_INV, dtype=np.uint64)
-        up[0] = down[0] = 1
-        _POWERS[0], _POWERS[1] = np.cumprod(up, dtype=np.uint64), np.cumprod(down, dtype=np.uint64)
-    return _POWERS[0], _POWERS[1]
+        up[0] = 1
+        _POWERS[:] = [np.cumprod(up, dtype=np.uint64)]
+    return _POWERS[0]
 
 
 def _words_hashed(lowered: str) -> tuple[np.ndarray, np.ndarray]:
-    """(hash, first character) of every \\w+ word of an already lowercased string, all in numpy: each word's
-    hash is the polynomial of its code points (prefix sums of cp * C^j, shifted by C^-start) with its length,
-    mixed. Equal words hash equal wherever they stand."""
+    """(hash, first character) of every \\w+ word of an already lowercased string, all in numpy: a word's hash
+    is the polynomial sum of cp[i] * C^i over its code points (i from 0 at its first character, summed per
+    word by np.add.reduceat) plus its length, mixed. Equal words hash equal wherever they stand; memory is
+    linear in the text and the powers table only as long as the longest word."""
     cp = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    if not len(cp):
-        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-    isw = _word_table()[cp].view(np.int8)
-    edge = np.diff(isw, prepend=np.int8(0), append=np.int8(0))
+    isw = _word_table()[cp]
+    edge = np.diff(isw.view(np.int8), prepend=np.int8(0), append=np.int8(0))
     starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
-    up, down = _powers(len(cp) + 1)
+    if not len(starts):
+        return np.empty(0, dtype=np.uint64), starts
+    lengths = ends - starts
+    chars = cp[isw].astype(np.uint64)  # the word characters, word after word
+    first = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=first[1:])
+    offset = np.arange(len(chars), dtype=np.int64) - np.repeat(first, lengths)
     with np.errstate(over="ignore"):
-        prefix = np.zeros(len(cp) + 1, dtype=np.uint64)
-        np.cumsum(cp.astype(np.uint64) * up[: len(cp)], out=prefix[1:])
-        h = (prefix[ends] - prefix[starts]) * down[starts] + (ends - starts).astype(np.uint64) * _M2
+        h = np.add.reduceat(chars * _powers(int(lengths.max()))[offset], first, dtype=np.uint64)
+        h += lengths.astype(np.uint64) * _M2
     return _mix(h), starts
 
 
@@ -510,6 +513,10 @@ def _strings(value, where: str) -> Iterator[str]:
 
 def _read(path: Path, where: str) -> str:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise GlassroomError(f"{where}: {path} is {size / 2**30:.1f} GiB, more than an evaluation file may be "
+                                 f"({MAX_FILE_BYTES / 2**30:.0f} GiB); give the evaluation sets, not a corpus")
         raw = path.read_bytes()
     except OSError as exc:
         raise GlassroomError(f"{where}: cannot read {path} ({exc.strerror or exc}); give a readable file") from None
@@ -556,13 +563,13 @@ def _folder_files(root: Path, where: str) -> list[Path]:
     return sorted(found)
 
 
-def file_texts(files: Sequence[str]) -> Iterator[tuple[str, str]]:
-    """("file:<path>", text) for every evaluation text in the recipe's decontaminate.files: a .txt file is one
-    text; a .jsonl or .json file gives every string value of every record, each its own text; a folder gives
-    those files inside it (sorted, hidden ones skipped, at most MAX_DEPTH levels and MAX_FILES files).
-    Paths are relative to the current folder, ~ expanded. Every input is checked before the first text is
-    given, so a mistake in files[2] is reported before any work: a missing, unreadable, non-UTF-8, malformed
-    or empty input is a one-line GlassroomError naming decontaminate.files[i]."""
+def check_files(files: Sequence[str]) -> None:
+    """The cheap checks of file_texts (each path exists, is a file or a folder holding evaluation files),
+    for a build to run before any text is read; one-line GlassroomError naming decontaminate.files[i]."""
+    _plan(files)
+
+
+def _plan(files: Sequence[str]) -> list[tuple[str, str, list[Path], bool]]:
     plan: list[tuple[str, str, list[Path], bool]] = []
     for i, name in enumerate(files):
         where = f"decontaminate.files[{i}]"
@@ -580,6 +587,17 @@ def file_texts(files: Sequence[str]) -> Iterator[tuple[str, str]]:
             plan.append((where, name, [path], False))
         else:
             raise GlassroomError(f"{where}: {name} is not a regular file or folder; give an evaluation file")
+    return plan
+
+
+def file_texts(files: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """("file:<path>", text) for every evaluation text in the recipe's decontaminate.files: a .txt file is one
+    text; a .jsonl or .json file gives every string value of every record, each its own text; a folder gives
+    those files inside it (sorted, hidden ones skipped, at most MAX_DEPTH levels and MAX_FILES files).
+    Paths are relative to the current folder, ~ expanded. Every input is checked before the first text is
+    given, so a mistake in files[2] is reported before any work: a missing, unreadable, non-UTF-8, malformed
+    or empty input is a one-line GlassroomError naming decontaminate.files[i]."""
+    plan = _plan(files)
     loaded: list[tuple[str, list[str]]] = []
     for where, name, paths, folder in plan:
         got = 0
