@@ -109,6 +109,8 @@ def _get(url: str) -> tuple[int, dict | bytes]:
             return exc.code, json.loads(body)
         except ValueError:
             return exc.code, body
+    except urllib.error.URLError:   # not listening yet
+        return None, b""
 
 
 def _api(server, **params) -> tuple[int, dict]:
@@ -367,3 +369,47 @@ def test_published_browser_in_chromium(lab, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_search_is_bounded_and_continues(docs, monkeypatch):
+    """A search reads at most SCAN_DOCS documents per request and says where it stopped; `from`
+    goes on from there, and the windows together find what one unbounded search finds."""
+    from glassroom.web import atlas_docs
+
+    whole = docs.page("all", 1, "the")
+    n = docs.collections()["all"]
+    assert whole["scan"]["complete"] and whole["scan"]["to"] == n
+    monkeypatch.setattr(atlas_docs, "SCAN_DOCS", 30)
+    found, start = [], 0
+    while True:
+        r = docs.page("all", 1, "the", start)
+        assert r["scan"]["from"] == start and 0 < r["scan"]["to"] - start <= 30 and r["scan"]["complete"] is False
+        found += [d["n"] for p in range(1, r["pages"] + 1) for d in docs.page("all", p, "the", start)["docs"]]
+        if r["scan"]["to"] >= n:
+            break
+        start = r["scan"]["to"]
+    assert start > 0 and len(found) == whole["total"]
+
+
+def test_publish_rewrites_only_what_changed(lab, tmp_path):
+    from glassroom.web.atlas_page import publish_atlases
+
+    site = tmp_path / "site"
+    publish_atlases(lab, site)
+    base = site / "atlas" / "d" / "data" / "small" / "docs"
+    page = base / "cluster-0-1.json"
+    before = page.stat().st_mtime_ns
+    time.sleep(0.01)
+    publish_atlases(lab, site)
+    assert page.stat().st_mtime_ns == before          # unchanged sources: kept
+    removed = lab / "data" / "small" / "removed" / "contaminated.jsonl"
+    saved = removed.read_bytes()
+    try:
+        lines = saved.splitlines(keepends=True)
+        removed.write_bytes(b"".join(lines[:1]))
+        publish_atlases(lab, site)
+        assert json.loads((base / "index.json").read_text())["collections"]["contaminated"]["total"] == 1
+        assert not (base / "contaminated-2.json").exists() and page.stat().st_mtime_ns != before
+        assert not list(base.parent.glob(".docs*"))   # no temporary folder left
+    finally:
+        removed.write_bytes(saved)

@@ -587,10 +587,18 @@ class Browser:
 # ---- the published copy --------------------------------------------------------------------------
 
 def publish_docs(root: Path, folder: Path, ds_id: str, dest: Path) -> int:
-    """Write dest/docs/ (see the module doc) for one dataset; returns the bytes written. The folder
-    is built beside the old one and swapped in."""
+    """Write dest/docs/ (see the module doc) for one dataset; returns its bytes. The folder is built
+    beside the old one and swapped in; when atlas.json, the manifest and removed/*.jsonl are what the
+    published index.json was made from (sizes and modification times), nothing is rewritten."""
     docs = DatasetDocs(root, folder, ds_id)
     final = dest / "docs"
+    stamp = [FORMAT, PAGE_SIZE, STATIC_DOC_CHARS, list(docs.version())]
+    try:   # unchanged since the last publish (publish --watch runs this every round): keep it
+        old_index = json.loads((final / "index.json").read_text(encoding="utf-8"))
+        if old_index.get("source") == json.loads(json.dumps(stamp)):
+            return sum(f.stat().st_size for f in final.iterdir())
+    except (OSError, ValueError, AttributeError):
+        pass
     tmp = dest / f".docs.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -620,7 +628,7 @@ def publish_docs(root: Path, folder: Path, ds_id: str, dest: Path) -> int:
         return doc
 
     index: dict[str, Any] = {"format": FORMAT, "page_size": PAGE_SIZE, "text_chars": STATIC_DOC_CHARS,
-                             "collections": {}, "clusters": {}}
+                             "collections": {}, "clusters": {}, "source": stamp}
     try:
         try:
             have = docs.collections()
