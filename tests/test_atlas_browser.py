@@ -284,6 +284,11 @@ def test_damaged_and_old_files(lab, tmp_path):
     with pytest.raises(BrowseError, match="out of range") as exc:
         DatasetDocs(root, root / "small", "small")
     assert exc.value.status == 503
+    for hostile in ({**atlas, "k": 10**12}, {**atlas, "k": "3"}, {**atlas, "quality": {**atlas["quality"], "buckets": 10**12}}):
+        (root / "small" / "atlas" / "atlas.json").write_text(json.dumps(hostile))
+        with pytest.raises(BrowseError, match="not a number") as exc:
+            DatasetDocs(root, root / "small", "small")
+        assert exc.value.status == 503
     (root / "small" / "atlas" / "atlas.json").write_text("{not json")
     with pytest.raises(BrowseError, match="cannot be read as JSON"):
         DatasetDocs(root, root / "small", "small")

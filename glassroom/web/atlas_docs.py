@@ -59,6 +59,8 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024          # one record (line) bigger than thi
 MAX_MEMBERS = 50              # removed documents shown per duplicate cluster
 MAX_LIST = 20                 # n-grams and evaluation sources shown per contaminated document
 MAX_MARKS = 200               # highlighted spans per document
+MAX_CLUSTERS = 100_000        # an atlas.json claiming more clusters or quality buckets is damaged
+MAX_BUCKETS = 100
 TEXT_CACHE_BYTES = 48 * 1024 * 1024
 CUT = "…"
 SPLITS = ("train", "validation")   # glassroom.data.shards.SPLITS, without importing the data package here
@@ -267,9 +269,13 @@ class DatasetDocs:
         sources = atlas.get("sources") if isinstance(atlas.get("sources"), list) else []
         self.sources = [_red(s.get("name", "") if isinstance(s, dict) else s, 300) for s in sources]
         clusters = atlas.get("clusters") if isinstance(atlas.get("clusters"), list) else []
-        self.k = int(_int(atlas.get("k")) or len(clusters))
+        self.k = _int(atlas.get("k")) if atlas.get("k") is not None else len(clusters)
+        if self.k is None or not 1 <= self.k <= MAX_CLUSTERS:
+            raise self._bad_atlas(f"has k={_red(atlas.get('k'), 40)}, not a number of clusters from 1 to {MAX_CLUSTERS:,}")
         quality = atlas.get("quality") if isinstance(atlas.get("quality"), dict) else None
         self.buckets = _int(quality.get("buckets")) if quality else None
+        if quality and (self.buckets is None or not 1 <= self.buckets <= MAX_BUCKETS):
+            raise self._bad_atlas(f"has quality buckets={_red(quality.get('buckets'), 40)}, not a number from 1 to {MAX_BUCKETS}")
         pts = atlas["points"]
         if not all(key in pts for key in ("split", "doc", "domain", "cluster")):
             self.points = None   # an atlas from before the browser: only the removed collections
