@@ -194,7 +194,7 @@ def test_batches_equal_texts_one_by_one_and_words_equal_the_regex():
     assert pickle.loads(pickle.dumps(decontam.scan_batch)) is decontam.scan_batch  # an executor can ship it
 
 
-def test_a_very_long_word_and_a_long_text_hash_like_short_ones():
+def test_a_very_long_word_and_a_long_text_hash_like_short_ones(monkeypatch):
     long_word = "ab12" * 50_000  # 200,000 word characters in one \\w+ run (a hex blob)
     text = f"start {long_word} middle " + " ".join(eval_words(0, 40)) + f" {long_word} end"
     h = decontam.ngram_hashes(text, 3)
@@ -204,6 +204,15 @@ def test_a_very_long_word_and_a_long_text_hash_like_short_ones():
         decontam.ngram_hashes(f"X {long_word.upper()} Y", 3).tolist()
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
     assert len(scan(index, [text])[0]) == 40 - 13 + 1
+    # hashed in pieces (cut after a non-word character; a word longer than a piece taken whole): same hashes
+    whole = decontam.ngram_hashes(text, 13).tolist()
+    mixed = text + " " + eval_text()
+    for piece in (7, 1000, 150_000):
+        monkeypatch.setattr(decontam, "PIECE", piece)
+        assert decontam.ngram_hashes(text, 13).tolist() == whole
+        assert decontam.ngram_hashes(mixed, 13).tolist()[: len(whole)] == whole
+    monkeypatch.undo()
+    assert len(decontam.ngram_hashes(mixed, 13)) == len(decontam.words_of(mixed)) - 12
 
 
 def test_hashes_are_the_same_in_another_process():

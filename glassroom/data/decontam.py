@@ -8,7 +8,7 @@ lowercased `\\w+` runs, the words the dedup shingles count.
 Pieces, in the order a build uses them (glassroom/data/build.py wires them):
 - `ngram_hashes(text, n)`: a 64-bit hash of every n-word window, all in numpy (no Python loop per word): the
   text's code points are classified \\w or not by a table built from `re` itself, each word is hashed as a
-  polynomial of its code points mod 2^64 (np.add.reduceat), the n word hashes of a window are combined by a
+  polynomial of its code points mod 2^64 (prefix sums), the n word hashes of a window are combined by a
   second polynomial in n array steps, each finished with the splitmix64 mixer. Deterministic across
   processes and machines (no Python hash()). `batch_ngram_hashes` does a whole batch in one pass.
 - `BloomFilter`: a numpy bit array sized from the expected items and a false-positive rate; k positions by
@@ -53,10 +53,12 @@ _MAGIC = b"glassroom-evalindex/1\n"
 
 _U64 = np.uint64
 _MUL = _U64(0x9E3779B97F4A7C15)  # the n-gram polynomial's base (odd)
-_CHAR = 0x100000001B3  # the word polynomial's base over code points (odd)
+_CHAR = 0x100000001B3  # the word polynomial's base over code points (odd, so invertible mod 2^64)
+_CHAR_INV = pow(_CHAR, -1, 1 << 64)
+PIECE = 1 << 20  # characters hashed at once (bounds the powers tables: 16 MB)
 _M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 _TABLE: np.ndarray | None = None  # bool per code point: a \w character (built from `re` itself, once per process)
-_POWERS: list[np.ndarray] = []  # [_CHAR^j for j < the longest word seen]
+_POWERS: list[np.ndarray] = []  # [_CHAR^j, _CHAR^-j for j < the longest piece seen]
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -82,37 +84,55 @@ def _word_table() -> np.ndarray:
     return _TABLE
 
 
-def _powers(count: int) -> np.ndarray:
-    """_CHAR^j mod 2^64 for j < count (cached, grown by doubling; count is the longest word seen)."""
+def _powers(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """_CHAR^j and _CHAR^-j mod 2^64 for j < count (cached, grown by doubling; count is at most a piece's length)."""
     have = len(_POWERS[0]) if _POWERS else 0
     if have < count:
-        size = max(count, 2 * have, 256)
+        size = max(count, 2 * have, 1 << 16)
         up = np.full(size, _CHAR, dtype=np.uint64)
-        up[0] = 1
-        _POWERS[:] = [np.cumprod(up, dtype=np.uint64)]
-    return _POWERS[0]
+        down = np.full(size, _CHAR_INV, dtype=np.uint64)
+        up[0] = down[0] = 1
+        _POWERS[:] = [np.cumprod(up, dtype=np.uint64), np.cumprod(down, dtype=np.uint64)]
+    return _POWERS[0], _POWERS[1]
+
+
+def _hash_piece(cp: np.ndarray, isw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    edge = np.diff(isw.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
+    up, down = _powers(len(cp) + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(len(cp) + 1, dtype=np.uint64)
+        np.cumsum(cp.astype(np.uint64) * up[: len(cp)], out=prefix[1:])
+        h = (prefix[ends] - prefix[starts]) * down[starts] + (ends - starts).astype(np.uint64) * _M2
+    return _mix(h), starts
 
 
 def _words_hashed(lowered: str) -> tuple[np.ndarray, np.ndarray]:
     """(hash, first character) of every \\w+ word of an already lowercased string, all in numpy: a word's hash
-    is the polynomial sum of cp[i] * C^i over its code points (i from 0 at its first character, summed per
-    word by np.add.reduceat) plus its length, mixed. Equal words hash equal wherever they stand; memory is
-    linear in the text and the powers table only as long as the longest word."""
+    is the polynomial sum of cp[i] * C^i over its code points (i from 0 at its first character: prefix sums
+    of cp[j] * C^j, shifted by C^-start) plus its length, mixed. Equal words hash equal wherever they stand.
+    A long text is hashed in pieces of about PIECE characters cut after a non-word character, so memory
+    (the powers tables) stays bounded by the piece, not the text."""
     cp = np.frombuffer(lowered.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     isw = _word_table()[cp]
-    edge = np.diff(isw.view(np.int8), prepend=np.int8(0), append=np.int8(0))
-    starts, ends = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
-    if not len(starts):
-        return np.empty(0, dtype=np.uint64), starts
-    lengths = ends - starts
-    chars = cp[isw].astype(np.uint64)  # the word characters, word after word
-    first = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=first[1:])
-    offset = np.arange(len(chars), dtype=np.int64) - np.repeat(first, lengths)
-    with np.errstate(over="ignore"):
-        h = np.add.reduceat(chars * _powers(int(lengths.max()))[offset], first, dtype=np.uint64)
-        h += lengths.astype(np.uint64) * _M2
-    return _mix(h), starts
+    if len(cp) <= PIECE:
+        return _hash_piece(cp, isw)
+    hashes, starts = [], []
+    at = 0
+    while at < len(cp):
+        end = min(at + PIECE, len(cp))
+        if end < len(cp):
+            breaks = np.flatnonzero(~isw[at:end])
+            if len(breaks):
+                end = at + int(breaks[-1]) + 1
+            else:  # one word longer than a piece: take it whole
+                after = np.flatnonzero(~isw[end:])
+                end = end + int(after[0]) if len(after) else len(cp)
+        h, s = _hash_piece(cp[at:end], isw[at:end])
+        hashes.append(h)
+        starts.append(s + at)
+        at = end
+    return np.concatenate(hashes), np.concatenate(starts)
 
 
 def _windows(word_hashes: np.ndarray, n: int) -> np.ndarray:
