@@ -418,3 +418,13 @@ def test_publish_rewrites_only_what_changed(lab, tmp_path):
         assert not list(base.parent.glob(".docs*"))   # no temporary folder left
     finally:
         removed.write_bytes(saved)
+
+
+def test_a_removed_file_with_too_many_lines_is_listed_up_to_the_cap(tmp_path, monkeypatch):
+    from glassroom.web import atlas_docs
+
+    monkeypatch.setattr(atlas_docs, "MAX_RECORDS", 1000)
+    path = tmp_path / "contaminated.jsonl"
+    path.write_bytes(b'{"id": "x", "text": "t"}\n\n' * 50_000)
+    f = atlas_docs.RecordFile(path)
+    assert len(f) == 1000 and f.record(999) == {"id": "x", "text": "t"}

@@ -56,6 +56,7 @@ SCAN_CHARS = 4_000_000        # characters one search request reads at most (red
 MAX_ATLAS_BYTES = 256 * 1024 * 1024
 MAX_REMOVED_BYTES = 4 * 1024 * 1024 * 1024   # removed/*.jsonl bigger than this is not read
 MAX_RECORD_BYTES = 16 * 1024 * 1024          # one record (line) bigger than this is shown as unreadable
+MAX_RECORDS = 100_000         # records of a removed/*.jsonl listed at most
 MAX_MEMBERS = 50              # removed documents shown per duplicate cluster
 MAX_LIST = 20                 # n-grams and evaluation sources shown per contaminated document
 MAX_MARKS = 200               # highlighted spans per document
@@ -197,6 +198,10 @@ class RecordFile:
                         ends.append(end)
                     line_start = end + 1
                 pos += len(chunk)
+                if len(starts) >= MAX_RECORDS:   # a build keeps `examples` (1,000) records; more is not shown
+                    del starts[MAX_RECORDS:], ends[MAX_RECORDS:]
+                    line_start = pos
+                    break
             if pos > line_start:
                 starts.append(line_start)
                 ends.append(pos)
