@@ -446,7 +446,7 @@ class Verdict:
 
 def decide(index: EvalIndex, hits_per_doc: Sequence[np.ndarray], cfg) -> Verdict:
     """Which documents are contaminated: >= 1 leaked n-gram that is in at most cfg.common_docs documents."""
-    hits_per_doc = [np.asarray(h, dtype=np.uint64) for h in hits_per_doc]
+    hits_per_doc = [np.unique(np.asarray(h, dtype=np.uint64)) for h in hits_per_doc]  # a repeat counts once
     nonempty = [h for h in hits_per_doc if len(h)]
     if nonempty:
         grams, counts = np.unique(np.concatenate(nonempty), return_counts=True)
