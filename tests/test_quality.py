@@ -42,7 +42,7 @@ def corpus(first: int, count: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def trained():
-    return quality.train(corpus(0, 90), QualityConfig(seed=0))
+    return quality.train(corpus(0, 130), QualityConfig(seed=0))
 
 
 def test_the_classifier_separates_unseen_prose_from_garbled_licence_and_boilerplate(trained):
@@ -69,7 +69,7 @@ def test_info_names_the_method_and_the_training_set(trained):
     _, info = trained
     assert info["method"].startswith("logistic regression") and info["n_features"] == quality.WORD_FEATURES
     ts = info["training_set"]
-    assert ts["positive_domains"] == ["code", "docs"] and ts["documents"] == len(corpus(0, 90))
+    assert ts["positive_domains"] == ["code", "docs"] and ts["documents"] == len(corpus(0, 130))
     assert ts["licence_blocks_found"] >= 2 and ts["boilerplate_lines_found"] >= 3 and ts["notes"] == []
     assert set(info["heldout_accuracy_by_kind"]) == set(quality.KINDS)
     assert 0 < sum(ts["heldout_windows"].values()) < sum(ts["windows"].values())

@@ -35,7 +35,7 @@ from glassroom.data.shards import Shard, check_manifest, read_manifest
 from glassroom.errors import GlassroomError
 
 BLOCK = 65536  # domain slots per schedule block: shares exact to 1/65536 over every block
-_CELL = re.compile(r"q(\d{1,3})")
+_CELL = re.compile(r"q(0|[1-9][0-9]?)")  # q0..q99, no leading zeros: one spelling per cell
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
