@@ -62,9 +62,12 @@ example:
 MIXTURE_DESCRIPTION = """\
 For domain weights and a planned number of training tokens: the tokens each domain would give and
 how many epochs of its train split that is, with a warning for domains past --max-epochs.
+A key may be a quality cell, domain:qN (bucket N of the domain, q0 lowest; datasets built with
+quality, docs/data-quality.md); a domain and its own cells cannot both be given.
 
 example:
   glassroom data mixture data/demo --weights prose=0.4,code=0.4,docs=0.2 --tokens 100M
+  glassroom data mixture data/demo --weights prose:q4=0.3,prose:q3=0.2,code=0.5 --tokens 100M
 """
 
 
@@ -183,7 +186,8 @@ def _funnel(m: dict) -> list[str]:
 def register_mixture(sub) -> None:
     p = new_command(sub, "mixture", "tokens and epochs per domain for weights and a token budget", MIXTURE_DESCRIPTION)
     p.add_argument("dataset", metavar="DIR", help="a built dataset")
-    p.add_argument("--weights", required=True, help="domain=weight,... (normalised; omitted domains get 0)")
+    p.add_argument("--weights", required=True, help="domain=weight or domain:qN=weight (a quality cell, "
+                   "docs/data-quality.md),... (normalised; omitted ones get 0)")
     p.add_argument("--tokens", required=True, help="planned training tokens, e.g. 200M")
     p.add_argument("--seq-len", type=int, default=512, help="sequence length (default 512)")
     p.add_argument("--max-epochs", type=float, default=4.0, help="warn for domains repeated more than this (default 4)")
