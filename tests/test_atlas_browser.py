@@ -356,6 +356,9 @@ def test_published_browser_in_chromium(lab, tmp_path):
             texts = b.eval("ATLAS_DOCS.result.docs.map(d => d.text.toLowerCase())")
             assert texts and all(word in t for t in texts)
             assert b.eval("document.querySelectorAll('#docs-list mark.hit').length") > 0
+            # Each text is scrolled to its first match, which is then in view.
+            assert b.eval("""[...document.querySelectorAll('#docs-list pre.doc-text')].every(pre => { const m = pre.querySelector('mark');
+              return !m || (m.offsetTop >= pre.scrollTop && m.offsetTop < pre.scrollTop + pre.clientHeight); })""")
             # The duplicates row of the funnel: the kept and removed documents of each cluster.
             b.eval("document.getElementById('read-duplicates').click(); 0")
             b.wait_for(wait_docs.format(n=3), timeout=30)

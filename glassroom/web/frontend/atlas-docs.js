@@ -202,7 +202,10 @@
     $("docs-next").disabled = r.page >= r.pages;
     $("docs-more").hidden = !(r.scan && r.scan.to < r.scan.of);
     list.scrollTop = 0;
-    $("docs-panel").scrollTop = 0;
+    for (const pre of list.querySelectorAll("pre.doc-text")) {   // each text scrolled to its first mark
+      const m = pre.querySelector("mark");
+      if (m) pre.scrollTop = Math.max(0, m.offsetTop - 40);
+    }
   }
 
   async function load() {
