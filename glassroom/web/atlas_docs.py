@@ -518,7 +518,7 @@ class DatasetDocs:
         needle = q.lower()
         hits, scanned, chars, pos = [], 0, 0, start
         while pos < total_members and scanned < SCAN_DOCS and chars < SCAN_CHARS:
-            batch = numbers[pos: pos + min(PAGE_SIZE * 5, SCAN_DOCS - scanned)]
+            batch = numbers[pos: pos + min(PAGE_SIZE, SCAN_DOCS - scanned)]
             for doc in fetch(batch):
                 chars += len(doc.get("text") or "") + sum(len(x.get("text") or "") for x in doc.get("removed", []))
                 chars += len((doc.get("kept") or {}).get("text") or "")
