@@ -362,9 +362,14 @@ def _fit(x, y) -> tuple[np.ndarray, float]:
 
     if len(set(y.tolist())) < 2:
         raise GlassroomError("quality: the training set has one class only; add data or set quality.enabled: false")
+    # Fitted on the columns the training set uses only (the same optimum: with L2 an unused feature's
+    # weight is 0), so lbfgs works on tens of thousands of weights instead of 2^20.
+    used = np.unique(x.indices)
     clf = LogisticRegression(C=C, solver="lbfgs", max_iter=100, tol=1e-4)
-    clf.fit(x, y)
-    return clf.coef_[0].astype(np.float64), float(clf.intercept_[0])
+    clf.fit(x[:, used], y)
+    coef = np.zeros(x.shape[1], dtype=np.float64)
+    coef[used] = clf.coef_[0]
+    return coef, float(clf.intercept_[0])
 
 
 def train(sample: list[dict], cfg) -> tuple[QualityModel, dict]:
