@@ -431,3 +431,23 @@ def test_a_removed_file_with_too_many_lines_is_listed_up_to_the_cap(tmp_path, mo
     path.write_bytes(b'{"id": "x", "text": "t"}\n\n' * 50_000)
     f = atlas_docs.RecordFile(path)
     assert len(f) == 1000 and f.record(999) == {"id": "x", "text": "t"}
+
+
+def test_live_cache_follows_a_rebuilt_atlas(lab, tmp_path):
+    """The server keeps one DatasetDocs per dataset until its atlas, manifest or removed files change."""
+    import os
+
+    from glassroom.web.atlas_docs import Browser
+
+    root = tmp_path / "root"
+    shutil.copytree(lab / "data" / "small", root / "small")
+    b = Browser(root)
+    first = b.dataset("small", root / "small")
+    assert b.dataset("small", root / "small") is first
+    path = root / "small" / "atlas" / "atlas.json"
+    atlas = json.loads(path.read_text())
+    atlas["points"]["cluster"] = [0] * len(atlas["points"]["cluster"])   # a rebuilt atlas: one cluster holds all
+    path.write_text(json.dumps(atlas))
+    os.utime(path, ns=(1, 1))
+    again = b.dataset("small", root / "small")
+    assert again is not first and again.page("cluster:0")["total"] == len(atlas["points"]["cluster"])

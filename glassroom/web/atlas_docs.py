@@ -225,6 +225,19 @@ class RecordFile:
 
 # ---- one dataset ---------------------------------------------------------------------------------
 
+def source_version(root: Path, folder: Path) -> tuple:
+    """(size, modification time) of atlas.json, manifest.json and removed/*.jsonl (None when absent)."""
+    out = []
+    for rel in ("atlas/atlas.json", "manifest.json", *REMOVED.values()):
+        path = inside(root, Path(folder) / rel)
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            st = None
+        out.append((st.st_size, st.st_mtime_ns) if st else None)
+    return tuple(out)
+
+
 class DatasetDocs:
     """The collections of one dataset (its atlas points and removed records), with a small cache of
     decoded, redacted texts. Built per (atlas.json, manifest.json) version; thread-safe."""
@@ -246,15 +259,7 @@ class DatasetDocs:
 
     def version(self) -> tuple:
         """What, when it changes, makes this object stale."""
-        out = []
-        for rel in ("atlas/atlas.json", "manifest.json", *REMOVED.values()):
-            path = inside(self.root, self.folder / rel)
-            try:
-                st = path.stat() if path is not None else None
-            except OSError:
-                st = None
-            out.append((st.st_size, st.st_mtime_ns) if st else None)
-        return tuple(out)
+        return source_version(self.root, self.folder)
 
     def _bad_atlas(self, what: str) -> BrowseError:
         return BrowseError(503, f"dataset {_red(self.ds_id, 200)!r}: atlas/atlas.json {what}; "
@@ -579,9 +584,7 @@ class Browser:
         self._cache: OrderedDict[str, tuple[tuple, DatasetDocs]] = OrderedDict()
 
     def dataset(self, ds_id: str, folder: Path) -> DatasetDocs:
-        probe = DatasetDocs.__new__(DatasetDocs)
-        probe.root, probe.folder = self.root, Path(folder)
-        version = DatasetDocs.version(probe)
+        version = source_version(self.root, folder)
         with self._lock:
             hit = self._cache.get(ds_id)
             if hit is not None and hit[0] == version:
