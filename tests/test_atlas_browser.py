@@ -369,6 +369,9 @@ def test_published_browser_in_chromium(lab, tmp_path):
             b.eval("document.getElementById('read-contaminated').click(); 0")
             b.wait_for(wait_docs.format(n=4), timeout=30)
             assert b.eval("document.querySelectorAll('#docs-list mark.leak').length") >= 1
+            cells = [c for c in atlas["quality"]["cells"]]
+            assert b.eval("document.querySelectorAll('#quality a[data-collection^=\"cell:\"]').length") == len(cells)
+            assert b.eval("document.querySelectorAll('#quality details.cell-examples').length") == sum(1 for c in cells if c["examples"])
             b.eval("document.querySelector('#quality a[data-collection^=\"cell:\"]').click(); 0")
             b.wait_for(wait_docs.format(n=5), timeout=30)
             assert b.eval("ATLAS_DOCS.error") is None and b.eval("ATLAS_DOCS.collection").startswith("cell:")

@@ -324,7 +324,9 @@
         if (!x) return el("td", {class: "num muted", text: "–"});
         const label = el("div", {}, el("span", {class: "share", text: pct(x.token_share)}), el("span", {class: "muted small", text: ` tokens · ${pct(x.doc_share)} docs`}));
         return el("td", {class: "num cell"}, canRead ? el("a", {href: "#", "data-collection": `cell:${d}:${q}`, title: `read the ${x.documents} sampled documents`}, label) : label,
-          el("div", {class: "muted small", text: `${x.documents.toLocaleString()} sampled`}));
+          el("div", {class: "muted small", text: `${(x.documents || 0).toLocaleString()} sampled`}),
+          (x.examples || []).length ? el("details", {class: "excerpts cell-examples"}, el("summary", {text: `${x.examples.length} examples`}),
+            ...x.examples.map((ex) => el("div", {class: "excerpt"}, el("div", {class: "muted", text: `${ex.source} · ${ex.id}`}), el("pre", {text: ex.text})))) : null);
       })));
     }
   }
