@@ -2,7 +2,7 @@
 throughput in documents/s, on the demo corpus and on five-domain corpora the method was NOT tuned on.
 
   python bench/atlas.py DATASET              # a built dataset (the demo's: tuned on this one)
-  python bench/atlas.py --heldout            # held-out corpora a and b at 2 KB and 8 KB documents
+  python bench/atlas.py --heldout            # the demo's sources and held-out corpora a and b at 2 KB and 8 KB documents
   python bench/atlas.py DATASET --heldout --methods fast
 
 Targets (issue 17): purity >= 0.85 at k=5 for seeds 0, 1, 2 on the demo corpus and on the held-out
@@ -73,13 +73,27 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def demo_sources() -> dict:
+    """The demo recipe's sources by domain (experiments/data-demo.yaml), as bench specs."""
+    import dataclasses
+    from pathlib import Path
+
+    from glassroom.data.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[1] / "experiments" / "data-demo.yaml")
+    return {d: [{k: v for k, v in dataclasses.asdict(s).items() if v not in (None, []) and k != "chunk_bytes"}
+                for s in cfg.sources] for d, cfg in recipe.domains.items()}
+
+
 def heldout_documents(name: str, chunk_bytes: int, domain_bytes: int = DOMAIN_BYTES) -> tuple[list[str], np.ndarray, list[str]]:
-    """(texts, domain index per text, domain names) of held-out corpus `name`, documents cut at chunk_bytes."""
+    """(texts, domain index per text, domain names) of corpus `name` (a, b, or demo: the demo
+    recipe's own sources), documents cut at chunk_bytes."""
     from glassroom.data.recipe import SourceConfig
     from glassroom.data.sources import iter_source
 
-    texts, labels, domains = [], [], list(HELDOUT[name])
-    for d, (domain, sources) in enumerate(HELDOUT[name].items()):
+    corpus = demo_sources() if name == "demo" else HELDOUT[name]
+    texts, labels, domains = [], [], list(corpus)
+    for d, (domain, sources) in enumerate(corpus.items()):
         share = domain_bytes // len(sources)
         taken = 0
         for i, spec in enumerate(sources):
@@ -129,7 +143,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", nargs="?", help="a built dataset (e.g. the demo's)")
     ap.add_argument("--heldout", action="store_true", help="also the held-out corpora a and b at 2 KB and 8 KB")
-    ap.add_argument("--corpora", default="a,b")
+    ap.add_argument("--corpora", default="demo,a,b", help="demo (the demo recipe's sources: tuned on), a, b (held out)")
     ap.add_argument("--sizes", default="2048,8192", help="chunk_bytes of the held-out documents")
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--methods", default=",".join(embed.METHODS))
@@ -147,9 +161,10 @@ def main() -> int:
                 t = time.perf_counter()
                 docs, classes, domains = heldout_documents(name, size)
                 texts = [embed.spread_text(x, args.max_tokens * CHARS_PER_TOKEN) for x in docs]
+                corpus = demo_sources() if name == "demo" else HELDOUT[name]
                 sources = "; ".join(f"{d}: " + ", ".join(s.get("name") or s["kind"] + (f":{','.join(s['names'])}" if "names" in s else "")
-                                                      for s in HELDOUT[name][d]) for d in domains)
-                run(f"held-out {name} at {size // 1024} KB (read in {time.perf_counter() - t:.0f} s; {sources})",
+                                                      for s in corpus[d]) for d in domains)
+                run(f"{'demo sources' if name == 'demo' else 'held-out ' + name} at {size // 1024} KB (read in {time.perf_counter() - t:.0f} s; {sources})",
                     texts, classes, methods)
     return 0
 
