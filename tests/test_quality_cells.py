@@ -194,3 +194,38 @@ def test_training_on_cell_weights(celled, tmp_path):
     bad = run_train(tmp_path / "bad", celled, "train.steps=2", 'data.weights={"prose:q7": 1}')
     assert bad.returncode == 2 and "data.weights: prose:q7: no bucket 7 in domain prose" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_built_dataset_carries_scores_buckets_and_cells(tiny_dataset):
+    """What the build writes with quality on (the stage calls glassroom.data.quality): the classifier
+    file and its manifest entry, doc_quality/doc_bucket ordered by bucket, cells tiling each shard,
+    and the stored scores equal to a rescoring of the decoded documents."""
+    from glassroom.data import quality
+
+    ds = Dataset(tiny_dataset)
+    q = ds.manifest.get("quality")
+    assert q is not None, "the recipe leaves quality on: manifest.json must hold its entry"
+    model = quality.QualityModel.load(tiny_dataset / q["file"])
+    import hashlib
+
+    assert hashlib.sha256((tiny_dataset / q["file"]).read_bytes()).hexdigest() == q["sha256"]
+    assert q["heldout_accuracy"] >= 0.8 and q["buckets"] == BUCKETS
+    tok = ds.tokenizer()
+    for domain in ds.domains:
+        for split in ("train", "validation"):
+            shard = ds.shard(domain, split)
+            cells = ds.cells(domain, split)
+            assert [c["bucket"] for c in cells] == list(range(BUCKETS))
+            assert cells[0]["doc_range"][0] == 0 and cells[-1]["doc_range"][1] == shard.n_docs
+            assert cells[-1]["token_range"][1] == len(shard)
+            for c in cells:
+                a, b = c["doc_range"]
+                assert set(shard.doc_bucket[a:b].tolist()) <= {c["bucket"]}
+                assert c["token_range"] == [int(shard.doc_offsets[a]), int(shard.doc_offsets[b])]
+            assert np.all(np.diff(shard.doc_bucket) >= 0)
+            pick = np.linspace(0, shard.n_docs - 1, min(shard.n_docs, 6)).astype(int)
+            texts = [tok.decode(shard.doc_tokens(int(i)).tolist()) for i in pick]
+            np.testing.assert_array_equal(quality.score_batch(model.to_bytes(), texts), shard.doc_quality[pick])
+            if split == "train":
+                cut = q["cutoffs"][domain]
+                np.testing.assert_array_equal(quality.assign(shard.doc_quality, cut), shard.doc_bucket)
