@@ -406,6 +406,7 @@ def test_publish_rewrites_only_what_changed(lab, tmp_path):
     from glassroom.web.atlas_page import publish_atlases
 
     site = tmp_path / "site"
+    (site / "atlas" / "d" / "data" / "small" / ".docs.tmp-1").mkdir(parents=True)   # an interrupted publish's
     publish_atlases(lab, site)
     base = site / "atlas" / "d" / "data" / "small" / "docs"
     page = base / "cluster-0-1.json"

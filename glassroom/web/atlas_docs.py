@@ -614,7 +614,9 @@ def publish_docs(root: Path, folder: Path, ds_id: str, dest: Path) -> int:
     except (OSError, ValueError, AttributeError):
         pass
     tmp = dest / f".docs.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    if dest.is_dir():   # what an interrupted publish left behind
+        for left in dest.glob(".docs.*"):
+            shutil.rmtree(left, ignore_errors=True)
     tmp.mkdir(parents=True)
     written = 0
 
