@@ -173,8 +173,9 @@ def candidate_pairs(hashes: np.ndarray) -> np.ndarray:
     run, so the run's rows still meet in one cluster when they are near copies of each other).
     """
     n = hashes.shape[0]
-    chunks = []
+    keys = np.empty(0, dtype=np.int64)  # a * n + b of the pairs so far, unique (bounded by the pairs, not the bands)
     for b in range(hashes.shape[1] if n > 1 else 0):
+        chunks = []
         order = np.argsort(hashes[:, b], kind="stable")
         h = hashes[order, b]
         same = h[1:] == h[:-1]
@@ -192,13 +193,16 @@ def candidate_pairs(hashes: np.ndarray) -> np.ndarray:
             pos, run_start = pos[ok], run_start[ok]
             if not len(pos):
                 break
-            a, c = order[pos - lag], order[pos]
-            chunks.append(np.stack([np.minimum(a, c), np.maximum(a, c)], axis=1))
-    if not chunks:
-        return np.empty((0, 2), dtype=np.int64)
-    pairs = np.concatenate(chunks).astype(np.int64)
-    key = np.unique(pairs[:, 0] * n + pairs[:, 1])
-    return np.stack([key // n, key % n], axis=1)
+            a, c = order[pos - lag].astype(np.int64), order[pos].astype(np.int64)
+            chunks.append(np.minimum(a, c) * n + np.maximum(a, c))
+        keys = _sorted_unique(np.concatenate([keys] + chunks))
+    return np.stack([keys // n, keys % n], axis=1)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique by sorting (numpy 2's hash-based unique is 100x slower on millions of int64)."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
 def estimated_jaccard(signatures: np.ndarray, pairs: np.ndarray) -> np.ndarray:
@@ -383,17 +387,21 @@ class Deduplicator:
         decisions: dict[int, tuple[str, int, float]] = {}
         clusters = []
         t4 = time.perf_counter()
+        todo: list[tuple[int, int]] = []  # (root, row) whose Jaccard must be read from the texts
         for root in sorted(members):
             rows = members[root]
             clusters.append([int(index[root])] + [int(index[r]) for r in rows])
-            for r in rows:
-                if digests[r] == digests[root]:
-                    jac = 1.0
-                else:
-                    load((root, r))
-                    jac = jaccard(shingles[root], shingles[r])
+            todo += [(root, r) for r in rows if digests[r] != digests[root]]
+        jac: dict[int, float] = {}
+        for s in range(0, len(todo), VERIFY_CHUNK):  # read back in chunks, as verification does
+            chunk = todo[s: s + VERIFY_CHUNK]
+            load(x for pair in chunk for x in pair)
+            for root, r in chunk:
+                jac[r] = jaccard(shingles[root], shingles[r])
+        for root in sorted(members):
+            for r in members[root]:
                 reason = "exact_duplicate" if cfg.exact and r in exact_of else "near_duplicate"
-                decisions[int(index[r])] = (reason, int(index[root]), jac)
+                decisions[int(index[r])] = (reason, int(index[root]), jac.get(r, 1.0))
                 self.counts[reason + "s"] += 1
         self.counts["clusters"] = len(clusters)
         self.seconds.update(total=time.perf_counter() - t0, decisions=time.perf_counter() - t4)
