@@ -455,3 +455,11 @@ def test_live_cache_follows_a_rebuilt_atlas(lab, tmp_path):
     os.utime(path, ns=(1, 1))
     again = b.dataset("small", root / "small")
     assert again is not first and again.page("cluster:0")["total"] == len(atlas["points"]["cluster"])
+
+
+def test_reading_documents_never_imports_torch(lab):
+    code = ("import sys; from pathlib import Path; from glassroom.web.atlas_docs import DatasetDocs; "
+            f"d = DatasetDocs(Path({str(lab)!r}), Path({str(lab / 'data' / 'small')!r}), 'data/small'); "
+            "assert d.page('cluster:0')['docs'][0]['text']; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
