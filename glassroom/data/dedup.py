@@ -110,14 +110,17 @@ def _cheapest(threshold: float, num_perm: int, recall: float) -> tuple[int, int]
 def choose_bands(threshold: float, num_perm: int, recall: float, path: str = "dedup") -> tuple[int, int]:
     """The LSH banding for a threshold: (bands, rows).
 
-    Rows are those of the cheapest banding that reaches `recall` at the threshold (least expected
-    share of candidate pairs below it, the integral of the catch curve over [0, threshold)); then
-    the rest of the signature is spent on more bands of those rows (bands = num_perm // rows),
-    which raises the catch probability at the threshold above `recall` (0.953 -> 0.986 for the
-    defaults) for more candidates below it, all of which verification removes.
+    Rows are those of the cheapest banding (least expected share of candidate pairs below the
+    threshold: the integral of the catch curve over [0, threshold)) that reaches margin_recall
+    (halfway from `recall` to 1: 0.975 for 0.95) at the threshold, or `recall` itself when no
+    banding of num_perm reaches the margin; then the rest of the signature is spent on more bands
+    of those rows (bands = num_perm // rows). Both raise the catch probability at the threshold
+    above `recall` (0.986 instead of 0.953 for the defaults), so that a sample of pairs at the
+    threshold does not fall below it by chance, for more candidates below the threshold, all of
+    which verification removes.
     Raises a one-line ConfigError naming `<path>.num_perm` and a value that works when none does.
     """
-    found = _cheapest(threshold, num_perm, recall)
+    found = _cheapest(threshold, num_perm, margin_recall(recall)) or _cheapest(threshold, num_perm, recall)
     if found is None:
         need = min((_least_bands(threshold, rows, recall) * rows for rows in range(1, MAX_NUM_PERM + 1)),
                    default=MAX_NUM_PERM + 1)
@@ -129,6 +132,11 @@ def choose_bands(threshold: float, num_perm: int, recall: float, path: str = "de
                           f"with probability {best:.3f} at most, below recall {recall}; {what}")
     bands, rows = found
     return num_perm // rows, rows
+
+
+def margin_recall(recall: float) -> float:
+    """The catch probability the banding aims at when num_perm allows: halfway from recall to 1."""
+    return recall + (1.0 - recall) / 2
 
 
 def curve(threshold: float, bands: int, rows: int) -> list[list[float]]:
