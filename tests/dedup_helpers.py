@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import replace
 
 from data_helpers import STDLIB
@@ -40,7 +41,6 @@ def copy_at(text: str, target: float, rng: random.Random, k: int = 5, width: flo
     Words at random positions are replaced by new words (fewer or more until the Jaccard is in range).
     """
     original = shingle_set(text, k)
-    import re
     spans = [m.span() for m in re.finditer(r"\w+", text)]
     order = list(range(len(spans)))
     rng.shuffle(order)
