@@ -179,3 +179,23 @@ def test_benchmark_reports_speed():
     report = quality.benchmark(texts)
     assert report["documents"] == 30 and report["docs_per_s"] > 0 and report["mb_per_s"] > 0
     assert 0 <= report["heldout_accuracy"] <= 1
+
+
+@pytest.mark.parametrize("text, is_licence", [
+    ("# Copyright (C) 2001-2007 Python Software Foundation", True),
+    ("SPDX-License-Identifier: MIT", True),
+    ("Licensed under the Apache License, Version 2.0;\nyou may not use this file except in compliance", True),
+    ("you may not use this file except in compliance with the License. WITHOUT ANY WARRANTY", True),
+    ("Permission is hereby granted, free of charge... THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND", True),
+    ("Copyright law protects the expression of ideas, not the ideas themselves.", False),
+    ("The fitness of a species is measured by its offspring.", False),
+])
+def test_licence_blocks_are_recognised(text, is_licence):
+    assert quality.licence_block(text) is is_licence
+    every_phrase = ["copyright", "(c) 2001", "permission is hereby granted", "©", "without any warranty",
+                    "licensed under", "all rights reserved", "gnu general public license", "apache license",
+                    "mit license", "redistribution and use in source and binary forms", "this program is free software",
+                    "merchantability", "fitness for a particular purpose", "warranties of any kind",
+                    "license, or (at your option)", "you may not use this file except", "liable for any claim"]
+    for a, b in zip(every_phrase, every_phrase[1:]):  # any two distinct phrases make a licence block
+        assert quality.licence_block(f"{a.upper()} and then {b}"), (a, b)

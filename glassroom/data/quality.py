@@ -50,9 +50,12 @@ _LICENCE = [re.compile(p, re.I) for p in (
     r"licensed under", r"spdx-license-identifier", r"all rights reserved", r"\bgnu (?:lesser |library )?general public licen[cs]e",
     r"apache licen[cs]e", r"\bmit licen[cs]e", r"redistribution and use in source and binary forms",
     r"this (?:program|library|file) is free software", r"merchantability", r"fitness for a particular purpose",
-    r"the above copyright notice", r"warranties? of any kind", r"licen[cs]e,? or \(at your option\)",
+    r"the above copyright notice", r"warrant(?:y|ies) of any kind", r"licen[cs]e,? or \(at your option\)",
     r"you may not use this file except", r"liable for any (?:claim|damages)",
 )]
+# a licence phrase contains one of these (lowercased): a cheap test before the regular expressions
+_LICENCE_WORDS = ("copyright", "(c)", "©", "permission", "warrant", "licen", "spdx", "rights", "merchantab",
+                  "fitness", "free software", "liable", "redistribution", "you may not use")
 _SPDX = re.compile(r"spdx-license-identifier", re.I)
 _WORD = re.compile(r"\S+")
 _PARAGRAPH = re.compile(r"\n\s*\n")
@@ -61,6 +64,9 @@ KINDS = ("positive", "garbled", "licence", "boilerplate")
 
 def licence_block(text: str) -> bool:
     """A licence or copyright block: an SPDX line, or two distinct licence phrases."""
+    lower = text.lower()
+    if not any(word in lower for word in _LICENCE_WORDS):
+        return False
     if _SPDX.search(text):
         return True
     hits = 0
