@@ -143,11 +143,9 @@ def garble(text: str, kind: int, rng: np.random.Generator) -> str:
                 line = []
         return "\n".join(lines + [" ".join(line)]).strip()
     if kind == 1:
-        chars = np.array(list(text))
-        letters = np.flatnonzero(np.char.isalnum(chars))
-        pick = letters[rng.random(len(letters)) < 0.3]
-        chars[pick] = np.array(list(_SUBSTITUTE))[rng.integers(0, len(_SUBSTITUTE), len(pick))]
-        return "".join(chars.tolist())
+        draws = rng.random(len(text)).tolist()
+        subs = rng.integers(0, len(_SUBSTITUTE), len(text)).tolist()
+        return "".join(_SUBSTITUTE[k] if c.isalnum() and r < 0.3 else c for c, r, k in zip(text, draws, subs))
     pieces, total = [], 0
     while total < len(text) and len(pieces) < 200:
         n = int(rng.integers(4, 24))
