@@ -61,3 +61,42 @@ def test_an_unreachable_ray_address_is_one_line_and_leaves_dir_alone(tmp_path, c
     assert code == 2 and "--workers and --ray: give one" in error_line(err)
     code, _, err = run_cli(["data", "build", recipe, "--out", out, "--ray", " "], capsys)
     assert code == 2 and "--ray: give `local` or a cluster address" in error_line(err)
+
+
+def test_a_ray_build_killed_midway_leaves_dir_as_it_was(tmp_path):
+    """SIGKILL to the build (its whole session: driver, Ray, workers) while it writes the build folder:
+    DIR keeps its old files, the lock is free, and the next build clears what was left."""
+    import io
+    import signal
+    import time
+
+    from glassroom.data.staging import _clear_stale, build_lock
+
+    make_corpus(tmp_path / "corpus")
+    recipe = write_recipe(tmp_path / "corpus")
+    out = tmp_path / "out"
+    out.mkdir()
+    old = json.dumps({"format": "glassroom-dataset/1", "domains": {}, "note": "the previous dataset"})
+    (out / "manifest.json").write_text(old)
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", GLASSROOM_RAY_OBJECT_STORE_MB="96",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "glassroom", "data", "build", str(recipe), "--out", str(out),
+                             "--force", "--ray", "local"], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any((p / "staging").is_dir() and any((p / "staging").iterdir()) for p in tmp_path.glob(".out.building-*")):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the build ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]
+    assert (out / "manifest.json").read_text() == old
+    assert list(tmp_path.glob(".out.building-*")), "the kill came too late to test anything"
+    with build_lock(out.resolve()):  # no orphan holds the lock
+        log = io.StringIO()
+        _clear_stale(out.resolve(), log)
+    assert not list(tmp_path.glob(".out.building-*")) and "did not finish" in log.getvalue()

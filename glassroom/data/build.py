@@ -32,25 +32,23 @@ import numpy as np
 from glassroom.data import clean as cleaning
 from glassroom.data import fast_tokens
 from glassroom.data.chat import ChatTemplate
-from glassroom.data.conversation_sources import SKIP_REASONS, encode_chat, tokenizer_texts
+from glassroom.data.conversation_sources import SKIP_REASONS, encode_chat
 from glassroom.data.executor import Executor, make_executor
 from glassroom.data.progress import Progress
 from glassroom.data.recipe import Recipe, recipe_dict, recipe_hash
 from glassroom.data.shards import SPLITS, ShardWriter, write_json
 from glassroom.data.sources import SourceReport, iter_source
 from glassroom.data.stages import BATCH_BYTES, Corpus, Stats, decontaminate, quality_scores, write_jsonl
+from glassroom.data.stages import choose_encoder as _encoder, tokenizer_stage as _tokenizer
 from glassroom.data.staging import (  # noqa: F401  (re-exported: readers import them from here)
     DATASET_ENTRIES, FORMAT, FORMAT_RE, _check_out, _check_parent, _check_sources, _clear_stale,
     build_lock, dataset_format, require_dataset,
 )
-from glassroom.data.tokenizer import (
-    EOS_TOKEN, copy_tokenizer, eos_id, load_tokenizer, save_tokenizer, token_dtype, train_tokenizer,
-)
+from glassroom.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, save_tokenizer, token_dtype
 from glassroom.errors import GlassroomError
 from glassroom.folders import swap_into_place
 
 TOKENIZE_BATCH_BYTES = 4 * BATCH_BYTES
-CHECK_DOCS, CHECK_BYTES = 256, 4_000_000  # the tiktoken mirror is checked on this much of the tokenizer sample
 
 
 def _batches(docs, limit: int = BATCH_BYTES):
@@ -373,24 +371,6 @@ def _cells(writer: ShardWriter, buckets: int) -> list[dict]:
     return out
 
 
-def _encoder(tok, corpus: Corpus, sample: list[int], log: TextIO) -> dict:
-    """Which encoder writes the shards: the tiktoken mirror when it gives `tokenizers`' ids on a
-    sample of the tokenizer's training documents, else `tokenizers` (the reason logged)."""
-    m, why = fast_tokens.mirror(tok)
-    checked, size = [], 0
-    for i in sample:
-        if len(checked) >= CHECK_DOCS or size >= CHECK_BYTES:
-            break
-        checked.append(i)
-        size += corpus.nbytes[i]
-    if m is not None:
-        why = fast_tokens.check(m, tok, corpus.texts_of(checked))
-    if m is not None and not why:
-        return {"kind": "tiktoken", "checked_documents": len(checked), "checked_bytes": size}
-    print(f"tokenize: encoding with tokenizers, not the faster tiktoken mirror: {why}", file=log)
-    return {"kind": "tokenizers", "checked_documents": len(checked) if m is not None else 0, "reason": why}
-
-
 def _check_not_empty(report: SourceReport, domain: str, i: int) -> None:
     """A source that gave no text at all is a mistake in the recipe (an empty folder, a file of
     malformed lines, the wrong text_field): one line naming it, before the tokenizer runs."""
@@ -467,57 +447,6 @@ def _split(recipe: Recipe, kept: dict, stats: Stats) -> dict[str, float]:
             entry[f"{split}_bytes"] = entry.get(f"{split}_bytes", 0) + nbytes
     return cutoffs
 
-
-
-def _tokenizer(recipe: Recipe, tmp: Path, corpus: Corpus, train: list[int], sample_key: list[float],
-               log: TextIO) -> tuple[dict, list[int]]:
-    """(manifest tokenizer entry, the train indices it was trained on: a domain-balanced sample by sample key)."""
-    cfg = recipe.tokenizer
-    per_domain = cfg.sample_bytes // len(recipe.domains)
-    chosen: list[int] = []
-    for domain in recipe.domains:
-        budget = per_domain
-        for i in sorted((i for i in train if corpus.domain[i] == domain), key=lambda i: (sample_key[i], i)):
-            if budget <= 0:
-                break
-            chosen.append(i)
-            budget -= corpus.nbytes[i]
-    chosen.sort()
-    if cfg.path:
-        load_tokenizer(cfg.path)  # validates it
-        copy_tokenizer(cfg.path, tmp / "tokenizer.json")
-        digest = hashlib.sha256((tmp / "tokenizer.json").read_bytes()).hexdigest()
-        return {"origin": "loaded", "loaded_from": cfg.path, "sha256": digest}, chosen
-    sampled = {"bytes": 0, "documents": 0}
-
-    def texts():
-        for b in corpus.batches(chosen):
-            for doc in corpus.rows(b):
-                sampled["bytes"] += doc["bytes"]
-                sampled["documents"] += 1
-                if "chat" in doc:  # the messages' text, not the template markers
-                    yield from tokenizer_texts(doc["chat"])
-                else:
-                    yield doc["text"]
-
-    print(f"tokenizer: training byte-level BPE, vocabulary {cfg.vocab_size}, on up to {cfg.sample_bytes / 1e6:.1f} MB "
-          "of train documents", file=log, flush=True)
-    start = time.monotonic()
-    tok = train_tokenizer(texts(), cfg.vocab_size, cfg.min_frequency)
-    save_tokenizer(tok, tmp / "tokenizer.json")
-    seconds = time.monotonic() - start
-    filled = tok.get_vocab_size()
-    print(f"tokenizer: trained byte-level BPE, vocabulary {filled}, on {sampled['bytes'] / 1e6:.1f} MB "
-          f"({sampled['documents']} train documents, up to {per_domain / 1e6:.1f} MB per domain) in {seconds:.1f} s", file=log)
-    info = {"origin": "trained", "model": "byte-level BPE", "trained_on_bytes": sampled["bytes"],
-            "trained_on_documents": sampled["documents"], "vocab_size_asked": cfg.vocab_size}
-    if filled < cfg.vocab_size:
-        # BPE stops when no pair is seen min_frequency times: the corpus is too small for the vocabulary.
-        warning = f"vocabulary {cfg.vocab_size} asked, the corpus filled {filled:,}"
-        print(f"warning: {warning} (add text, raise tokenizer.sample_bytes, or lower tokenizer.vocab_size or "
-              "min_frequency); a model's vocab_size should match the dataset's", file=log)
-        info["warnings"] = [warning]
-    return info, chosen
 
 
 def _source_entry(src, report: SourceReport) -> dict:

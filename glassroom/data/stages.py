@@ -6,24 +6,31 @@ run in the driver (dedup's candidate verification and clusters, the common-phras
 classifier's training and bucket cutoffs); the per-document work (n-gram scan, scoring) is mapped
 on the executor in index order, so the result never depends on the executor. The functions of
 glassroom/data/dedup.py, decontam.py and quality.py are used exactly as docs/data-build.md says.
+The tokenizer stage (trained on a domain-balanced sample, or loaded) and the choice of encoder
+(the tiktoken mirror when a sample shows it gives `tokenizers`' ids) are here too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
 from glassroom.data import clean as cleaning
+from glassroom.data import fast_tokens
+from glassroom.data.conversation_sources import tokenizer_texts
 from glassroom.data.executor import Executor
 from glassroom.data.recipe import Recipe
+from glassroom.data.tokenizer import copy_tokenizer, load_tokenizer, save_tokenizer, train_tokenizer
 
 STAGES = ("extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split", "decontaminate", "quality",
           "tokenize")
 BATCH_BYTES = 1_000_000  # text per executor task
+CHECK_DOCS, CHECK_BYTES = 256, 4_000_000  # the tiktoken mirror is checked on this much of the tokenizer sample
 
 
 class Stats(cleaning.Stats):
@@ -190,3 +197,72 @@ def quality_scores(recipe: Recipe, corpus: Corpus, train: list[int], kept: list[
           + (f", held-out accuracy {acc:.3f}" if isinstance(acc, (int, float)) else "")
           + f"; {len(kept)} documents scored into {cfg.buckets} buckets per domain", file=log)
     return entry, scores, buckets
+
+
+def tokenizer_stage(recipe: Recipe, tmp: Path, corpus: Corpus, train: list[int], sample_key: list[float],
+               log: TextIO) -> tuple[dict, list[int]]:
+    """(manifest tokenizer entry, the train indices it was trained on: a domain-balanced sample by sample key)."""
+    cfg = recipe.tokenizer
+    per_domain = cfg.sample_bytes // len(recipe.domains)
+    chosen: list[int] = []
+    for domain in recipe.domains:
+        budget = per_domain
+        for i in sorted((i for i in train if corpus.domain[i] == domain), key=lambda i: (sample_key[i], i)):
+            if budget <= 0:
+                break
+            chosen.append(i)
+            budget -= corpus.nbytes[i]
+    chosen.sort()
+    if cfg.path:
+        load_tokenizer(cfg.path)  # validates it
+        copy_tokenizer(cfg.path, tmp / "tokenizer.json")
+        digest = hashlib.sha256((tmp / "tokenizer.json").read_bytes()).hexdigest()
+        return {"origin": "loaded", "loaded_from": cfg.path, "sha256": digest}, chosen
+    sampled = {"bytes": 0, "documents": 0}
+
+    def texts():
+        for b in corpus.batches(chosen):
+            for doc in corpus.rows(b):
+                sampled["bytes"] += doc["bytes"]
+                sampled["documents"] += 1
+                if "chat" in doc:  # the messages' text, not the template markers
+                    yield from tokenizer_texts(doc["chat"])
+                else:
+                    yield doc["text"]
+
+    print(f"tokenizer: training byte-level BPE, vocabulary {cfg.vocab_size}, on up to {cfg.sample_bytes / 1e6:.1f} MB "
+          "of train documents", file=log, flush=True)
+    start = time.monotonic()
+    tok = train_tokenizer(texts(), cfg.vocab_size, cfg.min_frequency)
+    save_tokenizer(tok, tmp / "tokenizer.json")
+    seconds = time.monotonic() - start
+    filled = tok.get_vocab_size()
+    print(f"tokenizer: trained byte-level BPE, vocabulary {filled}, on {sampled['bytes'] / 1e6:.1f} MB "
+          f"({sampled['documents']} train documents, up to {per_domain / 1e6:.1f} MB per domain) in {seconds:.1f} s", file=log)
+    info = {"origin": "trained", "model": "byte-level BPE", "trained_on_bytes": sampled["bytes"],
+            "trained_on_documents": sampled["documents"], "vocab_size_asked": cfg.vocab_size}
+    if filled < cfg.vocab_size:
+        # BPE stops when no pair is seen min_frequency times: the corpus is too small for the vocabulary.
+        warning = f"vocabulary {cfg.vocab_size} asked, the corpus filled {filled:,}"
+        print(f"warning: {warning} (add text, raise tokenizer.sample_bytes, or lower tokenizer.vocab_size or "
+              "min_frequency); a model's vocab_size should match the dataset's", file=log)
+        info["warnings"] = [warning]
+    return info, chosen
+
+
+def choose_encoder(tok, corpus: Corpus, sample: list[int], log: TextIO) -> dict:
+    """Which encoder writes the shards: the tiktoken mirror when it gives `tokenizers`' ids on a
+    sample of the tokenizer's training documents, else `tokenizers` (the reason logged)."""
+    m, why = fast_tokens.mirror(tok)
+    checked, size = [], 0
+    for i in sample:
+        if len(checked) >= CHECK_DOCS or size >= CHECK_BYTES:
+            break
+        checked.append(i)
+        size += corpus.nbytes[i]
+    if m is not None:
+        why = fast_tokens.check(m, tok, corpus.texts_of(checked))
+    if m is not None and not why:
+        return {"kind": "tiktoken", "checked_documents": len(checked), "checked_bytes": size}
+    print(f"tokenize: encoding with tokenizers, not the faster tiktoken mirror: {why}", file=log)
+    return {"kind": "tokenizers", "checked_documents": len(checked) if m is not None else 0, "reason": why}
