@@ -39,6 +39,10 @@ def test_build_prints_a_summary(corpus, capsys):
     code, stdout, stderr = run_cli(["data", "build", str(recipe), "--out", str(root / "second"), "--workers", "2"], capsys)
     assert code == 0, stderr
     assert "dataset 'stdlib-test' built" in stdout and "email" in stdout and "web" in stdout
+    # The funnel: dedup clusters and removals, decontamination, the quality classifier's accuracy.
+    assert "  dedup: " in stdout and "duplicate clusters" in stdout and "(bands 18 x rows 7, threshold 0.8)" in stdout
+    assert "  decontamination: " in stdout and "train documents removed (13-word n-grams" in stdout
+    assert "  quality: 5 buckets per domain, classifier held-out accuracy 0." in stdout
     assert "tokenizer: trained byte-level BPE, vocabulary 1024" in stderr
     assert "clean:" in stderr and "tokenize:" in stderr  # stage lines with rates
     # Malformed JSONL lines are not an error: skipped, counted and reported on one warning line.

@@ -19,7 +19,8 @@ from glassroom.units import format_count
 DESCRIPTION = """\
 Turn raw text into a dataset that `glassroom train` reads, and report on it.
 
-  build    RECIPE.yaml --out DIR: extract sources, clean, dedup, split, train a tokenizer, write shards
+  build    RECIPE.yaml --out DIR [--ray local|ADDRESS]: extract, clean, dedup, split, decontaminate,
+           score quality, train a tokenizer, write shards
   mixture  DIR --weights ...: tokens and epochs per domain that a weighted mixture would draw
   atlas    DIR [--k 40]: embed, cluster and map a sample of documents (docs/data-atlas.md)
   tasks    DIR: lm-eval tasks over the validation split, for glassroom eval (docs/data-build.md)
@@ -35,9 +36,15 @@ example:
 
 BUILD_DESCRIPTION = """\
 Build the dataset described by RECIPE into DIR: documents from each domain's sources (within
-their size caps), Unicode NFC, quality filters, exact and near-duplicate removal, a held-out
-validation split per domain, a byte-level BPE tokenizer, and token shards per domain and split.
-DIR gets tokenizer.json, shards/, manifest.json and stats.json (what every stage kept and removed).
+their size caps), Unicode NFC, quality filters, exact and near-duplicate removal (verified,
+clustered), a held-out validation split per domain, removal of train documents sharing 13-word
+n-grams with evaluation text, a quality classifier and 5 quality buckets per domain, a byte-level
+BPE tokenizer, and token shards per domain and split ordered by quality bucket. DIR gets
+tokenizer.json, shards/, manifest.json, stats.json (what every stage kept and removed), removed/
+(duplicate clusters and contaminated documents with their text), quality/classifier.npz and
+build.json (time, executor). Every file but build.json is byte-identical between two builds of the
+same recipe, whatever --workers, locally or on Ray (--ray local starts Ray here; --ray ADDRESS
+joins a cluster whose nodes see the sources and DIR's parent at the same paths).
 The build happens in a temporary folder renamed into place at the end: a failed build leaves an
 existing DIR as it was. Progress lines go to stderr, the summary to stdout.
 
@@ -57,6 +64,7 @@ are skipped and counted. See "Conversation and preference data" in docs/data-bui
 
 example:
   glassroom data build experiments/data-tiny.yaml --out data/tiny --set tokenizer.vocab_size=4096
+  glassroom data build experiments/data-demo.yaml --out data/demo --ray local
 """
 
 MIXTURE_DESCRIPTION = """\
