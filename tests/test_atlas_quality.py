@@ -89,3 +89,21 @@ def test_buckets_without_manifest_cells_are_estimated(copy, tmp_path, monkeypatc
     assert q["shares"] == "estimated from the sample"
     assert abs(sum(c["doc_share"] for c in q["cells"]) - 1) < 1e-9
     assert all(c["documents"] == 0 and c["doc_share"] == 0 for c in q["cells"] if c["bucket"] >= 2)
+
+
+def test_a_hand_edited_manifest_is_no_traceback(copy, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(copy, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["quality"].update(heldout_accuracy=float("nan"), buckets=True)
+    manifest["dedup"] = {"threshold": float("inf"), "curve": [[0.8, float("nan")]]}
+    domain = next(iter(manifest["domains"]))
+    manifest["domains"][domain]["train"]["cells"] = [{"bucket": 0, "documents": "many", "tokens": None}, "junk", {"bucket": True}]
+    manifest["domains"][domain]["validation"]["cells"] = {"not": "a list"}
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    atlas = build_atlas(bad, k=2, log=io.StringIO())   # written with allow_nan=False: no NaN left
+    written = json.loads((bad / "atlas" / "atlas.json").read_text())
+    assert written["quality"]["classifier"]["heldout_accuracy"] is None
+    assert written["dedup"]["threshold"] is None and written["dedup"]["curve"] == [[0.8, None]]
+    assert atlas["quality"]["buckets"] == max(b for b in atlas["points"]["quality"] if b is not None) + 1
+    assert atlas["quality"]["shares"] == "estimated from the sample"

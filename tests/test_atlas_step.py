@@ -8,6 +8,10 @@ import json
 
 from pipeline_helpers import glassroom
 
+from web_helpers import REPO
+
+REPO_RECIPE = REPO / "experiments" / "data-tiny.yaml"
+
 RECIPE = """\
 name: two
 domains:
@@ -69,3 +73,32 @@ def test_demo_has_the_atlas_at_k40():
     atlas = steps[names.index("demo-atlas")]
     assert names.index("demo-atlas") == names.index("demo-data") + 1
     assert atlas.config["k"] == 40 and atlas.config["dataset"].step_name == "demo-data"
+
+
+def test_atlas_step_options_are_checked_at_load():
+    import pytest
+
+    from glassroom.pipeline.atlas_step import atlas_step
+    from glassroom.pipeline.steps import data_build_step
+
+    data = data_build_step("d", REPO_RECIPE)
+    assert atlas_step("a", data).config["k"] == 40
+    for kwargs, words in (({"k": 0}, "k must be"), ({"k": 2.5}, "k must be"), ({"sample": -1}, "sample must be"),
+                          ({"seed": "x"}, "seed must be"), ({"max_tokens": 4}, "max_tokens must be"),
+                          ({"sampling": "all"}, "sampling must be one of"), ({"method": "slow"}, "method must be one of"),
+                          ({"k": 50, "sample": 10}, "more than the 10")):
+        with pytest.raises(ValueError, match=words):
+            atlas_step("a", data, **kwargs)
+    with pytest.raises(ValueError, match="data must be a data step"):
+        atlas_step("a", "demo-data")
+
+
+def test_demo_summary_names_the_atlas():
+    from glassroom.demo import format_summary
+
+    s = {"dataset": "lab/data/x/dataset", "rungs": [], "ladder": "l", "hero": "h", "achieved": None, "site": "lab/site",
+         "seconds": {"train": 60, "publish": 1}, "atlas": {"site": "lab/site/atlas/index.html", "k": 40, "domain_purity": 0.9671}}
+    text = format_summary(s)
+    assert "atlas:    lab/site/atlas/index.html" in text and "40 topics" in text and "0.967" in text
+    del s["atlas"]
+    assert "atlas:" not in format_summary(s)

@@ -1,13 +1,15 @@
 """The data composition atlas: what a built dataset holds, as clusters of documents on a map.
 
 `build_atlas(DATA_DIR)` samples documents (uniformly over documents, or the same number from each
-domain), decodes the first `max_tokens` tokens of each back to text with the dataset's tokenizer,
-embeds them offline (glassroom.data.embed), clusters them with spherical k-means (optionally
+domain), decodes at most `max_tokens` tokens of each back to text with the dataset's tokenizer
+(spread windows from its start to its end: embed.spread_windows), embeds them offline (glassroom.data.embed), clusters them with spherical k-means (optionally
 fine-to-coarse), labels each cluster by class-based TF-IDF, picks the documents nearest each centre
 as excerpts, estimates each cluster's share of the corpus's documents and tokens (each sampled
 document weighs as many documents of its domain as it stands for), and places the sample on a 2-D
 map. Beside that it keeps what the page shows about the build: the processing funnel (stats.json),
-the mixture at a planned budget, and the tokenizer. All of it goes into DATA_DIR/atlas/atlas.json,
+the mixture at a planned budget, the tokenizer, and the build's quality cells (domain x quality
+bucket: shares and examples, each point's bucket), dedup and decontamination entries and the paths
+of its removed-document records (read defensively: an older dataset gives null). All of it goes into DATA_DIR/atlas/atlas.json,
 written under a temporary name and renamed. The same seed gives the same file, timings aside.
 """
 
@@ -199,23 +201,28 @@ def quality_section(ds: Dataset, smp: "Sample", buckets: list, texts: list[str],
     if not isinstance(info, dict):
         return None
     n_buckets = info.get("buckets")
-    if not isinstance(n_buckets, int) or isinstance(n_buckets, bool) or n_buckets < 1:
+    if not isinstance(n_buckets, int) or isinstance(n_buckets, bool) or not 1 <= n_buckets <= 100:
         known = [b for b in buckets if b is not None]
         n_buckets = max(known) + 1 if known else 0
     docs = np.zeros((len(ds.domains), n_buckets))
     toks = np.zeros((len(ds.domains), n_buckets))
     from_manifest = True
+    def number(value) -> float:   # a hand-edited manifest: anything but a finite count counts as 0
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value >= 0
+        return float(value) if ok else 0.0
+
     for di, d in enumerate(ds.domains):
         for split in SPLITS:
-            cells = (ds.manifest["domains"][d].get(split) or {}).get("cells")
+            entry = ds.manifest["domains"][d].get(split)
+            cells = entry.get("cells") if isinstance(entry, dict) else None
             if not isinstance(cells, list):
                 from_manifest = False
                 continue
             for c in cells:
                 q = c.get("bucket") if isinstance(c, dict) else None
-                if isinstance(q, int) and 0 <= q < n_buckets:
-                    docs[di, q] += c.get("documents") or 0
-                    toks[di, q] += c.get("tokens") or 0
+                if isinstance(q, int) and not isinstance(q, bool) and 0 <= q < n_buckets:
+                    docs[di, q] += number(c.get("documents"))
+                    toks[di, q] += number(c.get("tokens"))
     sampled = np.zeros((len(ds.domains), n_buckets), dtype=np.int64)
     for i, b in enumerate(buckets):
         if b is not None and b < n_buckets:
@@ -234,16 +241,29 @@ def quality_section(ds: Dataset, smp: "Sample", buckets: list, texts: list[str],
                               "token_share": float(toks[di, q] / max(toks.sum(), 1e-12)), "documents": int(sampled[di, q]),
                               "examples": [{"id": _doc_id(ds, smp, i), "domain": d, "source": sources[smp.source[i]]["name"],
                                             "text": _excerpt(texts[i], EXCERPT_CHARS)} for i in members]})
-    classifier = {k: v for k, v in info.items() if k != "cutoffs"}
+    classifier = _finite({k: v for k, v in info.items() if k != "cutoffs"})
     return {"buckets": n_buckets, "shares": "manifest" if from_manifest and docs.sum() > 0 else "estimated from the sample",
             "cells": cells_out, "classifier": classifier}
+
+
+def _finite(node, depth: int = 0):
+    """A copy of a manifest section that JSON can write strictly: NaN and infinities become null."""
+    if depth > 50:
+        return None
+    if isinstance(node, dict):
+        return {str(k): _finite(v, depth + 1) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_finite(v, depth + 1) for v in node]
+    if isinstance(node, float) and not np.isfinite(node):
+        return None
+    return node
 
 
 def _with_counts(entry, by_domain: dict):
     """A manifest section (dedup, decontamination) with the funnel's removals per domain added."""
     if not isinstance(entry, dict):
         return None if not by_domain else {"removed_by_domain": by_domain}
-    return {**entry, "removed_by_domain": by_domain}
+    return {**_finite(entry), "removed_by_domain": by_domain}
 
 
 def purity(labels: np.ndarray, classes: np.ndarray) -> float:
