@@ -194,6 +194,15 @@ def test_training_on_cell_weights(celled, tmp_path):
     bad = run_train(tmp_path / "bad", celled, "train.steps=2", 'data.weights={"prose:q7": 1}')
     assert bad.returncode == 2 and "data.weights: prose:q7: no bucket 7 in domain prose" in bad.stderr
     assert "Traceback" not in bad.stderr
+    small = tmp_path / "small"
+    shutil.copytree(celled, small)
+    manifest = json.loads((small / "manifest.json").read_text())
+    cell = manifest["domains"]["code"]["train"]["cells"][2]
+    cell["token_range"] = [cell["token_range"][0], cell["token_range"][0] + 20]
+    (small / "manifest.json").write_text(json.dumps(manifest))
+    short = run_train(tmp_path / "short", small, "train.steps=2", 'data.weights={"code:q2": 1, prose: 1}')
+    assert short.returncode == 2 and "data.weights.code:q2: cell code:q2 has 20 train tokens" in short.stderr
+    assert "Traceback" not in short.stderr and not (tmp_path / "short" / "checkpoints").exists()
 
 
 def test_a_built_dataset_carries_scores_buckets_and_cells(tiny_dataset):

@@ -83,9 +83,13 @@ def check_data(cfg, dataset) -> None:
                               f"(it has {', '.join(domains)})")
     if cfg.data.weights and any(":" in name for name in cfg.data.weights):  # quality cells (docs/data-quality.md)
         try:
-            resolve_weights(dict(cfg.data.weights), dataset)
+            _, spans = resolve_weights(dict(cfg.data.weights), dataset)
         except GlassroomError as exc:
             raise ConfigError(f"data.weights: {str(exc).removeprefix('mixture weights: ')}") from None
+        for key, (_, first, end) in spans.items():
+            if ":" in key and end - first < tc.seq_len + 1:
+                raise ConfigError(f"data.weights.{key}: cell {key} has {end - first} train tokens, fewer than one "
+                                  f"sequence (train.seq_len + 1 = {tc.seq_len + 1}); lower train.seq_len or give it weight 0")
     vocab = int(dataset.vocab_size)
     if cfg.model.vocab_size < vocab:
         raise ConfigError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the dataset's tokenizer "
