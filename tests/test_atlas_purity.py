@@ -7,7 +7,6 @@ This small corpus is easy: the old first-tokens embedding passes it too (0.94); 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
