@@ -63,6 +63,15 @@ def test_an_unreachable_ray_address_is_one_line_and_leaves_dir_alone(tmp_path, c
     assert code == 2 and "--ray: give `local` or a cluster address" in error_line(err)
 
 
+def test_ray_not_installed_is_one_line(tmp_path, capsys, monkeypatch):
+    make_corpus(tmp_path / "corpus")
+    recipe = write_recipe(tmp_path / "corpus")
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    code, _, err = run_cli(["data", "build", recipe, "--out", tmp_path / "out", "--ray", "local"], capsys)
+    assert code == 2 and "--ray needs Ray, an optional extra: pip install -e '.[ray]'" in error_line(err)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
 def test_a_ray_build_killed_midway_leaves_dir_as_it_was(tmp_path):
     """SIGKILL to the build (its whole session: driver, Ray, workers) while it writes the build folder:
     DIR keeps its old files, the lock is free, and the next build clears what was left."""

@@ -6,7 +6,8 @@ builder inserts it. Text inside a document that spells a special token (`<|endof
 tokenizer tutorial) is encoded as ordinary text: `encode_special_tokens = True` makes the tokenizer
 skip its special-token matching (the flag is not saved in tokenizer.json, so every encoding path
 sets it). Encoding uses `encode_batch_fast` (Rust threads, no character offsets computed), which
-gives the same ids as `encode_batch`.
+gives the same ids as `encode_batch`. The build writes shards with glassroom/data/fast_tokens.py: a
+tiktoken mirror of this BPE, checked against it at build time, with these functions as the fallback.
 """
 
 from __future__ import annotations
