@@ -144,3 +144,11 @@ def test_tiny_recipe_builds(tmp_path, capsys):
     assert code == 0, err
     for domain in ("prose", "docs", "code"):
         assert domain in stdout
+
+
+def test_a_missing_decontamination_file_is_refused_before_any_text_is_read(tmp_path, capsys):
+    make_corpus(tmp_path / "corpus")
+    recipe = write_recipe(tmp_path / "corpus", decontaminate={"files": [str(tmp_path / "nope.jsonl")]})
+    code, _, err = run_cli(["data", "build", recipe, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and "decontaminate.files[0]: " in error_line(err) and "nope.jsonl: no such file" in err
+    assert not (tmp_path / "out").exists()

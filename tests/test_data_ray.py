@@ -109,3 +109,4 @@ def test_a_ray_build_killed_midway_leaves_dir_as_it_was(tmp_path):
         log = io.StringIO()
         _clear_stale(out.resolve(), log)
     assert not list(tmp_path.glob(".out.building-*")) and "did not finish" in log.getvalue()
+

@@ -91,6 +91,11 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
     except OSError as exc:
         raise GlassroomError(f"{out}: cannot be checked as --out ({exc.strerror}); choose another --out") from None
     _check_sources(recipe, out)
+    if recipe.decontaminate.enabled and recipe.task == "pretrain":  # before hours of extraction, not after
+        for i, f in enumerate(recipe.decontaminate.files):
+            if not Path(f).expanduser().exists():
+                raise GlassroomError(f"decontaminate.files[{i}]: {f}: no such file or folder; give evaluation text "
+                                     "(.txt, .jsonl, .json or a folder of them) or remove it from the recipe")
     if recipe.tokenizer.path:
         base_tok = load_tokenizer(recipe.tokenizer.path)  # a bad tokenizer.json is refused before any text is read
         if recipe.task != "pretrain":  # and one the chat template cannot use (never changed on disk)
