@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from data_helpers import stdlib_files
-from glassroom.data import decontam
+from glassroom.data import decontam, eval_files, ngrams
 from glassroom.data.recipe import DecontaminateConfig
 from glassroom.errors import GlassroomError
 
@@ -34,7 +34,7 @@ def train_texts(n: int = 12) -> list[str]:
 
 def eval_words(start: int, count: int) -> list[str]:
     """`count` consecutive words of the licence (original case, as \\w+ runs), from word `start`."""
-    return decontam.WORDS.findall(eval_text())[start: start + count]
+    return ngrams.WORDS.findall(eval_text())[start: start + count]
 
 
 def plant(doc: str, words: list[str], at: float = 0.5) -> str:
@@ -50,9 +50,9 @@ def exact_leaks(text: str, evals: list[str], n: int) -> set[tuple[str, ...]]:
     """The slow, obviously right answer: the n-word tuples a text shares with the evaluation texts."""
     grams = set()
     for e in evals:
-        w = decontam.words_of(e)
+        w = ngrams.words_of(e)
         grams.update(tuple(w[i: i + n]) for i in range(len(w) - n + 1))
-    w = decontam.words_of(text)
+    w = ngrams.words_of(text)
     return {tuple(w[i: i + n]) for i in range(len(w) - n + 1)} & grams
 
 
@@ -149,7 +149,7 @@ def test_bloom_false_positives_never_become_leaks():
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", evals[0])], fp_rate=0.5)
     assert index.bloom.bits < len(index.hashes) * 3  # a tiny filter (26 bits an item at 0.1%)
     texts = [plant(docs[0], eval_words(50, 16))] + docs[1:]
-    every = np.concatenate([decontam.ngram_hashes(t, 13) for t in texts])
+    every = np.concatenate([ngrams.ngram_hashes(t, 13) for t in texts])
     maybe = index.bloom.contains(every)
     assert maybe.sum() > 1000  # the filter lets through many n-grams that are not evaluation text
     hits = scan(index, texts)
@@ -161,12 +161,12 @@ def test_bloom_false_positives_never_become_leaks():
 def test_bloom_filter_sizing_and_round_trip():
     rng = np.random.default_rng(0)
     items = rng.integers(0, 2**64 - 1, 50_000, dtype=np.uint64)
-    bloom = decontam.BloomFilter.sized(len(items))
+    bloom = ngrams.BloomFilter.sized(len(items))
     bloom.add(items)
     assert bloom.contains(items).all()
     others = rng.integers(0, 2**64 - 1, 400_000, dtype=np.uint64)
-    assert bloom.contains(others).mean() < decontam.FP_RATE  # measured, not just predicted
-    again = decontam.BloomFilter.from_bytes(bloom.to_bytes())
+    assert bloom.contains(others).mean() < ngrams.FP_RATE  # measured, not just predicted
+    again = ngrams.BloomFilter.from_bytes(bloom.to_bytes())
     assert np.array_equal(again.contains(others), bloom.contains(others)) and again.items == bloom.items
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
     back = decontam.EvalIndex.from_bytes(index.to_bytes())
@@ -179,14 +179,14 @@ def test_bloom_filter_sizing_and_round_trip():
 def test_batches_equal_texts_one_by_one_and_words_equal_the_regex():
     texts = train_texts(5) + ["", "two words", "Ünïcode ΟΔΟΣ straße x_y 123 naïve café\u0301 日本語 𝔘𝔫𝔦 a-b " * 4]
     for t in texts:
-        assert len(decontam.ngram_hashes(t, 3)) == max(len(decontam.words_of(t)) - 2, 0)
-        words = decontam.words_of(t)  # equal words hash equal, distinct words differently
-        hashes, _ = decontam._words_hashed(t.lower())
+        assert len(ngrams.ngram_hashes(t, 3)) == max(len(ngrams.words_of(t)) - 2, 0)
+        words = ngrams.words_of(t)  # equal words hash equal, distinct words differently
+        hashes, _ = ngrams._words_hashed(t.lower())
         assert len(hashes) == len(words)
         assert len(set(zip(words, hashes.tolist()))) == len(set(words)) == len(set(hashes.tolist()))
-    flat, doc = decontam.batch_ngram_hashes(texts, 13)
+    flat, doc = ngrams.batch_ngram_hashes(texts, 13)
     for i, t in enumerate(texts):
-        assert np.array_equal(flat[doc == i], decontam.ngram_hashes(t, 13))
+        assert np.array_equal(flat[doc == i], ngrams.ngram_hashes(t, 13))
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
     planted = [plant(t, eval_words(70 * i, 14 + i)) for i, t in enumerate(texts)]
     together = scan(index, planted)
@@ -200,34 +200,34 @@ def test_batches_equal_texts_one_by_one_and_words_equal_the_regex():
 def test_a_very_long_word_and_a_long_text_hash_like_short_ones(monkeypatch):
     long_word = "ab12" * 50_000  # 200,000 word characters in one \\w+ run (a hex blob)
     text = f"start {long_word} middle " + " ".join(eval_words(0, 40)) + f" {long_word} end"
-    h = decontam.ngram_hashes(text, 3)
-    words = decontam.words_of(text)
+    h = ngrams.ngram_hashes(text, 3)
+    words = ngrams.words_of(text)
     assert len(h) == len(words) - 2
-    assert h[0] != h[1] and decontam.ngram_hashes(f"x {long_word} y", 3).tolist() == \
-        decontam.ngram_hashes(f"X {long_word.upper()} Y", 3).tolist()
+    assert h[0] != h[1] and ngrams.ngram_hashes(f"x {long_word} y", 3).tolist() == \
+        ngrams.ngram_hashes(f"X {long_word.upper()} Y", 3).tolist()
     index = decontam.EvalIndex.build(CFG, [("file:GPL-3", eval_text())])
     assert len(scan(index, [text])[0]) == 40 - 13 + 1
     # hashed in pieces (cut after a non-word character; a word longer than a piece taken whole): same hashes
-    whole = decontam.ngram_hashes(text, 13).tolist()
+    whole = ngrams.ngram_hashes(text, 13).tolist()
     mixed = text + " " + eval_text()
     for piece in (7, 1000, 150_000):
-        monkeypatch.setattr(decontam, "PIECE", piece)
-        assert decontam.ngram_hashes(text, 13).tolist() == whole
-        assert decontam.ngram_hashes(mixed, 13).tolist()[: len(whole)] == whole
+        monkeypatch.setattr(ngrams, "PIECE", piece)
+        assert ngrams.ngram_hashes(text, 13).tolist() == whole
+        assert ngrams.ngram_hashes(mixed, 13).tolist()[: len(whole)] == whole
     monkeypatch.undo()
-    assert len(decontam.ngram_hashes(mixed, 13)) == len(decontam.words_of(mixed)) - 12
+    assert len(ngrams.ngram_hashes(mixed, 13)) == len(ngrams.words_of(mixed)) - 12
 
 
 def test_hashes_are_the_same_in_another_process():
     text = train_texts(1)[0]
-    code = ("import sys, json; from glassroom.data import decontam; "
-            "print(json.dumps(decontam.ngram_hashes(sys.stdin.read(), 13).tolist()))")
+    code = ("import sys, json; from glassroom.data import ngrams; "
+            "print(json.dumps(ngrams.ngram_hashes(sys.stdin.read(), 13).tolist()))")
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, env=env,
                          timeout=120, check=True)
-    assert json.loads(out.stdout) == decontam.ngram_hashes(text, 13).tolist()
+    assert json.loads(out.stdout) == ngrams.ngram_hashes(text, 13).tolist()
     # and pinned: a change of the hash would be a change of what every dataset's manifest means
-    assert decontam.ngram_hashes("one two three", 2).tolist() == PINNED
+    assert ngrams.ngram_hashes("one two three", 2).tolist() == PINNED
 
 
 PINNED = [9104775509995939445, 1275725435993836736]
@@ -257,7 +257,7 @@ def test_file_texts_reads_txt_jsonl_json_and_folders(tmp_path):
     (folder / "ignored.yaml").write_text("task: x")
     (folder / ".hidden.txt").write_text("hidden")
     (folder / "empty.txt").write_text("")
-    got = list(decontam.file_texts([str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl"), str(tmp_path / "c.json"),
+    got = list(eval_files.file_texts([str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl"), str(tmp_path / "c.json"),
                                     str(folder)]))
     assert got == [(f"file:{tmp_path / 'a.txt'}", "whole file as one text\nsecond line"),
                    *[(f"file:{tmp_path / 'b.jsonl'}", t) for t in
@@ -285,31 +285,31 @@ def test_file_texts_bad_inputs_are_one_line_errors(tmp_path, setup, expect):
     (tmp_path / "fine.txt").write_text("fine evaluation text")
     target = setup(tmp_path)
     with pytest.raises(GlassroomError) as exc:
-        list(decontam.file_texts([str(tmp_path / "fine.txt"), str(target)]))
+        list(eval_files.file_texts([str(tmp_path / "fine.txt"), str(target)]))
     msg = str(exc.value)
     assert msg.startswith("decontaminate.files[1]: ") and expect in msg and "\n" not in msg, msg
 
 
 def test_file_texts_checks_every_input_before_giving_text(tmp_path):
     (tmp_path / "fine.txt").write_text("fine")
-    texts = decontam.file_texts([str(tmp_path / "fine.txt"), str(tmp_path / "nope")])
+    texts = eval_files.file_texts([str(tmp_path / "fine.txt"), str(tmp_path / "nope")])
     with pytest.raises(GlassroomError, match=r"files\[1\]"):
         next(texts)
 
 
 def test_check_files_and_the_file_size_bound(tmp_path, monkeypatch):
     (tmp_path / "ok.txt").write_text("x" * 100)
-    decontam.check_files([str(tmp_path / "ok.txt"), str(tmp_path)])
+    eval_files.check_files([str(tmp_path / "ok.txt"), str(tmp_path)])
     with pytest.raises(GlassroomError, match=r"^decontaminate.files\[1\]: .*nope does not exist"):
-        decontam.check_files([str(tmp_path / "ok.txt"), str(tmp_path / "nope")])
-    monkeypatch.setattr(decontam, "MAX_FILE_BYTES", 50)
+        eval_files.check_files([str(tmp_path / "ok.txt"), str(tmp_path / "nope")])
+    monkeypatch.setattr(eval_files, "MAX_FILE_BYTES", 50)
     with pytest.raises(GlassroomError, match=r"^decontaminate.files\[0\]: .*ok.txt is 0.0 GiB, more than"):
-        list(decontam.file_texts([str(tmp_path / "ok.txt")]))
+        list(eval_files.file_texts([str(tmp_path / "ok.txt")]))
 
 
 def test_file_texts_bounds_a_huge_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(decontam, "MAX_FILES", 3)
+    monkeypatch.setattr(eval_files, "MAX_FILES", 3)
     for i in range(5):
         (tmp_path / f"{i}.txt").write_text("x")
     with pytest.raises(GlassroomError, match=r"more than 3 evaluation files"):
-        list(decontam.file_texts([str(tmp_path)]))
+        list(eval_files.file_texts([str(tmp_path)]))

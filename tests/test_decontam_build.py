@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from data_helpers import error_line, run_cli, stdlib_files
-from glassroom.data import decontam
+from glassroom.data import ngrams
 from glassroom.data.mixture import Dataset
 
 LICENCE = Path("/usr/share/common-licenses/GPL-3")
 
 
 def licence_words(start: int, count: int) -> list[str]:
-    return decontam.WORDS.findall(LICENCE.read_text())[start: start + count]
+    return ngrams.WORDS.findall(LICENCE.read_text())[start: start + count]
 
 
 def with_passage(text: str, words: list[str]) -> str:

@@ -123,7 +123,7 @@ def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: 
     if not cfg.enabled:
         return None, set(), set()
     try:
-        from glassroom.data import decontam
+        from glassroom.data import decontam, eval_files
     except ImportError:  # the stage's module is not in this checkout yet: said, never pretended
         print("decontaminate: skipped (glassroom.data.decontam is not available)", file=log)
         return None, set(), set()
@@ -133,7 +133,7 @@ def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: 
             for batch in corpus.batches(validation):
                 for i, text in zip(batch, corpus.texts_of(batch)):
                     yield f"validation:{corpus.domain[i]}", text
-        yield from decontam.file_texts(cfg.files)
+        yield from eval_files.file_texts(cfg.files)
 
     index = decontam.EvalIndex.build(cfg, eval_texts())
     blob = index.to_bytes()
