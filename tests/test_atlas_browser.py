@@ -169,7 +169,7 @@ def test_text_is_the_whole_document(docs):
 
 def test_api_paging_search_and_equal_to_published(server, docs, lab, tmp_path):
     from glassroom.web.atlas_page import publish_atlases
-    from glassroom.web.atlas_docs import STATIC_DOC_CHARS
+    from glassroom.web.atlas_docs_serve import STATIC_DOC_CHARS
 
     status, body = _api(server, collection="cluster:1")
     assert status == 200 and body["collection"] == "cluster:1" and body["page_size"] == 20
@@ -441,7 +441,7 @@ def test_live_cache_follows_a_rebuilt_atlas(lab, tmp_path):
     """The server keeps one DatasetDocs per dataset until its atlas, manifest or removed files change."""
     import os
 
-    from glassroom.web.atlas_docs import Browser
+    from glassroom.web.atlas_docs_serve import Browser
 
     root = tmp_path / "root"
     shutil.copytree(lab / "data" / "small", root / "small")

@@ -12,10 +12,10 @@ Served (mounted by glassroom.web.server):
   /api/atlas?dataset=<id>    the dataset's atlas.json
   /api/atlas/docs?dataset=<id>&collection=C&page=N&q=TEXT&from=M
                              the document browser: one page of a collection's documents
-                             (glassroom.web.atlas_docs; docs/data-browser.md)
+                             (glassroom.web.atlas_docs, atlas_docs_serve; docs/data-browser.md)
 Published (publish_atlases): SITE/atlas/index.html, SITE/atlas/datasets.json,
 SITE/atlas/d/<dataset>/index.html and SITE/atlas/d/<dataset>/atlas.json, each written under a temporary
-name and renamed, and the browser's pages under SITE/atlas/d/<dataset>/docs/ (atlas_docs.publish_docs);
+name and renamed, and the browser's pages under SITE/atlas/d/<dataset>/docs/ (atlas_docs_serve.publish_docs);
 the scripts and style sheets go to SITE/static/ like the dashboard's.
 Every file (manifest.json, atlas/atlas.json) is read only when it resolves inside the root after
 symlinks (glassroom.observe.runs.inside); one that leads elsewhere counts as absent. Every string
@@ -36,7 +36,8 @@ from typing import Any, Optional
 from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_folders, inside
-from glassroom.web.atlas_docs import Browser, BrowseError, parse_request, publish_docs
+from glassroom.web.atlas_docs import BrowseError
+from glassroom.web.atlas_docs_serve import Browser, parse_request, publish_docs
 
 FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5

@@ -2,7 +2,7 @@
 // a quality bucket, a domain x quality cell, the duplicate clusters or the decontaminated documents,
 // a page of PAGE_SIZE at a time, searchable by text. Live (glassroom serve): pages come from
 // /api/atlas/docs (the server decodes, redacts and searches). Published (glassroom publish): from
-// docs/index.json and the page files beside atlas.json (glassroom/web/atlas_docs.py writes them);
+// docs/index.json and the page files beside atlas.json (glassroom/web/atlas_docs_serve.py writes them);
 // the cluster, quality and cell collections are rebuilt here from atlas.json's points, and search
 // reads every page of the current collection. The search rule is the server's: the lowercased query
 // inside a document's lowercased text or id. All text is set with textContent (no HTML from data).
