@@ -184,14 +184,8 @@ def _build(recipe: Recipe, tmp: Path, ex: Executor, recipe_file: str | None, log
         for part in ex.map(cleaning.clean_batch, tasks):
             for item in part:
                 progress.update(item.raw_bytes, note=domain)
-                stats.passthrough("extract", domain, item.raw_bytes)
-                stats.record_in("normalize", domain, item.raw_bytes)
-                stats.record_out("normalize", domain, item.nbytes)
-                stats.record_in("filter", domain, item.nbytes)
-                if item.reason is not None:
-                    stats.record_removed("filter", domain, item.reason, item.nbytes)
+                if not cleaning.record_filter(stats, item):
                     continue
-                stats.record_out("filter", domain, item.nbytes)
                 doc = item.doc
                 row = {"id": doc["id"], "source": doc["source"], "text": doc["text"], "bytes": item.nbytes}
                 row.update({k: doc[k] for k in ("chat", "split") if k in doc})

@@ -163,6 +163,20 @@ def split_score(doc_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def record_filter(stats: Stats, item: Cleaned) -> bool:
+    """Record the extract, normalize and filter stages of `item` in `stats`; True when it passed the filters."""
+    domain = item.doc["domain"]
+    stats.passthrough("extract", domain, item.raw_bytes)
+    stats.record_in("normalize", domain, item.raw_bytes)
+    stats.record_out("normalize", domain, item.nbytes)
+    stats.record_in("filter", domain, item.nbytes)
+    if item.reason is not None:
+        stats.record_removed("filter", domain, item.reason, item.nbytes)
+        return False
+    stats.record_out("filter", domain, item.nbytes)
+    return True
+
+
 class Cleaner:
     """Runs the stages over a stream of documents and records them in `stats`.
 
@@ -179,16 +193,7 @@ class Cleaner:
 
     def record_filter(self, item: Cleaned) -> bool:
         """Record extract, normalize and filter for `item`; True when it passed the filters."""
-        stats, domain = self.stats, item.doc["domain"]
-        stats.passthrough("extract", domain, item.raw_bytes)
-        stats.record_in("normalize", domain, item.raw_bytes)
-        stats.record_out("normalize", domain, item.nbytes)
-        stats.record_in("filter", domain, item.nbytes)
-        if item.reason is not None:
-            stats.record_removed("filter", domain, item.reason, item.nbytes)
-            return False
-        stats.record_out("filter", domain, item.nbytes)
-        return True
+        return record_filter(self.stats, item)
 
     def record_dedup(self, item: Cleaned, decision: tuple | str | None) -> bool:
         """Record exact_dedup and fuzzy_dedup for a document that passed the filters; True when kept.

@@ -124,18 +124,10 @@ class RayExecutor(Executor):
         self.address = address
         self.name = f"ray:{address}"
         started_here = not ray.is_initialized()
-        try:
-            if not started_here:
-                pass
-            elif address == "local":
-                store_mb = int(os.environ.get("GLASSROOM_RAY_OBJECT_STORE_MB", "128"))
-                ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=store_mb * 1024 * 1024,
-                         include_dashboard=False, log_to_driver=False, logging_level="warning")
-            else:
-                ray.init(address=address, log_to_driver=False, logging_level="warning")
-        except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GlassroomError(f"--ray {address}: cannot start or reach Ray: {first}") from None
+        if started_here:
+            from glassroom.pipeline.runner_ray import init_ray
+
+            init_ray(ray, address)
         self.started_here = started_here
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.remote = ray.remote(num_cpus=1, max_retries=1)(_run)

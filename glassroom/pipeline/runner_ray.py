@@ -64,6 +64,21 @@ def _check_reachable(address: str) -> None:
                              "start one with `ray start --head` or use --ray local") from None
 
 
+def init_ray(ray, address: str) -> None:
+    """ray.init for `--ray ADDRESS`: `local` starts Ray here with every CPU and a small object store
+    (GLASSROOM_RAY_OBJECT_STORE_MB, default 128); anything else joins that cluster. One-line error."""
+    try:
+        if address == "local":
+            store_mb = int(os.environ.get("GLASSROOM_RAY_OBJECT_STORE_MB", "128"))
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=store_mb * 1024 * 1024,
+                     include_dashboard=False, log_to_driver=False, logging_level="warning")
+        else:
+            ray.init(address=address, log_to_driver=False, logging_level="warning")
+    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GlassroomError(f"--ray {address}: cannot start or reach Ray: {first}") from None
+
+
 class RayBackend:
     name = "ray"
 
@@ -72,16 +87,7 @@ class RayBackend:
         ray = self.ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         _check_reachable(address)
-        try:
-            if address == "local":
-                store_mb = int(os.environ.get("GLASSROOM_RAY_OBJECT_STORE_MB", "128"))
-                ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=store_mb * 1024 * 1024,
-                         include_dashboard=False, log_to_driver=False, logging_level="warning")
-            else:
-                ray.init(address=address, log_to_driver=False, logging_level="warning")
-        except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GlassroomError(f"--ray {address}: cannot start or reach Ray: {first}") from None
+        init_ray(ray, address)
         self.remote = ray.remote(max_retries=0)(execute_in_task)
         self.refs: dict[str, object] = {}  # step name -> ObjectRef
 
