@@ -20,6 +20,7 @@ pure function of its arguments and results are consumed in input order.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import multiprocessing
 import os
@@ -48,12 +49,13 @@ class _Done:
         return self.value
 
 
-class Executor:
+class Executor(abc.ABC):
     name = "executor"
     workers = 1
 
+    @abc.abstractmethod
     def submit(self, fn: Callable, *args):
-        raise NotImplementedError
+        """Run fn(*args) as one task; a handle whose .get() returns its result."""
 
     def map(self, fn: Callable, items: Iterable[tuple], lookahead: int | None = None) -> Iterator:
         """fn(*item) for each item, in order, with at most `lookahead` (default 2 x workers) in flight."""

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.data.shards import savez_fixed
 
 FORMAT = 1
 WORD_FEATURES = 2**20  # hashed word 1-2-grams
@@ -211,13 +212,7 @@ class QualityModel:
                   "ngram_range": np.array([1, 2], dtype=np.int64),
                   "score_chars": np.array(SCORE_CHARS, dtype=np.int64)}
         buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:  # fixed timestamps: same model, same bytes
-            for name, arr in arrays.items():
-                one = io.BytesIO()
-                np.lib.format.write_array(one, np.asanyarray(arr), allow_pickle=False)
-                info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-                info.external_attr = 0o600 << 16
-                zf.writestr(info, one.getvalue())
+        savez_fixed(buf, **arrays)  # fixed timestamps: same model, same bytes
         return buf.getvalue()
 
     def save(self, path: str | Path) -> None:

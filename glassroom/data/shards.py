@@ -257,8 +257,9 @@ def _read_extras(path: Path, docs: int) -> tuple[np.ndarray | None, np.ndarray |
     return tuple(out)
 
 
-def savez_fixed(path: Path, **arrays: np.ndarray) -> None:
-    """np.savez with fixed zip entry timestamps and order, so equal arrays give equal bytes."""
+def savez_fixed(path, **arrays: np.ndarray) -> None:
+    """np.savez with fixed zip entry timestamps and order, so equal arrays give equal bytes; `path` is a
+    file path or a binary file object."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, arr in arrays.items():
             buf = io.BytesIO()
