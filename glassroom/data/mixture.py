@@ -138,14 +138,21 @@ def check_weights(weights: dict[str, float], domains: list[str]) -> dict[str, fl
     for name, w in weights.items():
         if name not in domains:
             raise GlassroomError(f"mixture weights: no domain {name!r} in the dataset (it has {', '.join(domains)})")
+    total = _positive_total(weights, "domain")
+    return {d: weights[d] / total for d in domains if weights.get(d, 0) > 0}
+
+
+def _positive_total(weights: dict, what: str) -> float:
+    """The sum of `weights` after checking each is a finite number >= 0 and one is positive."""
+    for name, w in weights.items():
         if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
             raise GlassroomError(f"mixture weights: {name} has weight {w!r}, expected a number")
         if w < 0:
             raise GlassroomError(f"mixture weights: {name} has negative weight {w}; weights must be 0 or more")
     total = float(sum(weights.values()))
     if total <= 0:
-        raise GlassroomError("mixture weights: all are zero; give at least one domain a positive weight")
-    return {d: weights[d] / total for d in domains if weights.get(d, 0) > 0}
+        raise GlassroomError(f"mixture weights: all are zero; give at least one {what} a positive weight")
+    return total
 
 
 def weight_domain(key: str) -> str:
@@ -194,14 +201,7 @@ def resolve_weights(weights: dict[str, float], dataset: "Dataset") -> tuple[dict
         if ":" in key and weight_domain(key) in weights:
             raise GlassroomError(f"mixture weights: both {weight_domain(key)} and its cell {key} are given; weight "
                                  f"either the domain or its cells")
-    for name, w in weights.items():
-        if not isinstance(w, (int, float)) or isinstance(w, bool) or not math.isfinite(w):
-            raise GlassroomError(f"mixture weights: {name} has weight {w!r}, expected a number")
-        if w < 0:
-            raise GlassroomError(f"mixture weights: {name} has negative weight {w}; weights must be 0 or more")
-    total = float(sum(weights.values()))
-    if total <= 0:
-        raise GlassroomError("mixture weights: all are zero; give at least one domain or cell a positive weight")
+    total = _positive_total(weights, "domain or cell")
     keys = sorted((k for k in weights if weights[k] > 0), key=lambda k: order[k])
     return {k: weights[k] / total for k in keys}, {k: spans[k] for k in keys}
 
