@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import asdict
 
 from glassroom.commands import new_command
 from glassroom.errors import GlassroomError
@@ -19,7 +20,8 @@ A scaling ladder: small models of one recipe that predict a big ("hero") run bef
 
   plan      SPEC: every rung and the hero: name, parameters, tokens, FLOPs, time on your hardware
   run       SPEC --out DIR: train the rungs as cached pipeline steps (--hero: and the hero)
-  fit       DIR: scaling laws fitted on the finished rungs, with bootstrap intervals
+  fit       DIR | --results FILE: scaling laws fitted on the finished rungs or a results file
+  predict   (LADDER_DIR | --results FILE) --params N --tokens D: the loss of any size, with an interval
   backtest  DIR: fit on all rungs but the largest and predict it
   verify    RUN_DIR: check the hero's sealed prediction and the run's chained journal
 
@@ -87,7 +89,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def register_fit(sub) -> None:
-    p = new_command(sub, "fit", "fit scaling laws on a ladder's finished rungs",
+    p = new_command(sub, "fit", "fit scaling laws on a ladder's finished rungs or a results file",
                     "Fit L(C) = E + A*C^-alpha on every rung's final value of the spec's metric, of\n"
                     "eval/macro/bpb and of each domain's loss and bpb; L(N, D) when the rungs vary N and D\n"
                     "separately; and the schedule-aware curve law on the whole curves. Parameters come with\n"
@@ -96,8 +98,20 @@ def register_fit(sub) -> None:
                     "Refused (exit 2, one line naming the rungs): a final loss that is NaN, infinite, zero or\n"
                     "negative, two rungs at the same compute, fewer curve points than parameters, and a bigger\n"
                     "rung no better than a smaller one (unless --allow-nonmonotone: then `reliable: false`).\n\n"
-                    "example:\n  glassroom ladder fit ladders/demo")
-    p.add_argument("dir", metavar="DIR", help="ladder folder (docs/ladder.md: layout)")
+                    "--results FILE instead fits a results file from anywhere (a paper's table, another lab's\n"
+                    "runs): CSV or JSON lines with name, params, tokens, loss and optionally flops (else\n"
+                    "6 * params * tokens), seed, and whole curves (step + schedule); docs/ladder-predict.md.\n"
+                    "The law is L(N, D) when the sizes vary N and D separately, else L(C) (--law to choose);\n"
+                    "repeated seeds of a size give the measured seed-to-seed noise.\n\n"
+                    "example:\n  glassroom ladder fit ladders/demo\n"
+                    "  glassroom ladder fit --results experiments/results/chinchilla-besiroglu.csv --law ND")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="ladder folder (docs/ladder.md: layout)")
+    p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of DIR")
+    p.add_argument("--law", choices=LAWS, help="with --results: auto (default), C for L(C), ND for L(N, D)")
+    p.add_argument("--noise", metavar="FRACTION", help="with --results: the stated seed-to-seed noise in log loss "
+                   "(0.003 or 0.3%%; default 0.003), used unless repeated seeds measure it")
+    p.add_argument("--objective", choices=OBJECTIVES, help="with --results: least-squares (default: of log loss, "
+                   "foresight) or huber (Hoffmann et al.'s Huber delta 1e-3 of log loss, as papers fit)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--allow-nonmonotone", action="store_true",
                    help="fit even when a bigger rung ends no better than a smaller one; the report says unreliable")
@@ -107,8 +121,205 @@ def register_fit(sub) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from glassroom.ladder.report import fit_report, format_fit
 
+    if args.results is not None or args.dir is None:
+        return _fit_results(args)  # one line when both or neither
+    for flag, value in (("--law", args.law), ("--noise", args.noise), ("--objective", args.objective)):
+        if value is not None:
+            raise GlassroomError(f"{flag}: only with --results FILE (a ladder folder uses its spec's fit: section)")
     report = fit_report(args.dir, args.allow_nonmonotone)
     print(json.dumps(report) if args.json else format_fit(report))
+    return 0
+
+
+LAWS = ("auto", "C", "ND")
+OBJECTIVES = ("least-squares", "huber")
+
+
+def _fraction(flag: str, text, default: float, low_open: bool = False) -> float:
+    """A fraction from `0.003`, `0.3%`; in [0, 1) (or (0, 1) when low_open); one line otherwise."""
+    if text is None:
+        return default
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise GlassroomError(f"{flag}: {text!r} is not a number (e.g. 0.003 or 0.3%)") from None
+    if not math.isfinite(value) or value < 0 or value >= 1 or (low_open and value == 0):
+        raise GlassroomError(f"{flag}: must be {'above' if low_open else 'at least'} 0 and below 1, got {text}")
+    return value
+
+
+def _count(flag: str, text) -> float:
+    from glassroom.units import parse_count
+
+    try:
+        value = parse_count(text)
+    except ValueError:
+        raise GlassroomError(f"{flag}: {text!r} is not a positive number (e.g. 7e10, 70B, 1.4T)") from None
+    if not value > 0:
+        raise GlassroomError(f"{flag}: must be above zero, got {text}")
+    return value
+
+
+def _settings(args: argparse.Namespace, results, confidence: float) -> dict:
+    """The fit's settings: a ladder folder's spec fit: section where it has one, the options over it."""
+    cfg = results.fit_settings
+    stated = _fraction("--noise", args.noise, results.stated_noise if results.stated_noise is not None else 0.003)
+    return {"law": args.law or "auto", "stated_noise": stated, "confidence": confidence,
+            "irreducible": None if cfg is None or cfg.irreducible == "free" else float(cfg.irreducible),
+            "bootstrap": cfg.bootstrap if cfg is not None else 200, "seed": cfg.seed if cfg is not None else 0}
+
+
+def _predict(args: argparse.Namespace, results, st: dict, n: float, d: float, c) -> dict:
+    """predicted_loss, lower, upper, interval, law, noise for (n, d[, c]) by the chosen objective."""
+    if (args.objective or "least-squares") == "huber":
+        from glassroom.ladder.results import huber_prediction
+
+        if st["irreducible"] is not None:
+            raise GlassroomError("--objective huber: the spec pins fit.irreducible; use least-squares")
+        return huber_prediction(results.points, n, d, c, st["law"], st["stated_noise"], st["confidence"],
+                                st["bootstrap"], st["seed"])
+    from glassroom.ladder.foresight import fit_points
+
+    fit = fit_points(results.points, law=st["law"], stated_noise=st["stated_noise"], irreducible=st["irreducible"],
+                     bootstrap=st["bootstrap"], confidence=st["confidence"], seed=st["seed"])
+    return {**fit.predict(n, d, c), "objective": "least-squares"}
+
+
+def _curve_report(results, stated: float, confidence: float):
+    if not results.curves:
+        return None
+    from glassroom.ladder.results import fit_curve_law
+
+    fit = fit_curve_law(results.curves, noise=stated, confidence=confidence)
+    return fit, {**fit.to_json(), "runs": len(results.curves)}
+
+
+def _fit_results(args: argparse.Namespace) -> int:
+    from glassroom.ladder.results import read_source
+
+    if args.allow_nonmonotone:
+        raise GlassroomError("--allow-nonmonotone: only with a ladder folder (a results file is fitted as it is)")
+    results = read_source(args.results, args.dir)
+    st = _settings(args, results, 0.95)
+    largest = max(results.points, key=lambda p: p.flops)
+    pred = _predict(args, results, st, largest.params, largest.tokens, largest.flops)
+    curve = _curve_report(results, st["stated_noise"], 0.95)
+    report = {"source": results.summary(), "objective": pred["objective"], "law": pred["law"], "noise": pred["noise"],
+              "curve": curve[1] if curve else None, "points": [asdict(p) for p in results.points]}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(_source_line(results))
+    print(_law_lines(report))
+    if curve:
+        print(f"curve law {curve[1]['formula']} on {curve[1]['runs']} curves ({curve[1]['n_points']} points): "
+              f"{_params_text(curve[1])}")
+    return 0
+
+
+def _source_line(results) -> str:
+    s = results.summary()
+    extra = f", {s['seeds']} seeds" if s["seeds"] > 1 else ""
+    flops = f"; FLOPs = 6 N D for {s['flops_from_6nd']}" if s["flops_from_6nd"] else ""
+    return (f"{s['source']}: {s['runs']} runs, {s['sizes']} sizes{extra}, N {s['params'][0]:.3g}..{s['params'][1]:.3g}, "
+            f"D {s['tokens'][0]:.3g}..{s['tokens'][1]:.3g}, C {s['flops'][0]:.3g}..{s['flops'][1]:.3g}{flops}")
+
+
+def _params_text(law: dict) -> str:
+    parts = []
+    for name, value in law["params"].items():
+        lo_hi = law.get("intervals", {}).get(name)
+        pinned = name in law.get("pinned", {})
+        parts.append(f"{name} = {value:.4g}" + (" (pinned)" if pinned else f" [{lo_hi[0]:.4g}, {lo_hi[1]:.4g}]"
+                                                 if lo_hi else ""))
+    return ", ".join(parts)
+
+
+def _law_lines(report: dict) -> str:
+    law = report["law"]
+    lines = [f"{law['law']} = {law['formula']}: {_params_text(law)}"]
+    noise = report.get("noise")
+    if isinstance(noise, dict):
+        how = (f"measured from repeated seeds ({noise['sizes']} sizes, dof {noise['dof']})"
+               if noise["source"] == "measured" else "stated")
+        lines.append(f"seed-to-seed noise {noise['sigma']:.3g} in log loss, {how}")
+    for w in law.get("warnings", []) or []:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- predict
+
+
+def register_predict(sub) -> None:
+    p = new_command(sub, "predict", "predict the loss of any size from a results file or a ladder folder",
+                    "Fit the ladder's runs (a results file with --results, or a ladder folder's finished rungs)\n"
+                    "and predict the final loss of a model of --params N non-embedding active parameters\n"
+                    "trained on --tokens D tokens, with an interval at --confidence that carries the fit's\n"
+                    "uncertainty (bootstrap) and the seed-to-seed noise of one run (measured from repeated\n"
+                    "seeds, else stated: --noise, or the spec's fit.noise_floor). The law is L(N, D) when the\n"
+                    "runs vary N and D separately, else L(C) on FLOPs (--flops, else 6 N D scaled like the\n"
+                    "runs' own FLOPs); --law chooses. Numbers: 7e10, 70B, 1.4T.\n"
+                    "Refused (exit 2, one line): a results file that is missing, a folder, empty, unparseable,\n"
+                    "lacks a column, holds NaN/inf/zero/negative values, the same size and seed twice, or one\n"
+                    "size only; --params / --tokens / --flops that are not positive numbers.\n"
+                    "docs/ladder-predict.md has the file format and a worked example.\n\n"
+                    "example:\n  glassroom ladder predict --results experiments/results/chinchilla-besiroglu.csv "
+                    "--params 70B --tokens 1.4T --law ND\n  glassroom ladder predict lab/ladder --params 2e5 --tokens 2e6 --json")
+    p.add_argument("dir", metavar="LADDER_DIR", nargs="?", help="ladder folder (or --results FILE)")
+    p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of LADDER_DIR")
+    p.add_argument("--params", required=True, metavar="N", help="non-embedding active parameters of the model to predict")
+    p.add_argument("--tokens", required=True, metavar="D", help="its training tokens")
+    p.add_argument("--flops", metavar="C", help="its training FLOPs (default: 6 N D, scaled like the runs' FLOPs)")
+    p.add_argument("--law", choices=LAWS, help="auto (default): L(N, D) when identifiable, else L(C); C; ND")
+    p.add_argument("--noise", metavar="FRACTION", help="stated seed-to-seed noise in log loss (0.003 or 0.3%%), "
+                   "used unless repeated seeds measure it (default: the spec's fit.noise_floor, else 0.003)")
+    p.add_argument("--confidence", metavar="P", help="interval confidence (default 0.95, or the spec's)")
+    p.add_argument("--objective", choices=OBJECTIVES, help="least-squares (default: of log loss, measured noise "
+                   "and run intervals) or huber (Hoffmann et al.'s Huber delta 1e-3 of log loss, as papers fit; "
+                   "interval for the law's value)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_predict)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from glassroom.ladder.results import predict_curve_final, read_source
+
+    n, d = _count("--params", args.params), _count("--tokens", args.tokens)
+    c = _count("--flops", args.flops) if args.flops is not None else None
+    if not math.isfinite(6.0 * n * d):
+        raise GlassroomError(f"--params {args.params} x --tokens {args.tokens}: the compute overflows")
+    confidence = _fraction("--confidence", args.confidence, 0.95, low_open=True)
+    results = read_source(args.results, args.dir)
+    if args.confidence is None and results.fit_settings is not None:
+        confidence = results.fit_settings.confidence
+    st = _settings(args, results, confidence)
+    out = _predict(args, results, st, n, d, c)
+    out["extrapolation"] = {"flops_over_largest_run": out["flops"] / max(p.flops for p in results.points),
+                            "params_over_largest_run": n / max(p.params for p in results.points)}
+    out["source"] = results.summary()
+    out["points"] = [asdict(p) for p in results.points]
+    curve = _curve_report(results, st["stated_noise"], confidence)
+    if curve:
+        like = max(results.curves, key=lambda cv: cv.params * cv.tokens[-1])
+        out["curve"] = {**predict_curve_final(curve[0], like, n, d, confidence), "law": curve[1]}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    interval = out.get("interval") or {}
+    print(_source_line(results))
+    print(f"predict N {n:.4g}, D {d:.4g}, C {out['flops']:.4g} FLOPs"
+          f"{'' if c is not None else ' (6 N D, scaled like the runs)'}: "
+          f"{out['extrapolation']['flops_over_largest_run']:.3g}x the largest run's compute")
+    print(f"  predicted loss {out['predicted_loss']:.4f}  [{out['lower']:.4f}, {out['upper']:.4f}] "
+          f"({interval.get('confidence', confidence):.0%} interval for the {interval.get('kind', 'law')}; "
+          f"objective {out['objective']})")
+    print("  " + _law_lines(out).replace("\n", "\n  "))
+    if "curve" in out:
+        cv = out["curve"]
+        print(f"  curve law ({cv['schedule']} like {cv['like_run']}, {cv['steps']} steps): "
+              f"{cv['predicted_loss']:.4f} [{cv['lower']:.4f}, {cv['upper']:.4f}]")
     return 0
 
 
@@ -271,4 +482,4 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS = [(register_plan, run_plan), (register_run, run_run), (register_fit, run_fit),
-               (register_backtest, run_backtest), (register_verify, run_verify)]
+               (register_predict, run_predict), (register_backtest, run_backtest), (register_verify, run_verify)]
