@@ -1,0 +1,84 @@
+"""Synthetic ladders drawn from published scaling-law fits, and the least-squares reference on the true formula.
+
+Truths (L(N, D) = E + A / N^alpha + B / D^beta, N parameters, D training tokens):
+- "chinchilla": Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models",
+  arXiv 2203.15556, approach 3 (eq. 10): E 1.69, A 406.4, B 410.7, alpha 0.34, beta 0.28.
+- "besiroglu": Besiroglu et al. 2024, "Chinchilla Scaling: A replication attempt", arXiv 2404.10102,
+  their refit of approach 3: E 1.82, A 482.01, B 2085.43, alpha 0.3478, beta 0.3658.
+
+A ladder has `rungs` compute values log-spaced over `span` (largest / smallest); at tokens_per_param
+r a rung of compute C has N = sqrt(C / (6 r)), D = r N (C = 6 N D). A sequence of ratios runs every
+rung at each of them (the IsoFLOP-style ladder on which L(N, D) is identifiable). Each of `seeds`
+runs per size has loss = truth * exp(N(0, noise)): multiplicative lognormal run-to-run noise.
+
+`least_squares_reference` is the yardstick of the acceptance (issue 18): least squares of log loss
+(maximum likelihood under that noise) with the TRUE formula L(N, D), all five parameters free, from
+a fine grid of exponent pairs with the exact non-negative coefficients at each and the 8 best
+refined (foresight.fit_batch). On a fixed-ratio ladder N and D move together, so only the sum
+A/N^alpha + B/D^beta along the ladder's ratio is determined, which is all the hero needs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from glassroom.ladder.foresight import Point, fit_batch
+
+TRUTHS = {
+    "chinchilla": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28},
+    "besiroglu": {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658},
+}
+REFERENCE_GRID = np.linspace(0.02, 1.6, 49)
+
+
+def truth_loss(truth: dict, params, tokens) -> np.ndarray:
+    """E + A / N^alpha + B / D^beta."""
+    N, D = np.asarray(params, float), np.asarray(tokens, float)
+    return truth["E"] + truth["A"] / N ** truth["alpha"] + truth["B"] / D ** truth["beta"]
+
+
+def ladder_sizes(span: float, rungs: int, smallest_flops: float = 1e18,
+                 tokens_per_param: Union[float, Sequence[float]] = 20) -> list[tuple[str, float, float, float]]:
+    """(name, N, D, C) of every size of the ladder."""
+    ratios = [float(tokens_per_param)] if np.ndim(tokens_per_param) == 0 else [float(r) for r in tokens_per_param]
+    out = []
+    for i, C in enumerate(smallest_flops * np.geomspace(1.0, span, rungs)):
+        for r in ratios:
+            N = math.sqrt(C / (6.0 * r))
+            name = f"r{i}" if len(ratios) == 1 else f"r{i}-t{r:g}"
+            out.append((name, N, r * N, 6.0 * N * r * N))
+    return out
+
+
+def synthetic_ladder(truth: dict, span: float, rungs: int, seeds: int, noise: float, smallest_flops: float = 1e18,
+                     tokens_per_param: Union[float, Sequence[float]] = 20,
+                     rng: Optional[np.random.Generator] = None) -> list[Point]:
+    """Every run of the ladder (module docstring), each with its seed and noisy final loss."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    points = []
+    for name, N, D, C in ladder_sizes(span, rungs, smallest_flops, tokens_per_param):
+        for k in range(seeds):
+            loss = float(truth_loss(truth, N, D) * math.exp(rng.normal(0.0, noise)))
+            points.append(Point(name if k == 0 else f"{name}-s{k}", N, D, C, loss, k))
+    return points
+
+
+def hero_size(points: Sequence[Point], factor: float = 100.0, tokens_per_param: float = 20.0) -> tuple[float, float, float]:
+    """(N, D, C) at `factor` times the largest point's compute, at tokens_per_param."""
+    C = factor * max(p.flops for p in points)
+    N = math.sqrt(C / (6.0 * tokens_per_param))
+    return N, tokens_per_param * N, C
+
+
+def least_squares_reference(points: Sequence[Point], params: float, tokens: float) -> float:
+    """Least squares on the true formula L(N, D) (module docstring), evaluated at (params, tokens)."""
+    N = np.array([p.params for p in points], float)
+    D = np.array([p.tokens for p in points], float)
+    y = np.array([p.loss for p in points], float)
+    sN, sD = math.exp(np.mean(np.log(N))), math.exp(np.mean(np.log(D)))
+    theta, _ = fit_batch(np.stack([N / sN, D / sD]), y[None], None, starts=8, grid=REFERENCE_GRID)
+    E, a, b, ea, eb = theta[0]
+    return float(E + a * (params / sN) ** -ea + b * (tokens / sD) ** -eb)
