@@ -9,6 +9,9 @@ before the run starts): steps, mean, lo, hi of its metric, the band's confidence
           "rungs": [{"name", "config_hash", "final": {metric: value}}], "fields": {part: sha256}}
   digest = sha256(canonical({"prediction": the artifact without its seal, "rungs", "commit", "created"}))
 
+The digest covers every key of the prediction, "downstream" (the predicted task scores,
+glassroom.ladder.downstream_link) included; `band_problem` also refuses a damaged downstream
+section (`downstream_problem`).
 `fields` holds one digest per part (`prediction.<key>`, `rungs`, `commit`, `created`) so that a check
 can say which part changed. `verify_run` checks the seal, the journal's chain (journal.py) and the
 order of the preregistration against the run's start and first metric row. Numpy and sqlite only.
@@ -63,6 +66,51 @@ def band_problem(prediction) -> Optional[str]:
     confidence = prediction.get("confidence", 0.95)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
         return "confidence is not in (0, 1)"
+    if "downstream" in prediction:
+        problem = downstream_problem(prediction["downstream"])
+        if problem:
+            return f"downstream: {problem}"
+    return None
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def downstream_problem(section) -> Optional[str]:
+    """None when the prediction's "downstream" section (glassroom.ladder.downstream_link) is usable:
+    "scores" maps "<task>/<metric>" to finite lower <= predicted <= upper, a link with a form, and
+    an optional band "at_steps" {steps, mean, lo, hi} like the loss band's; else what is wrong."""
+    if not isinstance(section, dict):
+        return "not a mapping"
+    scores = section.get("scores")
+    if not isinstance(scores, dict):
+        return "no scores mapping"
+    for key, entry in scores.items():
+        if not (isinstance(key, str) and key.count("/") == 1 and all(key.split("/"))):
+            return f"{key!r} is not <task>/<metric>"
+        if not isinstance(entry, dict):
+            return f"{key}: not a mapping"
+        values = [entry.get(k) for k in ("lower", "predicted", "upper")]
+        if not all(_number(v) for v in values):
+            return f"{key}: predicted, lower and upper are not finite numbers"
+        if not values[0] <= values[1] <= values[2]:
+            return f"{key}: lower <= predicted <= upper does not hold"
+        link = entry.get("link")
+        if not (isinstance(link, dict) and link.get("form") in ("sigmoid", "linear")):
+            return f"{key}: no link form (sigmoid or linear)"
+        if "at_steps" in entry:
+            band = entry["at_steps"]
+            steps = band.get("steps") if isinstance(band, dict) else None
+            if not (isinstance(steps, list) and steps and all(isinstance(v, int) and not isinstance(v, bool) for v in steps)
+                    and all(a < b for a, b in zip(steps, steps[1:]))):
+                return f"{key}: at_steps.steps is not a list of increasing step numbers"
+            for k in ("mean", "lo", "hi"):
+                v = band.get(k)
+                if not (isinstance(v, list) and len(v) == len(steps) and all(_number(x) for x in v)):
+                    return f"{key}: at_steps.{k} is not one finite number per step"
+            if not all(a <= m <= b for a, m, b in zip(band["lo"], band["mean"], band["hi"])):
+                return f"{key}: at_steps lo <= mean <= hi does not hold"
     return None
 
 
