@@ -100,14 +100,23 @@ GR.planCharts = function (names, vectorNames, meta) {
 
   // Downstream scores (glassroom eval, train.eval_tasks): one chart per metric, a line per task,
   // a point at each evaluated checkpoint, points joined by lines.
+  // A task the preregistered prediction has a band for (ladder: docs/ladder-downstream.md) also
+  // gets a chart of its own, drawn over that band, after its metric's chart.
   const byMetric = {};
   for (const n of pick(/^downstream\/[^/]+\/[^/]+$/)) { const [, task, metric] = n.split("/"); (byMetric[metric] ||= []).push([task, n]); }
-  const downstream = Object.keys(byMetric).sort((a, b) => (DOWNSTREAM_ORDER.indexOf(a) + 1 || 99) - (DOWNSTREAM_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b))
-    .map((metric) => chart(`Downstream: ${DOWNSTREAM_TITLE[metric] || metric.replace(/_/g, " ")}`,
-      byMetric[metric].sort().map(([task, n], i) => {
-        const domain = (task.match(/^glassroom_[a-z]+_(.+)$/) || [])[1];
-        return line(n, task.replace(/^glassroom_/, ""), GR.colorFor(domain || task, i), {points: true, width: domain ? 1.5 : 2.25});
-      })));
+  const downstream = [];
+  for (const metric of Object.keys(byMetric).sort((a, b) => (DOWNSTREAM_ORDER.indexOf(a) + 1 || 99) - (DOWNSTREAM_ORDER.indexOf(b) + 1 || 99) || a.localeCompare(b))) {
+    const title = DOWNSTREAM_TITLE[metric] || metric.replace(/_/g, " ");
+    const lines = byMetric[metric].sort().map(([task, n], i) => {
+      const domain = (task.match(/^glassroom_[a-z]+_(.+)$/) || [])[1];
+      return line(n, task.replace(/^glassroom_/, ""), GR.colorFor(domain || task, i), {points: true, width: domain ? 1.5 : 2.25});
+    });
+    downstream.push(chart(`Downstream: ${title}`, lines));
+    for (const l of lines) {
+      const band = GR.downstreamBand(prediction, l.name);
+      if (band) downstream.push(chart(`Downstream: ${l.label} ${title}, predicted`, [Object.assign({}, l, {width: 2.25})], {band}));
+    }
+  }
   if (downstream.length) sections.push({title: "Downstream", charts: downstream});
 
   const norms = [];
@@ -163,6 +172,17 @@ GR.planCharts = function (names, vectorNames, meta) {
   }
   if (other.length) sections.push({title: "Other metrics", charts: other});
   return sections;
+};
+
+// The preregistered band of downstream/<task>/<metric>: the prediction's downstream.scores[<task>/<metric>]
+// .at_steps ({steps, mean, lo, hi}, glassroom/ladder/downstream_link.py), when whole; else null.
+GR.downstreamBand = function (prediction, name) {
+  const d = prediction && prediction.downstream, key = name.slice("downstream/".length);
+  const score = d && d.scores && typeof d.scores === "object" && Object.prototype.hasOwnProperty.call(d.scores, key) ? d.scores[key] : null;
+  const b = score && score.at_steps;
+  const numbers = (v) => Array.isArray(v) && v.length === b.steps.length && v.every((x) => typeof x === "number" && Number.isFinite(x));
+  if (!b || !Array.isArray(b.steps) || !b.steps.length || ![b.steps, b.mean, b.lo, b.hi].every(numbers)) return null;
+  return {steps: b.steps, mean: b.mean, lo: b.lo, hi: b.hi, metric: name, confidence: d.confidence};
 };
 
 // Builds the charts of `runs` into `main` and keeps them fed: initial load, zoom, live updates.
