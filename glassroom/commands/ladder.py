@@ -13,12 +13,14 @@ import sys
 from dataclasses import asdict
 
 from glassroom.commands import new_command
+from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
 
   plan      SPEC: every rung and the hero: name, parameters, tokens, FLOPs, time on your hardware
+  design    SPEC: which ladder (span, rungs, seeds) predicts the hero to a target error for the least compute
   run       SPEC --out DIR: train the rungs as cached pipeline steps (--hero: and the hero)
   fit       DIR | --results FILE: scaling laws fitted on the finished rungs or a results file
   predict   (LADDER_DIR | --results FILE) --params N --tokens D: the loss of any size, with an interval
@@ -206,6 +208,7 @@ def _fit_results(args: argparse.Namespace) -> int:
     pred = _predict(args, results, st, largest.params, largest.tokens, largest.flops)
     curve = _curve_report(results, st["stated_noise"], 0.95)
     report = {"source": results.summary(), "objective": pred["objective"], "law": pred["law"], "noise": pred["noise"],
+              "sigma": (pred.get("interval") or {}).get("sigma"), "why_law": pred.get("why_law"),
               "curve": curve[1] if curve else None, "points": [asdict(p) for p in results.points]}
     if args.json:
         print(json.dumps(report))
@@ -244,6 +247,10 @@ def _law_lines(report: dict) -> str:
         how = (f"measured from repeated seeds ({noise['sizes']} sizes, dof {noise['dof']})"
                if noise["source"] == "measured" else "stated")
         lines.append(f"seed-to-seed noise {noise['sigma']:.3g} in log loss, {how}")
+    used = (report.get("interval") or {}).get("sigma") or report.get("sigma")
+    if isinstance(used, dict) and used.get("sigma") is not None:
+        lines.append(f"noise in the interval: {used['sigma']:.3g} ({used['source']}"
+                     + (f"; residual scatter {used['residual_sigma']:.3g}" if used.get("residual_sigma") else "") + ")")
     for w in law.get("warnings", []) or []:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
@@ -296,8 +303,8 @@ def run_predict(args: argparse.Namespace) -> int:
         confidence = results.fit_settings.confidence
     st = _settings(args, results, confidence)
     out = _predict(args, results, st, n, d, c)
-    out["extrapolation"] = {"flops_over_largest_run": out["flops"] / max(p.flops for p in results.points),
-                            "params_over_largest_run": n / max(p.params for p in results.points)}
+    out["extrapolation"] = out["flops"] / max(p.flops for p in results.points)  # x the largest run's compute
+    out["params_over_largest_run"] = n / max(p.params for p in results.points)
     out["source"] = results.summary()
     out["points"] = [asdict(p) for p in results.points]
     curve = _curve_report(results, st["stated_noise"], confidence)
@@ -311,7 +318,7 @@ def run_predict(args: argparse.Namespace) -> int:
     print(_source_line(results))
     print(f"predict N {n:.4g}, D {d:.4g}, C {out['flops']:.4g} FLOPs"
           f"{'' if c is not None else ' (6 N D, scaled like the runs)'}: "
-          f"{out['extrapolation']['flops_over_largest_run']:.3g}x the largest run's compute")
+          f"{out['extrapolation']:.3g}x the largest run's compute")
     print(f"  predicted loss {out['predicted_loss']:.4f}  [{out['lower']:.4f}, {out['upper']:.4f}] "
           f"({interval.get('confidence', confidence):.0%} interval for the {interval.get('kind', 'law')}; "
           f"objective {out['objective']})")
@@ -481,5 +488,6 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if result["ok"] else ALTERED_EXIT
 
 
-SUBCOMMANDS = [(register_plan, run_plan), (register_run, run_run), (register_fit, run_fit),
-               (register_predict, run_predict), (register_backtest, run_backtest), (register_verify, run_verify)]
+SUBCOMMANDS = [(register_plan, run_plan), (register_design, run_design), (register_run, run_run),
+               (register_fit, run_fit), (register_predict, run_predict), (register_backtest, run_backtest),
+               (register_verify, run_verify)]

@@ -192,7 +192,12 @@ def _number(path, lineno, col, value, positive=True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise GlassroomError(f"{where}: {value!r} is not a number")
     try:
-        x = float(value) if col == "loss" or not isinstance(value, str) else parse_count(value)
+        try:
+            x = float(value)
+        except ValueError:  # 1.6B, 20T (not for the loss)
+            if col == "loss":
+                raise
+            x = parse_count(value)
     except (ValueError, OverflowError):
         if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "+inf", "infinity"):
             raise GlassroomError(f"{where}: {value.strip()} is not a finite number") from None
@@ -436,7 +441,7 @@ def fit_curve_law(curves: list[Curve], bootstrap: int = 200, noise: float = 0.00
         raise GlassroomError(f"the curve law has {free} free parameters but the curves give {len(y)} points after "
                              f"the first {skip_fraction:.0%} of each run; give more steps per run")
     fit = fit_law(CURVE_LAW, X, y)
-    return run_bootstrap(fit, X, y, groups, bootstrap, noise, confidence, seed)
+    return run_bootstrap(fit, X, y, groups, bootstrap, noise, confidence, seed) if bootstrap else fit
 
 
 def predict_curve_final(fit, curve: Curve, params: float, tokens: float, confidence: float = 0.95,
@@ -493,5 +498,6 @@ def huber_prediction(points: list, params: float, tokens: float, flops: Optional
             "interval": {"confidence": confidence, "kind": "law",
                          "method": f"{fitted.bootstrap_method} bootstrap quantiles of the law's value"},
             "params": float(params), "tokens": float(tokens), "flops": float(C), "law": fitted.to_json(),
-            "objective": "huber",
-            "noise": {"sigma": stated_noise, "source": "stated", "dof": 0, "sizes": 0, "stated": stated_noise}}
+            "objective": "huber", "extrapolation": float(C / max(p.flops for p in points)),
+            "noise": {"sigma": stated_noise, "source": "stated", "dof": 0, "sizes": 0, "stated": stated_noise,
+                      "used": fitted.bootstrap_method != "cases"}}
