@@ -100,6 +100,7 @@ def test_prediction_intervals_and_bounds():
     assert s["lower"] <= s["predicted"] <= s["upper"]
     assert s["lower"] <= sigmoid(3.0) <= s["upper"]
     assert s["link"]["n_pairs"] == 40 and s["link"]["rungs"] == ["r0", "r1", "r2", "r3"] and s["extrapolated"]
+    assert "extrapolated" in s["warnings"][0]
     # A wider loss interval widens the score interval (step 1's uncertainty goes through the link).
     wide = downstream_prediction(rungs, CFG, 3.0, (2.7, 3.3))["scores"]["t/acc"]
     assert wide["upper"] - wide["lower"] > 1.5 * (s["upper"] - s["lower"])
@@ -171,6 +172,9 @@ def test_backtest_holds_out_every_seed_of_the_largest_size():
         assert s["error"] == pytest.approx(s["predicted"] - s["actual"]) and isinstance(s["covered"], bool)
         assert s["lower"] <= s["predicted"] <= s["upper"] and s["link_only"] is not None
     assert result["covered"].endswith("/2")
+    # Rungs that never leave chance: a flat line, and a warning that it cannot foresee a rise.
+    flat = downstream_backtest(ladder(score=lambda L: 0.25 + 0 * L), CFG, {"final_loss": 3.1, "final_interval": [3.0, 3.2]})
+    assert flat["scores"]["t/acc"]["link"] == "linear" and "out of chance" in flat["scores"]["t/acc"]["warnings"][1]
     few = downstream_backtest(ladder(finals=(4.0, 3.5)), CFG, {"final_loss": 3.1, "final_interval": [3.0, 3.2]})
     assert few["scores"] == {} and "at least 3 sizes" in few["reason"]
 

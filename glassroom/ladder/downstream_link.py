@@ -303,6 +303,13 @@ def _predict_one(key: str, pairs: Pairs, loss: float, lo: float, hi: float, conf
     if link.clip:
         lower, upper = np.clip(lower, *link.clip), np.clip(upper, *link.clip)
     used = sorted({pairs.rungs[g] for g in pairs.group})
+    warnings = []
+    if loss < pairs.loss.min():
+        warnings.append(f"the hero's loss {loss:.4g} is below every pair's (lowest {pairs.loss.min():.4g}): "
+                        "the link is extrapolated")
+        if link.form == "linear" and is_bounded:
+            warnings.append("a straight link cannot foresee a score's rise out of chance (a bend the rungs never "
+                            "reached): the interval covers the line's own uncertainty only")
     out = {
         "predicted": float(center[0]), "lower": float(lower[0]), "upper": float(upper[0]),
         "link": {"form": link.form, "params": link.params(), "n_pairs": int(len(pairs.loss)),
@@ -312,7 +319,7 @@ def _predict_one(key: str, pairs: Pairs, loss: float, lo: float, hi: float, conf
                  "residual_sd": float(np.std(link.residuals)) if len(link.residuals) else 0.0,
                  "loss_range": [float(pairs.loss.min()), float(pairs.loss.max())],
                  "bounds": list(link.clip) if link.clip else None},
-        "extrapolated": bool(loss < pairs.loss.min()),
+        "extrapolated": bool(loss < pairs.loss.min()), "warnings": warnings,
     }
     if band_steps is not None:
         out["at_steps"] = {"steps": band_steps, "mean": center[1:].tolist(), "lo": lower[1:].tolist(),
@@ -330,7 +337,7 @@ def downstream_prediction(rungs: Sequence, fit_cfg, hero_loss: float, hero_inter
     (predict.predict_curve), for a band per score at up to BAND_POINTS of its steps.
 
     Returns {"method", "sources", "loss_metric", "confidence", "replicates", "scores": {"<task>/<metric>":
-    {"predicted", "lower", "upper", "link": {...}, "extrapolated", "at_steps"?}}, "skipped": {key: why},
+    {"predicted", "lower", "upper", "link": {...}, "extrapolated", "warnings", "at_steps"?}}, "skipped": {key: why},
     "reason": None, or why "scores" is empty}.
     """
     loss, lo, hi = _check_loss(hero_loss, hero_interval)
@@ -432,7 +439,8 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
         entry = {"predicted": p["predicted"], "lower": p["lower"], "upper": p["upper"], "actual": actual,
                  "actual_by_seed": finals, "error": None if actual is None else p["predicted"] - actual,
                  "covered": None if actual is None else bool(p["lower"] <= actual <= p["upper"]),
-                 "link": p["link"]["form"], "fallback": p["link"]["fallback"], "link_only": None}
+                 "link": p["link"]["form"], "fallback": p["link"]["fallback"], "warnings": p["warnings"],
+                 "link_only": None}
         if actual_loss is not None and key in train_pairs:
             tp = train_pairs[key]
             link = fit_link(tp.loss, tp.score, bounded(key.split("/")[-1], tp.score))
