@@ -246,7 +246,8 @@ def _law_lines(report: dict) -> str:
     if isinstance(noise, dict):
         how = (f"measured from repeated seeds ({noise['sizes']} sizes, dof {noise['dof']})"
                if noise["source"] == "measured" else "stated")
-        lines.append(f"seed-to-seed noise {noise['sigma']:.3g} in log loss, {how}")
+        unused = " (not used: the cases bootstrap resamples the runs themselves)" if noise.get("used") is False else ""
+        lines.append(f"seed-to-seed noise {noise['sigma']:.3g} in log loss, {how}{unused}")
     used = (report.get("interval") or {}).get("sigma") or report.get("sigma")
     if isinstance(used, dict) and used.get("sigma") is not None:
         lines.append(f"noise in the interval: {used['sigma']:.3g} ({used['source']}"
