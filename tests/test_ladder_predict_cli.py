@@ -87,6 +87,15 @@ def test_curves_in_a_results_file_give_the_curve_law(capsys, tmp_path):
     assert pred["curve"]["lower"] <= pred["curve"]["predicted_loss"] <= pred["curve"]["upper"]
 
 
+def test_a_loss_that_rises_with_compute_is_a_warning(capsys, tmp_path):
+    path = tmp_path / "rise.csv"
+    path.write_text("name,params,tokens,loss\na,1e8,2e9,3\nb,2e8,4e9,2.9\nc,4e8,8e9,3.5\n")
+    out = run_json(capsys, "ladder", "predict", "--results", str(path), "--params", "1e9", "--tokens", "2e10")
+    assert out["law"]["law"] == "L(C)" and len(out["warnings"]) == 1 and "does not fall with compute" in out["warnings"][0]
+    code, text, _ = run(capsys, "ladder", "fit", "--results", str(path))
+    assert code == 0 and "warning: the run(s) at 1.92e+19 FLOPs" in text
+
+
 @pytest.fixture(scope="module")
 def ladder_dir(tmp_path_factory):
     from ladder_helpers import write_ladder

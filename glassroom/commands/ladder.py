@@ -207,7 +207,10 @@ def _fit_results(args: argparse.Namespace) -> int:
     largest = max(results.points, key=lambda p: p.flops)
     pred = _predict(args, results, st, largest.params, largest.tokens, largest.flops)
     curve = _curve_report(results, st["stated_noise"], 0.95)
+    from glassroom.ladder.results import compute_warnings
+
     report = {"source": results.summary(), "objective": pred["objective"], "law": pred["law"], "noise": pred["noise"],
+              "warnings": compute_warnings(results.points) if pred["law"]["law"] == "L(C)" else [],
               "sigma": (pred.get("interval") or {}).get("sigma"), "why_law": pred.get("why_law"),
               "curve": curve[1] if curve else None, "points": [asdict(p) for p in results.points]}
     if args.json:
@@ -215,6 +218,8 @@ def _fit_results(args: argparse.Namespace) -> int:
         return 0
     print(_source_line(results))
     print(_law_lines(report))
+    for w in report["warnings"]:
+        print(f"warning: {w}")
     if curve:
         print(f"curve law {curve[1]['formula']} on {curve[1]['runs']} curves ({curve[1]['n_points']} points): "
               f"{_params_text(curve[1])}")
@@ -292,7 +297,7 @@ def register_predict(sub) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from glassroom.ladder.results import predict_curve_final, read_source
+    from glassroom.ladder.results import compute_warnings, predict_curve_final, read_source
 
     n, d = _count("--params", args.params), _count("--tokens", args.tokens)
     c = _count("--flops", args.flops) if args.flops is not None else None
@@ -307,6 +312,7 @@ def run_predict(args: argparse.Namespace) -> int:
     out["extrapolation"] = out["flops"] / max(p.flops for p in results.points)  # x the largest run's compute
     out["params_over_largest_run"] = n / max(p.params for p in results.points)
     out["source"] = results.summary()
+    out["warnings"] = compute_warnings(results.points) if out["law"]["law"] == "L(C)" else []
     out["points"] = [asdict(p) for p in results.points]
     curve = _curve_report(results, st["stated_noise"], confidence)
     if curve:
@@ -324,6 +330,8 @@ def run_predict(args: argparse.Namespace) -> int:
           f"({interval.get('confidence', confidence):.0%} interval for the {interval.get('kind', 'law')}; "
           f"objective {out['objective']})")
     print("  " + _law_lines(out).replace("\n", "\n  "))
+    for w in out["warnings"]:
+        print(f"  warning: {w}")
     if "curve" in out:
         cv = out["curve"]
         print(f"  curve law ({cv['schedule']} like {cv['like_run']}, {cv['steps']} steps): "

@@ -203,11 +203,13 @@ def _number(path, lineno, col, value, positive=True) -> float:
             raise GlassroomError(f"{where}: {value.strip()} is not a finite number") from None
         raise GlassroomError(f"{where}: {value!r} is not a number") from None
     if not math.isfinite(x):
-        raise GlassroomError(f"{where}: {value} is not a finite number (NaN or infinite)")
+        raise GlassroomError(f"{where}: {x} is not a finite number (NaN or infinite)")
     if positive and x <= 0:
-        raise GlassroomError(f"{where}: {value} must be above zero")
+        raise GlassroomError(f"{where}: {x:g} must be above zero")
+    if col in ("params", "tokens", "flops") and x < 1:
+        raise GlassroomError(f"{where}: {x:g} is below 1 (a count of parameters, tokens or FLOPs; wrong unit?)")
     if col == "loss" and not LOSS_MIN <= x <= LOSS_MAX:
-        raise GlassroomError(f"{where}: {value} is outside [{LOSS_MIN:g}, {LOSS_MAX:g}], no loss a fit can use")
+        raise GlassroomError(f"{where}: {x:g} is outside [{LOSS_MIN:g}, {LOSS_MAX:g}], no loss a fit can use")
     return x
 
 
@@ -220,7 +222,7 @@ def _integer(path, lineno, col, value, minimum: int) -> int:
     if not math.isfinite(x) or x != int(x) or abs(x) >= 2**63:
         raise GlassroomError(f"{where}: {value!r} is not a whole number")
     if x < minimum:
-        raise GlassroomError(f"{where}: {value} must be at least {minimum}")
+        raise GlassroomError(f"{where}: {int(x)} must be at least {minimum}")
     return int(x)
 
 
@@ -242,6 +244,22 @@ def _point(path, lineno, row):
                              f"{flops:g}, beyond {FLOPS_MAX:g} FLOPs (is a column in the wrong unit?)")
     seed = _integer(path, lineno, "seed", row["seed"], 0) if "seed" in row else None
     return Point(name=name, params=n, tokens=d, flops=flops, loss=loss, seed=seed), not given
+
+
+def compute_warnings(points: list) -> list[str]:
+    """Sizes whose mean loss is no better than that of a size of less compute: L(C) cannot follow them,
+    and its interval (fitted to the others) would not show it."""
+    by_size: dict = {}
+    for p in points:
+        by_size.setdefault((p.flops, p.params, p.tokens), []).append(p.loss)
+    sizes = sorted((c, float(np.mean(v)), n, d) for (c, n, d), v in by_size.items())
+    out = []
+    for j in range(1, len(sizes)):
+        i = min(range(j), key=lambda k: sizes[k][1])
+        if sizes[j][1] >= sizes[i][1] and sizes[j][0] > sizes[i][0]:
+            out.append(f"the run(s) at {sizes[j][0]:.3g} FLOPs (loss {sizes[j][1]:.4g}) are no better than those at "
+                       f"{sizes[i][0]:.3g} FLOPs ({sizes[i][1]:.4g}): loss does not fall with compute; L(C) is unreliable")
+    return out
 
 
 def check_sizes(source: str, points: list, where: list[str]) -> None:
