@@ -57,6 +57,7 @@ MIN_SIGMOID_PAIRS = 8  # fewer than this: the 4-parameter sigmoid is not tried, 
 MAX_REPLICATES = 500
 BAND_POINTS = 64       # at most this many steps in a downstream band
 LOSS_MIN, LOSS_MAX = 1e-6, 1e6  # glassroom.ladder.rungs: no loss a fit can mean lies outside
+SCORE_MAX = 1e9  # no score a link can mean is larger (an edited store); beyond it the fit overflows
 
 
 @dataclass
@@ -94,6 +95,19 @@ def _value(form: str, x, loss: np.ndarray, clip) -> np.ndarray:
     else:
         out = x[0] + x[1] * loss
     return np.clip(out, *clip) if clip else out
+
+
+def _jacobian(x, loss: np.ndarray) -> np.ndarray:
+    """d(sigmoid link)/d(low, high, k, L0) at each loss."""
+    low, high, k, l0 = x
+    sig = 1.0 / (1.0 + np.exp(np.clip(-k * (loss - l0), -700, 700)))
+    slope = (high - low) * sig * (1 - sig)
+    return np.column_stack([1 - sig, sig, slope * (loss - l0), -slope * k])
+
+
+def _solve(x0, loss: np.ndarray, score: np.ndarray, bounds, max_nfev: int):
+    return least_squares(lambda x: _value("sigmoid", x, loss, None) - score, x0, jac=lambda x: _jacobian(x, loss),
+                         bounds=bounds, method="trf", max_nfev=max_nfev)
 
 
 def bounded(metric: str, scores: np.ndarray) -> bool:
@@ -153,8 +167,7 @@ def fit_link(loss: np.ndarray, score: np.ndarray, is_bounded: bool) -> Link:
     best = None
     for x0 in _starts(loss, score, bounds):
         try:
-            res = least_squares(lambda x: _value("sigmoid", x, loss, None) - score, x0, bounds=bounds,
-                                method="trf", max_nfev=400)
+            res = _solve(x0, loss, score, bounds, 400)
         except (ValueError, np.linalg.LinAlgError):
             continue
         if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
@@ -222,8 +235,7 @@ def _refit(link: Link, loss: np.ndarray, score: np.ndarray) -> np.ndarray:
     if link.form == "linear":
         return _fit_linear(loss, score)
     try:
-        res = least_squares(lambda x: _value("sigmoid", x, loss, None) - score, link.x, bounds=link.bounds,
-                            method="trf", max_nfev=200)
+        res = _solve(link.x, loss, score, link.bounds, 100)
         return res.x if np.all(np.isfinite(res.x)) else link.x
     except (ValueError, np.linalg.LinAlgError):
         return link.x
@@ -239,9 +251,9 @@ def _check_loss(hero_loss, hero_interval) -> tuple[float, float, float]:
     except (TypeError, ValueError):
         raise GlassroomError(f"downstream prediction: the hero's loss {hero_loss!r} and interval {hero_interval!r} "
                              "must be a number and two numbers") from None
-    if not all(math.isfinite(v) and v > 0 for v in (loss, lo, hi)) or not lo <= loss <= hi:
+    if not all(LOSS_MIN <= v <= LOSS_MAX for v in (loss, lo, hi)) or not lo <= loss <= hi:
         raise GlassroomError(f"downstream prediction: the hero's loss {loss:g} and interval [{lo:g}, {hi:g}] must be "
-                             "finite, above zero, with lower <= loss <= upper")
+                             f"losses in [{LOSS_MIN:g}, {LOSS_MAX:g}] with lower <= loss <= upper")
     return loss, lo, hi
 
 
@@ -365,6 +377,9 @@ def downstream_prediction(rungs: Sequence, fit_cfg, hero_loss: float, hero_inter
 
 
 def _too_few(p: Pairs) -> Optional[str]:
+    big = np.abs(p.score) > SCORE_MAX
+    if big.any():
+        return f"a score of {p.score[big][0]:g} (rung {p.rungs[p.group[big][0]]}): beyond +-{SCORE_MAX:g}, no score a link can use"
     if len(p.loss) < MIN_PAIRS:
         return f"{len(p.loss)} (loss, score) pair(s), fewer than {MIN_PAIRS}"
     if len(set(p.group.tolist())) < 2:
@@ -384,7 +399,8 @@ def _curve_problem(curve) -> Optional[str]:
         v = curve.get(k)
         if not isinstance(v, (list, tuple, np.ndarray)) or len(v) != len(steps):
             return f"{k} is not one value per step"
-        if not all(isinstance(x, (int, float, np.floating)) and math.isfinite(x) and x > 0 for x in v):
+        if not all(isinstance(x, (int, float, np.floating)) and not isinstance(x, bool) and LOSS_MIN <= x <= LOSS_MAX
+                   for x in v):
             return f"{k} holds a value that is not a finite loss"
     if not all(a <= m <= b for a, m, b in zip(curve["lo"], curve["mean"], curve["hi"])):
         return "lo <= mean <= hi does not hold"
