@@ -122,7 +122,7 @@ def collect_pairs(rungs: Sequence, loss_metric: str) -> dict[str, Pairs]:
     """{"<task>/<metric>": Pairs} from every rung's steps where the score and the loss metric were
     both logged (finite values, loss within the rungs' loss limits, steps up to the rung's last)."""
     out: dict[str, list] = {}
-    names = [_rung_name(r, i) for i, r in enumerate(rungs)]
+    names = _names(rungs)
     for g, rung in enumerate(rungs):
         tasks = sorted(n for n in rung.metrics() if n.startswith(PREFIX) and n.count("/") == 2
                        and all(n.split("/")[1:]))
@@ -142,10 +142,10 @@ def collect_pairs(rungs: Sequence, loss_metric: str) -> dict[str, Pairs]:
     return result
 
 
-def _rung_name(rung, i: int) -> str:
-    seed = getattr(rung, "seed", None)
-    name = str(getattr(rung, "name", f"rung {i}"))
-    return f"{name}-s{seed}" if seed and not name.endswith(f"-s{seed}") else name
+def _names(rungs: Sequence) -> list[str]:
+    """Each rung's name; `<name> seed <seed>` where several rungs (the seeds of one size) share a name."""
+    names = [str(getattr(r, "name", f"rung {i}")) for i, r in enumerate(rungs)]
+    return [f"{n} seed {getattr(r, 'seed', i)}" if names.count(n) > 1 else n for i, (n, r) in enumerate(zip(names, rungs))]
 
 
 # ----------------------------------------------------------------------------- the link
@@ -463,7 +463,7 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
             entry["link_only"] = float(link([actual_loss])[0])
         scores[key] = entry
     checked = [s["covered"] for s in scores.values() if s["covered"] is not None]
-    return {"held_out": [_rung_name(r, i) for i, r in enumerate(held)], "fitted_on": [r.name for r in train],
+    return {"held_out": _names(held), "fitted_on": _names(train),
             "loss_metric": metric, "confidence": confidence,
             "predicted_loss": float(held_loss["final_loss"]), "actual_loss": actual_loss,
             "scores": scores, "skipped": pred["skipped"],
