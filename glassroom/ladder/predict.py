@@ -14,8 +14,12 @@ size term in Chinchilla's additive form so that one fit covers every rung:
 The value at store step s (after s optimizer steps) is compared with the metric logged at s.
 Points before fit.skip_fraction of each run are left out (the early transient is not a power law).
 The band is the bootstrap's (fit.py) quantiles at fit.confidence, each replicate's curve also
-shifted by one draw of the hero's own seed noise, N(0, noise_floor) in log loss: a predictive
-interval for the one run that will be observed.
+shifted by one draw of the hero's own seed noise, N(0, sigma) in log loss: a predictive interval for
+the one run that will be observed. sigma is the seed-to-seed noise (noise.py): measured from the
+rungs' repeated seeds when some size has two or more (each replicate then draws sigma from its
+posterior, NoiseEstimate.draw), else the spec's fit.noise_floor. Seeds of one size are fitted as
+runs of their own (each its own curve, each its own endpoint); the backtest holds out every seed of
+the largest size and compares the prediction with their mean final value.
 
 `preregister` seals the prediction (glassroom.observe.prediction.seal: a SHA-256 digest over the
 prediction, the rungs' config hashes and final metrics, the code commit and the moment of sealing)
@@ -35,7 +39,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
-from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, leave_largest_out
+from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
 
 CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
@@ -95,8 +99,10 @@ def _rung_points(rungs, metric: str, fit_cfg) -> tuple[dict[str, np.ndarray], np
     return {k: np.asarray(v) for k, v in X.items()}, np.asarray(y), np.asarray(groups)
 
 
-def fit_curves(rungs, metric: str, fit_cfg) -> Fit:
-    """The curve law fitted jointly on every rung's curve of `metric`, with bootstrap replicates."""
+def fit_curves(rungs, metric: str, fit_cfg, noise=None) -> Fit:
+    """The curve law fitted jointly on every rung's curve of `metric` (each seed's curve a group of
+    its own), with bootstrap replicates whose per-run offsets have SD noise.sigma (noise.py's
+    NoiseEstimate; fit_cfg.noise_floor when None)."""
     if len(rungs) < 2:
         raise GlassroomError("the curve law needs at least two rungs")
     X, y, groups = _rung_points(rungs, metric, fit_cfg)
@@ -107,12 +113,15 @@ def fit_curves(rungs, metric: str, fit_cfg) -> Fit:
         raise GlassroomError(f"the curve law has {free} free parameters but the rungs give only {len(y)} values of "
                              f"{metric} after skip_fraction ({counts}); evaluate more often (eval_fraction) or add rungs")
     fit = fit_law(CURVE_LAW, X, y, pinned)
-    return bootstrap(fit, X, y, groups, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+    sigma = fit_cfg.noise_floor if noise is None else noise.sigma
+    return bootstrap(fit, X, y, groups, fit_cfg.bootstrap, sigma, fit_cfg.confidence, fit_cfg.seed)
 
 
 def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, fit_cfg,
-                  points: int = BAND_POINTS) -> dict[str, Any]:
-    """steps, mean, lo, hi of the law for one run, from skip_fraction of its steps to the end."""
+                  points: int = BAND_POINTS, noise=None) -> dict[str, Any]:
+    """steps, mean, lo, hi of the law for one run, from skip_fraction of its steps to the end; each
+    replicate shifted by one draw of the run's seed noise (noise: a NoiseEstimate, whose measured
+    sigma is drawn from its posterior per replicate; fit_cfg.noise_floor when None)."""
     m = lr_multipliers(train)
     total = len(m)
     first = max(1, math.ceil(fit_cfg.skip_fraction * total))
@@ -121,7 +130,9 @@ def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, f
     mean = fit.predict(X)
     if fit.boot:
         rng = np.random.default_rng(fit_cfg.seed + 1)
-        draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, fit_cfg.noise_floor)) for b in fit.boot])
+        sigmas = ([fit_cfg.noise_floor] * len(fit.boot) if noise is None
+                  else [noise.draw(rng) for _ in fit.boot])  # a stated sigma draws nothing: the same stream
+        draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, sd)) for b, sd in zip(fit.boot, sigmas)])
         lo = np.quantile(draws, (1 - fit_cfg.confidence) / 2, axis=0)
         hi = np.quantile(draws, (1 + fit_cfg.confidence) / 2, axis=0)
     else:
@@ -146,7 +157,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     can use are refused (rungs.check_rungs); allowed non-monotone rungs or exponents at their bounds
     make `reliable` false, with the reasons in `warnings`.
     """
-    from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
+    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure_noise, read_spec_settings
     from glassroom.model.accounting import count_params
     from glassroom.observe.prediction import predicted_run, run_digest
     from glassroom.train.config import run_config_from_mapping
@@ -158,24 +169,25 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     rungs = load_rungs(ladder_dir, param_count)
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
                            allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
+    noise = measure_noise(rungs, fit_cfg.metric, fit_cfg.noise_floor)
     cfg = run_config_from_mapping(hero_config, "hero")
     # What binds the prediction to its hero: `ladder verify` compares it with RUN_DIR/config.yaml.
     hero_run = json.loads(json.dumps(predicted_run(cfg.to_dict())))
     counts = count_params(cfg.model)
     n = counts.active if param_count == "active" else counts.non_embedding_active
     tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
-    fit = fit_curves(rungs, fit_cfg.metric, fit_cfg)
+    fit = fit_curves(rungs, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
-    band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg)
+    band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg, noise=noise)
     endpoint = None
-    if len(rungs) >= (2 if fit_cfg.irreducible != "free" else 3):
+    if len(group_sizes(rungs)) >= (2 if fit_cfg.irreducible != "free" else 3):
         from glassroom.ladder.fit import fit_endpoints, predict_interval
         from glassroom.model.accounting import flops_per_token
 
         C = [r.flops for r in rungs]
         L = [r.final(fit_cfg.metric) for r in rungs]
         pinned = None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible)
-        efit = fit_endpoints(C, L, pinned, fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
+        efit = fit_endpoints(C, L, pinned, fit_cfg.bootstrap, noise.sigma, fit_cfg.confidence, fit_cfg.seed)
         hero_c = float(flops_per_token(cfg.model, cfg.train.seq_len)) * cfg.train.steps * tokens_per_step
         mean, lo, hi = predict_interval(efit, {"C": [hero_c]}, fit_cfg.confidence)
         endpoint = {"law": efit.to_json(), "compute": hero_c, "final_loss": float(mean[0]),
@@ -184,16 +196,63 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     return {
         "created": now, "created_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "metric": fit_cfg.metric, "law": fit.to_json(), "params": fit.params, "confidence": fit_cfg.confidence,
-        "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {fit_cfg.noise_floor:g} (log loss)",
+        "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {describe_noise(noise)}",
+        "noise": noise.to_json(),
         "settings": {"momentum": fit_cfg.momentum, "skip_fraction": fit_cfg.skip_fraction,
                      "noise_floor": fit_cfg.noise_floor, "bootstrap": fit_cfg.bootstrap, "seed": fit_cfg.seed,
                      "irreducible": fit_cfg.irreducible, "param_count": param_count},
-        "rungs": [{**r.identity(), "final": r.final_metrics()} for r in rungs], "code": _code_version(),
+        "rungs": [{**r.identity(), "final": r.final_metrics()} for r in rungs],
+        "sizes": size_summary(rungs, fit_cfg.metric), "code": _code_version(),
         "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
                  "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule,
                  "run_config": hero_run, "config_sha256": run_digest(hero_run)},
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
     }
+
+
+def describe_noise(noise) -> str:
+    """One phrase: `0.0041 (log loss, measured from 4 sizes' seeds, 4 dof)` or `0.003 (log loss, stated)`."""
+    if noise.source == "measured":
+        return (f"{noise.sigma:.3g} (log loss, measured from the seeds of {noise.sizes} size(s), {noise.dof} dof; "
+                f"the stated fit.noise_floor {noise.stated:g} is not used)")
+    return f"{noise.sigma:g} (log loss, stated: fit.noise_floor; no size has two seeds to measure it)"
+
+
+def size_summary(rungs, metric: str) -> list[dict]:
+    """One entry per size: its name, N, tokens, FLOPs, each seed's final value and their mean."""
+    from glassroom.ladder.rungs import group_sizes
+
+    out = []
+    for group in group_sizes(rungs):
+        finals = [r.final(metric) for r in group]
+        out.append({"name": group[0].name, "params": group[0].params, "tokens": group[0].tokens,
+                    "flops": group[0].flops, "seeds": [r.seed for r in group], "finals": finals,
+                    "mean": float(np.mean(finals))})
+    return out
+
+
+def leave_largest_size_out(C, loss, pinned_E: Optional[float] = None, replicates: int = 200,
+                           noise_floor: float = 0.003, confidence: float = 0.95, seed: int = 0) -> Optional[dict]:
+    """L(C) fitted without every run at the largest compute (all seeds of the largest size) and
+    predicted there, compared with those runs' mean final value (fit.leave_largest_out's fields,
+    plus each held-out run's value). One run per size: the same numbers as fit.leave_largest_out."""
+    from glassroom.ladder.fit import fit_endpoints, predict_interval
+
+    C, loss = np.asarray(C, float), np.asarray(loss, float)
+    if len(C) == 0:
+        return None
+    held = np.isclose(C, C.max(), rtol=1e-9, atol=0.0)
+    order = np.argsort(C[~held], kind="stable")
+    Ct, Lt = C[~held][order], loss[~held][order]
+    distinct = len(np.unique(Ct))
+    if distinct < (2 if pinned_E is not None else 3):
+        return None
+    fit = fit_endpoints(Ct, Lt, pinned_E, replicates, noise_floor, confidence, seed)
+    mean, lo, hi = predict_interval(fit, {"C": [float(C.max())]}, confidence)
+    predicted, actual = float(mean[0]), float(np.mean(loss[held]))
+    return {"predicted_loss": predicted, "actual_loss": actual, "relative_error": (predicted - actual) / actual,
+            "interval": [float(lo[0]), float(hi[0])], "covered": bool(lo[0] <= actual <= hi[0]),
+            "compute": float(C.max()), "actual_losses": [float(v) for v in loss[held]], "fit": fit.to_json()}
 
 
 def seal_commit() -> str:
@@ -291,32 +350,51 @@ def preregister(run_dir: str | Path, prediction: dict) -> dict:
 
 
 def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = False) -> dict:
-    """Fit on all rungs but the largest, predict the largest's curve and final loss."""
-    from glassroom.ladder.rungs import check_rungs, load_rungs, read_spec_settings
+    """Fit on every size but the largest and predict the largest's curve and final loss; with seeds,
+    every seed of the largest size is held out and the prediction is compared with their mean final
+    value (each seed's own final and curve error are reported too). The seed noise comes from the
+    fitted sizes only: the held-out runs are not looked at before the comparison."""
+    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure_noise, read_spec_settings
 
     settings, param_count = read_spec_settings(ladder_dir)
     fit_cfg = fit_cfg or settings
     rungs = load_rungs(ladder_dir, param_count)
-    if len(rungs) < 3:
-        raise GlassroomError(f"{ladder_dir}: a backtest needs at least 3 rungs (fit on 2, predict 1), have {len(rungs)}")
+    sizes = group_sizes(rungs)
+    if len(sizes) < 3:
+        raise GlassroomError(f"{ladder_dir}: a backtest needs at least 3 sizes (fit on 2, predict 1), have "
+                             f"{len(sizes)}" + (f" ({len(rungs)} runs)" if len(rungs) != len(sizes) else ""))
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
                            allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
-    held, train = rungs[-1], rungs[:-1]
-    held.check_curve(fit_cfg.metric, fit_cfg.skip_fraction)  # its curve is compared point by point
-    fit = fit_curves(train, fit_cfg.metric, fit_cfg)
+    held, train = sizes[-1], [r for g in sizes[:-1] for r in g]
+    for run in held:
+        run.check_curve(fit_cfg.metric, fit_cfg.skip_fraction)  # its curve is compared point by point
+    noise = measure_noise(train, fit_cfg.metric, fit_cfg.noise_floor)
+    fit = fit_curves(train, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
-    band = predict_curve(fit, held.params, held.config["train"], held.tokens_per_step, fit_cfg)
-    actual = held.final(fit_cfg.metric)
-    steps, values = held.series(fit_cfg.metric)
-    seen = np.isin(steps, band["steps"])
-    predicted_at = np.interp(steps[seen], band["steps"], band["mean"])
-    curve_error = float(np.mean(np.abs(predicted_at / values[seen] - 1))) if seen.any() else None
+    first = held[0]
+    band = predict_curve(fit, first.params, first.config["train"], first.tokens_per_step, fit_cfg, noise=noise)
+    runs, errors = [], []
+    for run in held:
+        final = run.final(fit_cfg.metric)
+        steps, values = run.series(fit_cfg.metric)
+        seen = np.isin(steps, band["steps"])
+        err = None
+        if seen.any():
+            gaps = np.abs(np.interp(steps[seen], band["steps"], band["mean"]) / values[seen] - 1)
+            errors.extend(gaps.tolist())
+            err = float(np.mean(gaps))
+        runs.append({"name": run.name, "seed": run.seed, "run_dir": str(run.run_dir), "actual_loss": final,
+                     "relative_error": (band["final_loss"] - final) / final, "curve_mean_abs_relative_error": err})
+    actual = float(np.mean([r["actual_loss"] for r in runs]))
     lo, hi = band["final_interval"]
-    endpoint = leave_largest_out([r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs],
-                                 None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible),
-                                 fit_cfg.bootstrap, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
-    return {"metric": fit_cfg.metric, "held_out": held.name, "fitted_on": [r.name for r in train],
+    endpoint = leave_largest_size_out([r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs],
+                                      None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible),
+                                      fit_cfg.bootstrap, noise.sigma, fit_cfg.confidence, fit_cfg.seed)
+    return {"metric": fit_cfg.metric, "held_out": first.name, "fitted_on": list(dict.fromkeys(r.name for r in train)),
+            "held_out_runs": runs, "seeds": len(held),
             "predicted_loss": band["final_loss"], "actual_loss": actual,
             "relative_error": (band["final_loss"] - actual) / actual, "interval": [lo, hi],
-            "covered": bool(lo <= actual <= hi), "curve_mean_abs_relative_error": curve_error,
-            "law": fit.to_json(), "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings}
+            "covered": bool(lo <= actual <= hi),
+            "curve_mean_abs_relative_error": float(np.mean(errors)) if errors else None,
+            "noise": noise.to_json(), "law": fit.to_json(), "endpoint_check": endpoint,
+            "reliable": not warnings, "warnings": warnings}

@@ -6,6 +6,10 @@ training run in its step's output folder (`<workspace>/rungs/<name>-<version>`),
 shows it like any run; an interrupted rung resumes from its checkpoints on the next attempt. The fit
 step's output is a ladder folder (spec.yaml + ladder.json listing the rungs) that `glassroom ladder
 fit` and `backtest` read, holding prediction.json and backtest.json.
+
+Seeds (the spec's `seeds: K`): every seed of a rung is a step of its own, named as
+spec.expand_seeds names it (seed 0 keeps the rung's name, seed k `<rung>-s<k>`); the fit step takes
+all of them as inputs, so it waits for every seed.
 """
 
 from __future__ import annotations
@@ -65,11 +69,14 @@ def fit_and_predict(ctx: StepContext) -> dict:
     ctx.write_json("prediction.json", prediction)
     result = {"final_loss": prediction["final_loss"], "final_interval": prediction["final_interval"],
               "metric": prediction["metric"]}
-    if len(rungs) >= 3:
+    from glassroom.ladder.rungs import group_sizes, load_rungs
+
+    if len(group_sizes(load_rungs(ctx.output))) >= 3:
         check = backtest(ctx.output)
         ctx.write_json("backtest.json", check)
         result["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss",
-                                                    "relative_error", "covered")}
+                                                    "relative_error", "covered", "seeds")}
+    result["noise"] = prediction.get("noise")
     return result
 
 
@@ -99,12 +106,14 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
                  cpus: float = 2) -> tuple[list[Step], list[Step]]:
     """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
     replaces the spec's data.path."""
-    from glassroom.ladder.spec import expand
+    from glassroom.ladder.spec import expand_seeds
 
-    rungs, hero = expand(spec)
+    rungs, hero = expand_seeds(spec)
     rung_steps = [
         Step(run.name, train_rung, {"run": _with_data(run.config, data)}, kind="rungs",
-             resources=Resources(cpus=cpus), description=f"ladder rung {run.name} ({run.steps} steps)")
+             resources=Resources(cpus=cpus),
+             description=f"ladder rung {run.size or run.name}" + (f" seed {run.seed}" if run.seed else "")
+             + f" ({run.steps} steps)")
         for run in rungs
     ]
     if not with_hero:

@@ -11,10 +11,13 @@ Layout (what `glassroom ladder run` writes and `ladder fit` / `ladder backtest` 
       store.sqlite           its run store: train/loss, train/lr, eval/<domain>/loss|bpb, eval/macro/...
       step.json              optional: the pipeline step's identity (its version is recorded)
 
-A rung is finished when its metric has a value at train.steps. `check_rungs` refuses what no fit
-can use (docs/ladder.md, "What a fit refuses"): a final value that is NaN, infinite, zero or
-negative, two rungs at the same compute, and (unless allowed) a bigger rung that ends no better
-than a smaller one.
+A rung is finished when its metric has a value at train.steps. A size (same N and tokens) may be
+run with several seeds (the spec's `seeds`; RungData.seed is the run's train.seed): `group_sizes`
+gathers them, and the fits use every run while measuring the seed-to-seed noise from each size's
+spread (noise.seed_noise). `check_rungs` refuses what no fit can use (docs/ladder.md, "What a fit
+refuses"): a final value that is NaN, infinite, zero or negative, two rungs at the same compute
+that are not seeds of one size (a copy: same size and same seed, or different sizes), and (unless
+allowed) a bigger size whose mean final value is no better than a smaller one's.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class RungData:
     flops: float
     config_sha256: str
     version: Optional[str]
+    seed: int = 0  # train.seed of the run (config.yaml); seeds of one size differ only in it
 
     def _read(self, read):
         from glassroom.observe.store import StoreReader
@@ -154,8 +158,18 @@ class RungData:
 
         return self._read(read)
 
+    @property
+    def size(self) -> tuple[int, int]:
+        """What makes two runs the same size: N and tokens (their seeds may differ)."""
+        return (self.params, self.tokens)
+
+    @property
+    def label(self) -> str:
+        """The name with the seed, for messages: `209K seed 1`."""
+        return f"{self.name} seed {self.seed}"
+
     def identity(self) -> dict:
-        return {"name": self.name, "run_dir": str(self.run_dir), "config_sha256": self.config_sha256,
+        return {"name": self.name, "seed": self.seed, "run_dir": str(self.run_dir), "config_sha256": self.config_sha256,
                 "version": self.version, "params": self.params, "tokens": self.tokens, "flops": self.flops}
 
 
@@ -210,7 +224,7 @@ def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
         active_params=counts.active, params=counts.active if param_count == "active" else counts.non_embedding_active,
         steps=tc.steps, tokens_per_step=tokens_per_step, tokens=tc.steps * tokens_per_step,
         flops=float(flops_per_token(cfg.model, tc.seq_len)) * tc.steps * tokens_per_step,
-        config_sha256=hashlib.sha256(canonical.encode()).hexdigest(), version=version)
+        config_sha256=hashlib.sha256(canonical.encode()).hexdigest(), version=version, seed=int(tc.seed))
 
 
 def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> list[RungData]:
@@ -226,7 +240,28 @@ def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> lis
     rungs = [load_rung(p, param_count) for p in rung_dirs(ladder_dir)]
     if len(rungs) < 2:
         raise GlassroomError(f"{root}: {len(rungs)} rung(s); a fit needs at least two finished rungs")
-    return sorted(rungs, key=lambda r: r.flops)
+    return sorted(rungs, key=lambda r: (r.flops, r.seed))
+
+
+def group_sizes(rungs: list[RungData]) -> list[list[RungData]]:
+    """The runs grouped by size (same N and tokens), smallest compute first; within a size, by seed."""
+    groups: dict[tuple[int, int], list[RungData]] = {}
+    for r in rungs:
+        groups.setdefault(r.size, []).append(r)
+    return [sorted(g, key=lambda r: r.seed) for g in sorted(groups.values(), key=lambda g: (g[0].flops, g[0].size))]
+
+
+def finals_by_size(rungs: list[RungData], metric: str) -> list[list[float]]:
+    """Each size's final values of `metric` (one per seed), in group_sizes' order."""
+    return [[r.final(metric) for r in group] for group in group_sizes(rungs)]
+
+
+def measure_noise(rungs: list[RungData], metric: str, stated: float):
+    """noise.seed_noise over the sizes' final values: measured when some size has two seeds or more,
+    else the stated value (fit.noise_floor)."""
+    from glassroom.ladder.noise import seed_noise
+
+    return seed_noise(finals_by_size(rungs, metric), stated)
 
 
 def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_nonmonotone: bool = False) -> list[str]:
@@ -234,23 +269,47 @@ def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_no
     allowed (non-monotone rungs with allow_nonmonotone). `rungs` sorted by compute, as load_rungs."""
     finals = [r.final(metric) for r in rungs]  # NaN, infinite, zero, negative, unfinished: one line each
     for a, b in zip(rungs, rungs[1:]):
-        if math.isclose(a.flops, b.flops, rel_tol=1e-9):
+        if math.isclose(a.flops, b.flops, rel_tol=1e-9) and a.size != b.size:
             raise GlassroomError(f"rungs {a.name} ({a.run_dir}) and {b.name} ({b.run_dir}) have the same compute "
                                  f"({a.flops:.4g} FLOPs): a ladder's rungs must differ in size; remove the copy")
+    groups = group_sizes(rungs)
+    if len(groups) < 2:
+        raise GlassroomError(f"rungs: {len(rungs)} run(s) of one size ({rungs[0].name}); a fit needs at least two "
+                             "sizes (seeds of one size measure the noise, not the law)")
+    for group in groups:
+        seen: dict[int, RungData] = {}
+        for r in group:
+            if r.seed in seen:
+                a = seen[r.seed]
+                raise GlassroomError(f"rungs {a.name} ({a.run_dir}) and {r.name} ({r.run_dir}) have the same compute "
+                                     f"({a.flops:.4g} FLOPs) and the same seed ({r.seed}): a copy, not a second seed; "
+                                     "remove it (repeat a size with the spec's seeds: K)")
+            seen[r.seed] = r
+    by_run = {id(r): f for r, f in zip(rungs, finals)}
+    means = [float(np.mean([by_run[id(r)] for r in g])) for g in groups]
+    warnings = []
+    for g in groups:
+        if len(g) >= 2 and len({by_run[id(r)] for r in g}) == 1:
+            warnings.append(f"the {len(g)} seeds of {g[0].name} end at exactly the same {metric} "
+                            f"({by_run[id(g[0])]:.6g}): copies with an edited seed? the measured seed noise is zero")
     if irreducible != "free":
         low = min(range(len(rungs)), key=lambda i: finals[i])
         if finals[low] <= float(irreducible):
             raise GlassroomError(f"fit.irreducible {float(irreducible):g} is not below rung {rungs[low].name}'s final "
                                  f"{metric} {finals[low]:.4g}: the law cannot reach it; lower fit.irreducible or use free")
+    def label(i: int) -> str:
+        g = groups[i]
+        return f"{g[0].name} ({means[i]:.4g}" + (f", mean of {len(g)} seeds)" if len(g) > 1 else ")")
+
     worse = []
-    for j in range(1, len(rungs)):
-        i = min(range(j), key=lambda k: finals[k])
-        if finals[j] >= finals[i]:
-            worse.append(f"{rungs[j].name} ({finals[j]:.4g}) no better than the smaller {rungs[i].name} ({finals[i]:.4g})")
+    for j in range(1, len(groups)):
+        i = min(range(j), key=lambda k: means[k])
+        if means[j] >= means[i]:
+            worse.append(f"{label(j)} no better than the smaller {label(i)}")
     if not worse:
-        return []
+        return warnings
     what = f"final {metric} does not fall with compute: " + "; ".join(worse)
     if not allow_nonmonotone:
         raise GlassroomError(f"{what}; retrain or remove those rungs, or pass --allow-nonmonotone (spec: "
                              "fit.allow_nonmonotone: true) to fit anyway, marked unreliable")
-    return [f"{what} (allowed by --allow-nonmonotone): the fit is unreliable"]
+    return warnings + [f"{what} (allowed by --allow-nonmonotone): the fit is unreliable"]

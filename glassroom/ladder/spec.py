@@ -15,6 +15,9 @@ everything else from it:
                           FLOPs = flops_per_token * tokens), N or d_model; presets below
   warmup                  a fraction of the steps, or tokens_per_param * N tokens (OLMo)
   evaluation              every eval_fraction of each run (Marin: every 5%)
+  seeds                   K runs of each rung (or a list, one K per rung): seed k trains with
+                          train.seed = base seed + k and is named `<rung>-s<k>` (seed 0 keeps the
+                          rung's own name); the fits measure the seed-to-seed noise from them
 
 steps = round(tokens / (batch_size * seq_len)); the tokens a rung trains on are steps * batch_size *
 seq_len (printed). docs/ladder.md lists the sources of the presets.
@@ -23,6 +26,7 @@ seq_len (printed). docs/ladder.md lists the sources of the presets.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +51,8 @@ PRESETS = {
     ("batch_tokens", "olmo"): (2048 * 160, "params", 108e6, 2.0 / 3.0, 1.0),
 }
 MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
+MAX_SEEDS = 1000  # runs of one rung; a ladder repeats each size a handful of times
+MAX_SEED = 2**63 - 1  # train.seed's range (glassroom.train.config)
 MAX_LAYERS = 10_000  # layers a dial value may give (shape.aspect); parameter counting walks each layer
 MAX_FLOPS = 1e40  # a rung's or hero's training compute; far beyond any run (the story hero: ~1e25)
 DERIVED_MODEL_KEYS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff")
@@ -183,6 +189,7 @@ class LadderSpec:
     param_count: Literal["active", "non_embedding_active"] = "active"
     eval_fraction: float = 0.05
     fit: FitSection = field(default_factory=FitSection)
+    seeds: Union[int, list[int]] = 1  # runs per rung (train.seed = base + k), or one count per rung
 
     def check(self, path: str) -> None:
         if (self.rungs is None) == (self.rung_budgets is None):
@@ -229,6 +236,14 @@ class LadderSpec:
         for key in ("steps", "batch_size", "lr", "warmup_steps", "eval_every"):
             if key in self.base["train"]:
                 raise ConfigError(f"{path}.base.train.{key}: set by the scaling rules; remove it")
+        counts = self.seeds if isinstance(self.seeds, list) else [self.seeds]
+        if isinstance(self.seeds, list) and len(self.seeds) != len(values):
+            raise ConfigError(f"{path}.seeds: {len(self.seeds)} counts for {len(values)} rungs (give one number "
+                              "for every rung, or one count per rung)")
+        for i, k in enumerate(counts):
+            where = f"{path}.seeds" + (f"[{i}]" if isinstance(self.seeds, list) else "")
+            if not 1 <= k <= MAX_SEEDS:
+                raise ConfigError(f"{where}: runs per rung must be a whole number from 1 to {MAX_SEEDS}, got {k}")
 
 
 @dataclass(frozen=True)
@@ -249,6 +264,8 @@ class PlannedRun:
     batch_size: int
     lr: float
     warmup_steps: int
+    seed: int = 0  # k: the k-th run of this rung (train.seed = base seed + k); name gets -s<k> for k >= 1
+    size: str = ""  # the rung's own name (model_name), shared by all its seeds; "" = name
 
 
 def load_spec(path: str | Path) -> LadderSpec:
@@ -256,7 +273,7 @@ def load_spec(path: str | Path) -> LadderSpec:
     raw = load_yaml(path)
     try:
         spec = build_section(LadderSpec, raw, "ladder")
-        expand(spec)  # every rung and the hero must be a valid run config
+        expand_seeds(spec)  # every rung, each of its seeds, and the hero must be a valid run config
     except GlassroomError as exc:
         raise ConfigError(f"{path}: {str(exc).removeprefix('ladder.')}") from None
     return spec
@@ -385,3 +402,40 @@ def expand(spec: LadderSpec) -> tuple[list[PlannedRun], PlannedRun]:
     if hero.flops <= rungs[-1].flops:
         raise ConfigError(f"hero: {hero.flops:.3g} FLOPs is not more than the largest rung's ({rungs[-1].flops:.3g})")
     return rungs, hero
+
+
+def seed_counts(spec: LadderSpec) -> list[int]:
+    """K, the runs of each rung (the spec's `seeds`), smallest rung first."""
+    n = len(spec.rungs if spec.rungs is not None else spec.rung_budgets)
+    return list(spec.seeds) if isinstance(spec.seeds, list) else [int(spec.seeds)] * n
+
+
+def base_seed(spec: LadderSpec, rungs: Optional[list[PlannedRun]] = None) -> int:
+    """train.seed of the base recipe as the rungs' validated configs hold it (0 when it sets none):
+    seed k of a rung trains with base + k."""
+    rungs = rungs if rungs is not None else expand(spec)[0]
+    return run_config_from_mapping(copy.deepcopy(rungs[0].config), "rung").train.seed
+
+
+def with_seed(run: PlannedRun, k: int, seed: int) -> PlannedRun:
+    """Run k of a rung: its config with train.seed = `seed`, named `<rung>-s<k>` (k = 0: the rung as is)."""
+    if k == 0:
+        return dataclasses.replace(run, size=run.name)
+    config = copy.deepcopy(run.config)
+    config["train"]["seed"] = seed
+    return dataclasses.replace(run, name=f"{run.name}-s{k}", config=config, seed=k, size=run.name)
+
+
+def expand_seeds(spec: LadderSpec) -> tuple[list[PlannedRun], PlannedRun]:
+    """(runs, hero): every run the ladder trains, each rung followed by its seeds 1..K-1 (expand gives
+    one run per rung). Seed 0 is the rung exactly as `expand` plans it (its config and name unchanged);
+    seed k >= 1 sets train.seed = base seed + k and is named `<rung>-s<k>`."""
+    rungs, hero = expand(spec)
+    base = base_seed(spec, rungs)
+    runs = []
+    for run, k_total in zip(rungs, seed_counts(spec)):
+        if base + k_total - 1 > MAX_SEED:
+            raise ConfigError(f"seeds: base.train.seed {base} + {k_total - 1} is beyond train.seed's range "
+                              f"(at most {MAX_SEED})")
+        runs.extend(with_seed(run, k, base + k) for k in range(k_total))
+    return runs, hero

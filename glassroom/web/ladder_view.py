@@ -7,13 +7,16 @@ folder), as `glassroom ladder run` writes them (DIR itself, and DIR/ladders/<nam
 hidden folders, runs and symlinks, and looked up only in that list: a request never becomes a path.
 
 What a ladder page shows (ladder_view), all read from what the ladder commands wrote:
-  - the rungs: name, N, tokens, FLOPs and the final value of the fitted metric (prediction.json's
+  - the rungs: name, seed, N, tokens, FLOPs and the final value of the fitted metric (prediction.json's
     `rungs`), the one held out by the backtest (backtest.json's `held_out`) marked, each linked to its
     run below the root when there is one (matched by its recorded folder, else by its folder name);
+  - the sizes (`sizes`): the rungs grouped by size (same N, tokens and FLOPs), each with its seeds'
+    final values, their mean, min and max (a ladder run with the spec's `seeds: K` has K per size),
+    and the seed noise the fit used (prediction.json's `noise`: measured from the seeds, or stated);
   - the law L(C) = E + A*C^-alpha: prediction.json's `endpoint_check.law` (fitted on every rung), drawn
     at CURVE_POINTS compute values spaced log-uniformly from the smallest rung to past the hero;
     its band is the bootstrap's quantiles, recomputed with glassroom.ladder.fit.fit_endpoints and the
-    recorded settings and seed (the same call `ladder fit` makes: it gives the recorded parameters
+    recorded settings, noise and seed (the same call `ladder fit` makes: it gives the recorded parameters
     again, which is checked; at most MAX_BAND_REPLICATES replicates; cached per prediction.json);
   - the hero: its compute (endpoint_check.compute), its preregistered final loss and interval (from
     the hero run's sealed `prediction` artifact when the run is below the root, else prediction.json),
@@ -247,7 +250,7 @@ def _hero_actual(run_dir: Path, metric: str, steps: Any) -> Optional[dict]:
 def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     """The ladder fitted here (no prediction.json): the rungs inside root, L(C) as `ladder fit` fits it."""
     from glassroom.ladder.fit import fit_endpoints
-    from glassroom.ladder.rungs import check_rungs, load_rung, read_spec_settings, rung_dirs
+    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rung, measure_noise, read_spec_settings, rung_dirs
 
     folders = rung_dirs(ladder_dir)
     if len(folders) > MAX_RUNGS:
@@ -270,15 +273,16 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     rungs = [load_rung(real, param_count) for real in reals]
     if len(rungs) < 2:
         raise GlassroomError(f"{len(rungs)} rung(s); a fit needs at least two finished rungs")
-    rungs.sort(key=lambda r: r.flops)
+    rungs.sort(key=lambda r: (r.flops, r.seed))
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, fit_cfg.allow_nonmonotone)
-    pinned = 0.0 if len(rungs) < 3 else None
+    pinned = 0.0 if len(group_sizes(rungs)) < 3 else None
     if fit_cfg.irreducible != "free":
         pinned = float(fit_cfg.irreducible)
     C, L = [r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs]
     reps = min(fit_cfg.bootstrap, MAX_BAND_REPLICATES)
-    fit = fit_endpoints(C, L, pinned, reps, fit_cfg.noise_floor, fit_cfg.confidence, fit_cfg.seed)
-    result = {"metric": fit_cfg.metric, "confidence": fit_cfg.confidence, "fit": fit,
+    noise = measure_noise(rungs, fit_cfg.metric, fit_cfg.noise_floor)
+    fit = fit_endpoints(C, L, pinned, reps, noise.sigma, fit_cfg.confidence, fit_cfg.seed)
+    result = {"metric": fit_cfg.metric, "confidence": fit_cfg.confidence, "fit": fit, "noise": noise.to_json(),
               "rungs": [{**r.identity(), "final": {fit_cfg.metric: f}} for r, f in zip(rungs, L)],
               "warnings": warnings + fit.warnings}
     with _band_lock:
@@ -349,10 +353,16 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
             if not isinstance(r, dict):
                 continue
             final = r.get("final") if isinstance(r.get("final"), dict) else {}
+            seed = r.get("seed")
             rungs.append({"name": str(r.get("name")), "run_dir": r.get("run_dir"), "params": _num(r.get("params")),
-                          "tokens": _num(r.get("tokens")), "flops": _compute(r.get("flops")), "final": _num(final.get(metric))})
+                          "tokens": _num(r.get("tokens")), "flops": _compute(r.get("flops")), "final": _num(final.get(metric)),
+                          "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None})
         source = "prediction.json"
         hero_flops = _compute(check.get("compute"))
+        noise = prediction.get("noise") if isinstance(prediction.get("noise"), dict) else None
+        sigma = _num((noise or {}).get("sigma"))
+        if sigma is not None and 0 <= sigma < 1:   # the band redone with the noise the prediction used
+            settings = {**settings, "noise_floor": sigma}
     else:
         fitted = _refit(ladder_dir, root, runs)
         metric, confidence, fit = fitted["metric"], fitted["confidence"], fitted["fit"]
@@ -361,7 +371,8 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
         settings, warnings = {}, [str(w) for w in fitted["warnings"]]
         reliable = not warnings
         rungs = [{"name": r["name"], "run_dir": r["run_dir"], "params": r["params"], "tokens": r["tokens"],
-                  "flops": r["flops"], "final": r["final"][metric]} for r in fitted["rungs"]]
+                  "flops": r["flops"], "final": r["final"][metric], "seed": r.get("seed")} for r in fitted["rungs"]]
+        noise = fitted["noise"]
         source = "fitted here"
         hero_flops = None
         notes.append("no prediction.json in this ladder folder (it was run without --hero): the law was fitted "
@@ -420,16 +431,47 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
     if backtest:
         bt = {k: backtest.get(k) for k in ("held_out", "fitted_on", "predicted_loss", "actual_loss", "relative_error",
                                              "interval", "covered", "curve_mean_abs_relative_error")}
+        runs = backtest.get("held_out_runs")
+        if isinstance(runs, list):   # every seed of the held-out size: its own final (no folders shown)
+            bt["held_out_runs"] = [{k: r.get(k) for k in ("name", "seed", "actual_loss", "relative_error")}
+                                   for r in runs[:MAX_RUNGS] if isinstance(r, dict)]
         ec = backtest.get("endpoint_check")
         if isinstance(ec, dict):
             bt["endpoint_check"] = {k: ec.get(k) for k in ("predicted_loss", "actual_loss", "relative_error",
                                                            "interval", "covered")}
+    view.update(sizes=_sizes(rungs), noise=_noise(noise))
     view.update(metric=metric, source=source, confidence=confidence, reliable=reliable, warnings=warnings,
                 law={"formula": "E + A * C^-alpha", "params": params,
                      "intervals": law.get("intervals") or {}, "pinned": law.get("pinned") or {},
                      "n_points": law.get("n_points")},
                 rungs=sorted(rungs, key=lambda r: r["flops"] or 0), curve=curve, hero=hero, backtest=bt, notes=notes)
     return _finite(view)
+
+
+def _sizes(rungs: list[dict]) -> list[dict]:
+    """The rungs grouped by size (N, tokens, FLOPs): each size's seeds, final values, mean, min, max."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rungs:
+        groups.setdefault((r["params"], r["tokens"], r["flops"]), []).append(r)
+    out = []
+    for (params, tokens, flops), runs in groups.items():
+        runs = sorted(runs, key=lambda r: r["seed"] if r["seed"] is not None else -1)
+        finals = [r["final"] for r in runs if r["final"] is not None]
+        out.append({"name": runs[0]["name"], "params": params, "tokens": tokens, "flops": flops,
+                    "seeds": [r["seed"] for r in runs], "finals": [r["final"] for r in runs],
+                    "mean": sum(finals) / len(finals) if finals else None, "min": min(finals, default=None),
+                    "max": max(finals, default=None), "held_out": any(r["held_out"] for r in runs)})
+    return sorted(out, key=lambda g: g["flops"] or 0)
+
+
+def _noise(noise: Any) -> Optional[dict]:
+    """The seed noise the fit used, as recorded: sigma, source (measured | stated), dof, sizes."""
+    if not isinstance(noise, dict):
+        return None
+    source = noise.get("source")
+    return {"sigma": _num(noise.get("sigma")), "source": source if source in ("measured", "stated") else None,
+            "dof": noise.get("dof") if isinstance(noise.get("dof"), int) else None,
+            "sizes": noise.get("sizes") if isinstance(noise.get("sizes"), int) else None}
 
 
 def ladder_summary(ladder_id: str, ladder_dir: Path, root: Path, view: Optional[dict] = None,

@@ -81,7 +81,8 @@
 
   function chartData() {
     const hero = V.hero && V.hero.flops ? V.hero : null;
-    const rungs = V.rungs.filter((r) => r.flops && r.final !== null);
+    // One point per size: its final value, or with seeds their mean (drawSeeds spans the seeds).
+    const rungs = sizesOf().filter((r) => r.flops && r.final !== null);
     const xs = [...new Set([...V.curve.flops, ...rungs.map((r) => r.flops), ...(hero ? [hero.flops] : [])])].sort((a, b) => a - b);
     const at = new Map(xs.map((x, i) => [x, i]));
     const col = () => new Array(xs.length).fill(null);
@@ -100,6 +101,29 @@
       if (hero.actual) act[j] = pos(hero.actual.value);
     }
     return [xs, mean, hi, lo, pts, held, pred, act, hlo, hhi];
+  }
+
+  function sizesOf() {
+    if (!V.sizes || !V.sizes.length) return V.rungs;
+    return V.sizes.map((g) => ({...g, final: g.mean}));
+  }
+
+  function drawSeeds(u) {
+    // A size run with several seeds: a thin bar from its lowest to its highest final value, a tick at each.
+    const ctx = u.ctx, w = 4 * devicePixelRatio;
+    ctx.save();
+    ctx.strokeStyle = COL.rung;
+    ctx.lineWidth = 1 * devicePixelRatio;
+    for (const g of V.sizes || []) {
+      const vals = (g.finals || []).filter((v) => v !== null && (!L.yLog || v > 0));
+      if (!g.flops || vals.length < 2) continue;
+      const x = u.valToPos(g.flops, "x", true);
+      ctx.beginPath();
+      ctx.moveTo(x, u.valToPos(Math.min(...vals), "y", true)); ctx.lineTo(x, u.valToPos(Math.max(...vals), "y", true));
+      for (const v of vals) { const y = u.valToPos(v, "y", true); ctx.moveTo(x - w, y); ctx.lineTo(x + w, y); }
+      ctx.stroke();
+    }
+    ctx.restore();
   }
 
   function drawHeroBar(u) {
@@ -153,7 +177,7 @@
       legend: {show: false},
       cursor: {drag: {x: false, y: false}, points: {show: false}},
       hooks: {
-        draw: [drawHeroBar],
+        draw: [drawHeroBar, drawSeeds],
         setCursor: [(u) => {
           const left = u.cursor.left;
           if (left === undefined || left < 0) { $("readout").textContent = ""; return; }
@@ -187,9 +211,11 @@
     body.replaceChildren();
     $("metric-head").textContent = `final ${V.metric}`;
     const name = (label, run) => run ? el("a", {href: runHref(run), text: label}) : document.createTextNode(label);
+    const seeded = (V.sizes || []).some((g) => (g.finals || []).length > 1);
     for (const r of V.rungs) {
       body.append(el("tr", {class: r.held_out ? "held" : ""},
-        el("td", {}, name(r.name, r.run)), el("td", {text: "rung"}),
+        el("td", {}, name(r.name + (seeded && r.seed !== null && r.seed !== undefined ? ` seed ${r.seed}` : ""), r.run)),
+        el("td", {text: "rung"}),
         el("td", {class: "num", text: count(r.params)}), el("td", {class: "num", text: count(r.tokens)}),
         el("td", {class: "num", text: exp(r.flops)}), el("td", {class: "num", text: fmt(r.final)}),
         el("td", {class: "num", text: r.flops ? fmt(lawAt(r.flops)) : "–"}),
@@ -208,7 +234,10 @@
         el("td", {class: "num", text: exp(h.flops)}), el("td", {class: "num", text: a ? fmt(a.value) : "–"}),
         el("td", {class: "num", text: h.flops ? fmt(lawAt(h.flops)) : "–"}), el("td", {text: note})));
     }
-    $("table-readout").textContent = `${V.rungs.length} rungs; N = parameters as the spec counts them`;
+    const nz = V.noise && V.noise.sigma !== null ? V.noise : null;
+    $("table-readout").textContent = (seeded ? `${V.rungs.length} runs of ${V.sizes.length} sizes (seeds); ` : `${V.rungs.length} rungs; `) +
+      "N = parameters as the spec counts them" +
+      (nz ? `; seed noise ${(100 * nz.sigma).toFixed(2)}% (${nz.source === "measured" ? `measured from the seeds, ${nz.dof} dof` : "stated in the spec"})` : "");
   }
 
   async function ladderPage() {
@@ -221,14 +250,16 @@
     $("law-line").textContent = `L(C) = ${fmt(p.E)} + ${fmt(p.A)} · C^-${fmt(p.alpha)}` +
       (V.curve.lo ? `; band: ${Math.round(V.confidence * 100)}% bootstrap (${V.curve.replicates} replicates)` : "; no band") +
       (V.hero && V.hero.law_at_hero !== null ? `; at the hero's compute the law gives ${fmt(V.hero.law_at_hero)}` : "") +
-      ". Points: final values at each rung's last step.";
+      ((V.sizes || []).some((g) => (g.finals || []).length > 1)
+        ? ". Points: each size's mean final value over its seeds; the thin bar spans the seeds (a tick each)."
+        : ". Points: final values at each rung's last step.");
     legend();
     table();
     const b = V.backtest;
     if (b) {
       $("backtest-card").hidden = false;
       $("backtest").textContent = `fitted on ${(b.fitted_on || []).join(", ")}, predicted ${b.held_out}: ${fmt(b.predicted_loss)} ` +
-        `against ${fmt(b.actual_loss)} actual (${b.relative_error === null ? "–" : (100 * b.relative_error).toFixed(1) + "%"}), ` +
+        `against ${fmt(b.actual_loss)} actual${(b.held_out_runs || []).length > 1 ? ` (the mean of its ${b.held_out_runs.length} seeds: ${b.held_out_runs.map((r) => fmt(r.actual_loss)).join(", ")})` : ""} (${b.relative_error === null ? "–" : (100 * b.relative_error).toFixed(1) + "%"}), ` +
         `${b.covered ? "inside" : "outside"} its interval [${fmt((b.interval || [])[0])}, ${fmt((b.interval || [])[1])}]`;
     }
     for (const n of [...(V.warnings || []), ...(V.notes || [])]) $("notes").append(el("li", {text: n}));
