@@ -106,7 +106,7 @@ def register_fit(sub) -> None:
                     "The law is L(N, D) when the sizes vary N and D separately, else L(C) (--law to choose);\n"
                     "repeated seeds of a size give the measured seed-to-seed noise.\n\n"
                     "example:\n  glassroom ladder fit ladders/demo\n"
-                    "  glassroom ladder fit --results experiments/results/chinchilla-besiroglu.csv --law ND")
+                    "  glassroom ladder fit --results experiments/results/chinchilla-besiroglu.csv --law ND --objective huber")
     p.add_argument("dir", metavar="DIR", nargs="?", help="ladder folder (docs/ladder.md: layout)")
     p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of DIR")
     p.add_argument("--law", choices=LAWS, help="with --results: auto (default), C for L(C), ND for L(N, D)")
@@ -279,7 +279,7 @@ def register_predict(sub) -> None:
                     "size only; --params / --tokens / --flops that are not positive numbers.\n"
                     "docs/ladder-predict.md has the file format and a worked example.\n\n"
                     "example:\n  glassroom ladder predict --results experiments/results/chinchilla-besiroglu.csv "
-                    "--params 70B --tokens 1.4T --law ND\n  glassroom ladder predict lab/ladder --params 2e5 --tokens 2e6 --json")
+                    "--params 70B --tokens 1.4T --law ND --objective huber\n  glassroom ladder predict lab/ladder --params 2e5 --tokens 2e6 --json")
     p.add_argument("dir", metavar="LADDER_DIR", nargs="?", help="ladder folder (or --results FILE)")
     p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of LADDER_DIR")
     p.add_argument("--params", required=True, metavar="N", help="non-embedding active parameters of the model to predict")
