@@ -299,7 +299,7 @@ def _predict_one(key: str, pairs: Pairs, loss: float, lo: float, hi: float, conf
     for b in range(replicates):
         # Pairs resampled within each rung (every rung keeps its count). Resampling whole rungs was
         # tried: with 3-5 rungs it leaves the bend unseen in many replicates and the band spans
-        # most of [chance, 1] (docs/ladder-downstream.md, "Limits").
+        # most of [chance, 1] (docs/ladder-downstream.md, "Method").
         idx = np.concatenate([rng.choice(g, len(g)) for g in groups])
         x = _refit(link, pairs.loss[idx], pairs.score[idx])
         resid = link.residuals[rng.integers(len(link.residuals))] if len(link.residuals) else 0.0
