@@ -123,6 +123,29 @@ def test_predict_on_a_ladder_folder_uses_its_rungs_and_spec(capsys, ladder_dir):
     assert code == 0 and "predicted loss" in text and "L(C)" in text
 
 
+def test_predict_on_a_ladder_with_two_seeds_measures_the_noise(capsys, tmp_path):
+    import copy
+
+    import numpy as np
+    import yaml
+
+    from ladder_helpers import write_ladder, write_rung
+
+    spec, rungs, hero = write_ladder(tmp_path, noise=0.001, seed=0, spec_overrides={"fit": {"bootstrap": 40}})
+    rng = np.random.default_rng(1)
+    for run in rungs:
+        again = copy.deepcopy(run)
+        again.config["train"]["seed"] = 1
+        write_rung(tmp_path / "rungs" / f"{run.name}-s1", again, 0.005, rng, spec.fit.momentum)
+    train = hero.config["train"]
+    tokens = train["steps"] * train["batch_size"] * train["seq_len"]
+    pred = run_json(capsys, "ladder", "predict", str(tmp_path), "--params", str(hero.params), "--tokens", str(tokens))
+    assert pred["source"]["runs"] == 2 * len(rungs) and pred["source"]["sizes"] == len(rungs)
+    assert sorted({p["seed"] for p in pred["points"]}) == [0, 1]
+    assert pred["noise"]["source"] == "measured" and pred["noise"]["dof"] == len(rungs)
+    assert yaml.safe_load((tmp_path / "rungs" / f"{rungs[0].name}-s1" / "config.yaml").read_text())["train"]["seed"] == 1
+
+
 BAD_FILES = {
     "missing column": "name,params,tokens,flops\na,1e8,2e9,1e18\nb,2e8,4e9,4e18\n",
     "negative loss": "name,params,tokens,loss\na,1e8,2e9,-3\nb,2e8,4e9,2.9\n",

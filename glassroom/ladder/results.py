@@ -408,11 +408,8 @@ def read_ladder(ladder_dir: str | Path) -> Results:
 
     fit_cfg, param_count = read_spec_settings(ladder_dir)
     rungs = load_rungs(ladder_dir, param_count)
-    points = []
-    for r in rungs:
-        seed = r.config.get("train", {}).get("seed", 0) if isinstance(r.config.get("train"), dict) else 0
-        points.append(Point(name=r.name, params=float(r.params), tokens=float(r.tokens), flops=float(r.flops),
-                            loss=r.final(fit_cfg.metric), seed=int(seed)))
+    points = [Point(name=r.name, params=float(r.params), tokens=float(r.tokens), flops=float(r.flops),
+                    loss=r.final(fit_cfg.metric), seed=int(r.seed)) for r in rungs]
     check_sizes(str(ladder_dir), points, [f"rung {r.name} ({r.run_dir})" for r in rungs])
     return Results(str(ladder_dir), "ladder", points, [], 0, fit_cfg.noise_floor, fit_cfg)
 
