@@ -23,6 +23,10 @@ and every row feeds the schedule-aware curve law of glassroom.ladder.predict (CU
 
 Lines that are blank or start with `#` are skipped (a citation can head the file). Anything no fit
 can use is refused as one line naming the file, the line and the column (GlassroomError, exit 2).
+
+Also here, for what a results file asks beyond foresight.fit_points (least squares of log loss): the
+curve law on its curves (fit_curve_law) and Hoffmann's Huber objective, which papers fit and
+`--objective huber` reproduces (huber_prediction).
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ from glassroom.errors import GlassroomError
 
 REQUIRED = ("name", "params", "tokens", "loss")
 NUMBERS = ("params", "tokens", "flops", "loss")
-CURVE_KEYS = ("schedule", "warmup_steps", "total_steps", "min_lr_ratio", "decay_fraction", "decay_shape")
 SCHEDULES = ("constant", "cosine", "linear", "wsd")
 DECAY_SHAPES = ("linear", "cosine", "sqrt")
 LOSS_MIN, LOSS_MAX = 1e-6, 1e6  # glassroom.ladder.rungs: outside it no value is a loss a fit can use
@@ -377,7 +380,8 @@ def read_results(path: str | Path) -> Results:
         raise GlassroomError(f"{path}: a header row and no runs; add one row per run")
     missing = [c for c in REQUIRED if c not in header]
     if missing:
-        raise GlassroomError(f"{path}: missing column(s) {', '.join(missing)} (has: {', '.join(header)}); "
+        has = ", ".join(repr(h[:40])[1:-1] for h in header[:12]) + (", ..." if len(header) > 12 else "")
+        raise GlassroomError(f"{path}: missing column(s) {', '.join(missing)} (has: {has}); "
                              f"needed: {', '.join(REQUIRED)}, optional: flops, seed, step")
     for lineno, row in rows:
         for col in REQUIRED:
