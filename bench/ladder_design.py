@@ -9,6 +9,7 @@ predict` calls, and its prediction at the hero compared with the noise-free trut
 Also: the same design with the published law unscaled (why the scale matters), and the time taken.
 
     OMP_NUM_THREADS=1 python bench/ladder_design.py [--spec experiments/ladder-demo.yaml] [--ladders 400]
+    OMP_NUM_THREADS=1 python bench/ladder_design.py --spec experiments/ladder-story.yaml --free-irreducible
 """
 
 from __future__ import annotations
@@ -51,14 +52,18 @@ def main() -> None:
     ap.add_argument("--simulations", type=int, default=200)
     ap.add_argument("--target", type=float, default=0.01)
     ap.add_argument("--noise", type=float, default=None)
+    ap.add_argument("--hero", default=None, help="--hero of ladder design (a d_model or FLOPs)")
+    ap.add_argument("--free-irreducible", action="store_true", help="fit E (the story spec pins it)")
     args = ap.parse_args()
-    spec = load_spec(args.spec)
+    spec = D.resolve_hero(load_spec(args.spec), args.hero)
+    if args.free_irreducible:
+        spec = D.dataclasses.replace(spec, fit=D.dataclasses.replace(spec.fit, irreducible="free"))
     irreducible = None if spec.fit.irreducible == "free" else float(spec.fit.irreducible)
     print(f"spec {args.spec}; announced with {args.simulations} simulations; obtained from {args.ladders} "
           "independent ladders fitted by foresight.fit_points")
     print(f"{'truth':<11} {'rungs':<24} {'seeds':>5} {'cost':>8} {'announced':>10} {'obtained':>9} {'ratio':>6}"
           f" {'p90 ann.':>9} {'p90 obt.':>9}")
-    ratios = []
+    ratios, scaled = [], {}
     for name in TRUTHS:
         t0 = time.process_time()
         report = D.design(spec, target=args.target, law=name, simulations=args.simulations, noise=args.noise)
@@ -81,6 +86,8 @@ def main() -> None:
                   f"{res['median']:>10.3%} {float(np.median(got)):>9.3%} {ratio:>6.2f} {res['p90']:>9.3%} "
                   f"{float(np.quantile(got, 0.9)):>9.3%}{tag}")
         print(f"{name}: design took {seconds:.1f} CPU s for {report['candidates']} candidates")
+        if report["spec_ladder"]:
+            scaled[name] = (report["truth"]["scale"], report["spec_ladder"]["result"]["search"]["median"])
     print(f"obtained / announced median: min {min(ratios):.2f}, max {max(ratios):.2f} (acceptance: 0.77-1.30)")
     # Why the scale matters: the same spec, the law evaluated at the spec's own (tiny) N and D.
     for name in TRUTHS:
@@ -90,8 +97,10 @@ def main() -> None:
             r = D.design(spec, target=args.target, law=name, simulations=args.simulations, noise=args.noise)
         finally:
             D.PUBLISHED_MIN_PARAMS = real
-        mine = r["spec_ladder"]["result"]["search"]
-        print(f"{name} unscaled: the spec's ladder's median |error| {mine['median']:.3%}")
+        if r["spec_ladder"] and name in scaled:
+            mine = r["spec_ladder"]["result"]["search"]
+            print(f"{name}: the spec's ladder's median |error| {scaled[name][1]:.3%} with N, D x "
+                  f"{scaled[name][0]:.3g}; {mine['median']:.3%} with the law at the spec's own N, D")
 
 
 if __name__ == "__main__":

@@ -52,8 +52,12 @@ def register_design(sub) -> None:
                         "size's seeds (default 0: then no eval_sequences multiplier is tried)")
     p.add_argument("--law", default="chinchilla", metavar="LAW",
                    help="truth to simulate: chinchilla, besiroglu, a ladder folder or a results file (default chinchilla)")
-    p.add_argument("--simulations", type=int, default=200, metavar="N",
-                   help="simulated ladders per confirmed candidate, at least 10 (default 200; screens use N/8)")
+    p.add_argument("--smallest", type=int, metavar="D_MODEL",
+                   help="smallest dial value a candidate may use (default: half the spec's smallest rung)")
+    p.add_argument("--data", metavar="DATA_DIR",
+                   help="dataset folder, for the domains each evaluation covers (default: the spec's base data.path)")
+    p.add_argument("--simulations", type=int, default=400, metavar="N",
+                   help="simulated ladders per candidate, at least 10 (default 400); fewer: faster, wider MC intervals")
     p.add_argument("--seed", type=int, default=0, help="random seed of the simulations (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run_design)
@@ -80,6 +84,8 @@ def _check_args(args: argparse.Namespace) -> dict:
         raise GlassroomError(f"--simulations: at least 10, got {args.simulations}")
     if args.simulations > 100_000:
         raise GlassroomError(f"--simulations: at most 100000, got {args.simulations}")
+    if args.smallest is not None and args.smallest < 1:
+        raise GlassroomError(f"--smallest: must be a positive d_model, got {args.smallest}")
     if args.seed < 0:
         raise GlassroomError(f"--seed: must be zero or more, got {args.seed}")
     return {"target": target, "budget": budget, "noise": noise, "eval_noise": eval_noise}
@@ -88,7 +94,7 @@ def _check_args(args: argparse.Namespace) -> dict:
 def run_design(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from glassroom.ladder.design import design, format_design
+    from glassroom.ladder.design import design
     from glassroom.ladder.spec import load_spec
     from glassroom.ladder.synthetic import TRUTHS
 
@@ -102,7 +108,7 @@ def run_design(args: argparse.Namespace) -> int:
                              "expected a ladder spec YAML")
     report = design(load_spec(spec_path), hero=args.hero, target=checked["target"], budget=checked["budget"],
                     noise=checked["noise"], law=args.law, simulations=args.simulations, seed=args.seed,
-                    eval_noise=checked["eval_noise"])
+                    eval_noise=checked["eval_noise"], data=args.data, smallest=args.smallest)
     if args.json:
         print(json.dumps(_clean(report), allow_nan=False))
     else:
@@ -121,3 +127,71 @@ def _clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _pct(x: float) -> str:
+    return "failed" if not math.isfinite(x) else f"{x:.2%}"
+
+
+def _row(c: dict, key: str = "search") -> str:
+    s = c["result"][key]
+    lo, hi = s["median_interval"]
+    return (f"  {str(c['rungs']):<26} {c['seeds']:>5} {'x' + str(c['eval_multiplier']):>5} "
+            f"{c['span_compute']:>7.3g}x {c['cost_fraction']:>8.2%} {_pct(s['median']):>7} "
+            f"[{_pct(lo)}, {_pct(hi)}] {_pct(s['p90']):>7}"
+            + (f"   fresh: {_pct(c['result']['confirmed']['median'])}" if c["result"].get("confirmed") else ""))
+
+
+def format_design(report: dict) -> str:
+    h, t, n, ev = report["hero"], report["truth"], report["noise"], report["eval_noise"]
+    truth = (f"{t['name']} (published law; N, D x {t['scale']:.3g})" if t["kind"] == "published"
+             else f"{t['law']} fitted on {t['source']}")
+    out = [f"ladder design {report['spec']}: hero {h['name']} (d_model {h['d_model']}, {h['flops']:.3g} FLOPs); "
+           f"target median |error| {report['target_error']:.2%}, budget {report['budget']:.3g} x the hero's compute",
+           f"truth: {truth}; seed noise {n['sigma']:.3g}, {n['used']}; eval noise {ev['sigma']:.3g} at "
+           f"eval_sequences {ev['at_eval_sequences']}; eval compute for {ev['domains_note']}",
+           f"{report['candidates']} candidate ladders from dial values {report['dial_values']} "
+           f"({report['within_budget']} within budget), {report['simulations']} simulated ladders each, "
+           "fitted by foresight as `ladder predict` fits",
+           f"  {'rungs':<26} {'seeds':>5} {'evals':>5} {'span':>8} {'cost':>8} {'median':>7} {'(95% MC)':>17} "
+           f"{'p90':>7}"]
+    mine = report["spec_ladder"]
+    if mine:
+        out.append("the spec's ladder:")
+        out.append(_row(mine))
+    out.append("cheapest for each error level (within budget):")
+    out += [_row(c) for c in report["frontier"]]
+    rec = report["recommended"]
+    if rec:
+        f = rec["result"]["confirmed"]
+        lo, hi = f["median_interval"]
+        out.append(f"recommended: {rec['names'][0]} .. {rec['names'][-1]} ({len(rec['rungs'])} rungs, "
+                   f"{rec['span_compute']:.3g}x compute span), {rec['seeds']} seed(s), eval_sequences "
+                   f"x{rec['eval_multiplier']}, {rec['cost_fraction']:.2%} of the hero's compute")
+        out.append(f"  expected |error| at the hero (fresh {f['simulations']} simulations): median {_pct(f['median'])} "
+                   f"(95% MC [{_pct(lo)}, {_pct(hi)}]), 90th percentile {_pct(f['p90'])}; against one measured "
+                   f"hero run (its own seed noise too): median {_pct(f['vs_one_hero_run']['median'])}")
+        out.append("  spec lines:  " + "   ".join(rec["spec_lines"]))
+    else:
+        b = report["best_within_budget"]
+        s = b["result"]["search"]
+        out.append(f"NO candidate within budget {report['budget']:.3g} reaches a median |error| of "
+                   f"{report['target_error']:.2%}; the best, {b['rungs']} with {b['seeds']} seed(s), gets "
+                   f"{_pct(s['median'])} for {b['cost_fraction']:.2%} of the hero")
+        c = report["cheapest_beyond_budget"]
+        if c:
+            f = c["result"]["confirmed"]
+            out.append(f"  needed: --budget {c['cost_fraction']:.3g} for {c['rungs']} with {c['seeds']} seed(s) "
+                       f"(median {_pct(f['median'])}, p90 {_pct(f['p90'])}); spec lines:  " + "   ".join(c["spec_lines"]))
+        else:
+            out.append("  no candidate reaches it at any budget")
+        if report["bias_bound"]:
+            out.append(f"  most of that error is bias (median signed error {s['bias']:+.2%}), not noise: the truth "
+                       "departs from the fitted law family (or from a pinned fit.irreducible); more seeds will not fix it")
+        if report["noise_needed_estimate"]:
+            out.append(f"  or a seed noise of about {report['noise_needed_estimate']:.2g} instead of {n['sigma']:.3g} "
+                       "(errors scale about linearly with the noise; an estimate, not simulated)")
+    return "\n".join(out)

@@ -25,9 +25,12 @@ easily than any real ladder. So N and D are multiplied by one factor that puts t
 possible rung at 70M parameters (1 when it is already there); tokens per parameter, the ladder's
 span and the hero's distance are kept (docs/ladder-design.md: why it matters, with figures).
 
-Search: candidates within --budget, cheapest first, each screened with a few simulations; one that
-may meet the target is simulated again with S fresh ladders (so the announced figures carry no
-selection bias) and recommended if its median meets the target.
+Search: every candidate is simulated S times, all on one random stream (common random numbers, so
+that differences between candidates are not Monte-Carlo noise); in order of cost, the first within
+--budget whose median meets the target is simulated again with 4 S fresh ladders, and recommended if
+those meet it too. The announced figures are the fresh ones: the first pass picked the candidate
+because it looked good, which biases its own figures low (the winner's curse); 4 S keeps the bias of
+the second pass's own acceptance small (its median's Monte-Carlo spread is half the first's).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ MAX_DIAL_VALUES = 8  # possible dial values a search considers (log-spaced when 
 MAX_RUNGS = 8
 SEEDS = (1, 2, 3, 4)
 EVAL_MULTIPLIERS = (1, 2, 4)
+CONFIRM_FACTOR = 4  # the recommendation's fresh simulations: 4 S, so that its announced median is sharp
+CHUNK = 400  # simulated ladders fitted in one batch
 
 
 @dataclass
@@ -131,19 +136,23 @@ def _spec_seeds(spec: LadderSpec) -> int:
     return int(getattr(spec, "seeds", 1) or 1)
 
 
-def eval_domains(spec: LadderSpec) -> tuple[int, str]:
-    """Domains each evaluation covers (each gets eval_sequences): from the dataset's manifest, else 1."""
+def eval_domains(spec: LadderSpec, data: Optional[str] = None) -> tuple[int, str]:
+    """Domains each evaluation covers (each gets eval_sequences): from the dataset's manifest, else the
+    spec's data.weights, else 1 (said so: the evaluations' compute is then a lower bound)."""
     from glassroom.data.shards import read_manifest
 
-    path = spec.base.get("data", {}).get("path", "")
+    section = spec.base.get("data", {})
+    path = data or section.get("path", "")
     try:
         domains = read_manifest(path).get("domains")
-        n = len(domains) if isinstance(domains, (list, dict)) else 0
-        if n >= 1:
-            return n, f"{n} domains (from {path}/manifest.json)"
-    except (GlassroomError, OSError, AttributeError):
+        if isinstance(domains, (list, dict)) and domains:
+            return len(domains), f"{len(domains)} domains (from {path}/manifest.json)"
+    except (GlassroomError, OSError, AttributeError, ValueError):
         pass
-    return 1, f"1 domain assumed ({path or 'the dataset'} not built here: eval compute may be understated)"
+    weights = section.get("weights")
+    if isinstance(weights, dict) and weights:
+        return len(weights), f"{len(weights)} domains (the spec's data.weights; {path} not built here)"
+    return 1, f"1 domain assumed ({path or 'the dataset'} not built here; --data names it; eval compute is a lower bound)"
 
 
 def eval_flops(run: PlannedRun, domains: int, multiplier: int) -> float:
@@ -194,13 +203,14 @@ def resolve_hero(spec: LadderSpec, hero: Optional[str]) -> LadderSpec:
     return dataclasses.replace(spec, hero=dataclasses.replace(spec.hero, d_model=k * step))
 
 
-def possible_dials(spec: LadderSpec, own: Sequence[int], hero_dial: int) -> list[int]:
-    """Dial values a candidate may use: multiples of head_dim (whole KV groups) from half the spec's
-    smallest rung to just below the hero; at most MAX_DIAL_VALUES, log-spaced, the spec's own kept."""
+def possible_dials(spec: LadderSpec, own: Sequence[int], hero_dial: int, smallest: Optional[int] = None) -> list[int]:
+    """Dial values a candidate may use: multiples of head_dim (whole KV groups) from `smallest` (default
+    half the spec's smallest rung) to just below the hero; at most MAX_DIAL_VALUES, log-spaced, the
+    spec's own kept."""
     if spec.tokens is not None:  # tokens given per rung: only the spec's own rungs have a token count
-        return list(own)
+        return [d for d in own if smallest is None or d >= smallest]
     step, group = spec.shape.head_dim, spec.shape.kv_group
-    lo = max(step, (min(own) // 2) // step * step)
+    lo = max(step, (min(own) // 2) // step * step) if smallest is None else max(step, -(-smallest // step) * step)
     values = [d for d in range(lo, hero_dial, step) if (d // step) % group == 0]
     if len(values) > MAX_DIAL_VALUES:
         picks = set(d for d in own if d in values)
@@ -233,13 +243,14 @@ def plan_hero(spec: LadderSpec) -> PlannedRun:
         raise GlassroomError(f"hero: {exc}") from None
 
 
-def candidates(spec: LadderSpec, domains: int, eval_noise: float) -> tuple[list[Candidate], PlannedRun, list[int]]:
+def candidates(spec: LadderSpec, domains: int, eval_noise: float,
+               smallest: Optional[int] = None) -> tuple[list[Candidate], PlannedRun, list[int]]:
     """Every candidate ladder, planned by the spec's rules, and the hero."""
     from glassroom.ladder.spec import dial_values
 
     hero = plan_hero(spec)
     own = dial_values(spec)
-    values = possible_dials(spec, own, hero.dial)
+    values = possible_dials(spec, own, hero.dial, smallest)
     planned: dict[int, PlannedRun] = {}
     for d in values:
         tokens = None if spec.tokens is None else float(spec.tokens[own.index(d)])
@@ -258,7 +269,7 @@ def candidates(spec: LadderSpec, domains: int, eval_noise: float) -> tuple[list[
                 s = _subset(span, flops, k)
                 if s:
                     subsets.add(s)
-    if all(d in flops for d in own):
+    if all(d in flops for d in own) and len(own) >= min_rungs:
         subsets.add(tuple(own))
     if len(values) < min_rungs:
         raise GlassroomError(f"hero d_model {hero.dial}: {len(values)} possible rung size(s) below it "
@@ -300,9 +311,12 @@ def simulate(cand: Candidate, hero: PlannedRun, truth: Callable, noise, eval_noi
     log_noise = sigmas[:, None] * rng.standard_normal((simulations, sizes * k))
     if eval_noise > 0:  # one draw per size, shared by its seeds (module docstring)
         log_noise += np.repeat(rng.normal(0.0, eval_noise / math.sqrt(cand.evals), (simulations, sizes)), k, axis=1)
-    predict = point_fits(params, tokens, flops, base[None] * np.exp(log_noise), law, irreducible)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.asarray(predict(float(hero.params), float(hero.tokens), float(hero.flops)), float) / true_hero - 1.0
+    out = np.empty(simulations)
+    for i in range(0, simulations, CHUNK):  # batches bound the fitter's memory (an L(N,D) grid is large)
+        predict = point_fits(params, tokens, flops, base[None] * np.exp(log_noise[i:i + CHUNK]), law, irreducible)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out[i:i + CHUNK] = np.asarray(predict(float(hero.params), float(hero.tokens), float(hero.flops)), float)
+    return out / true_hero - 1.0
 
 
 def summarise(errors: np.ndarray) -> dict:
@@ -359,14 +373,14 @@ def _frontier(cands: list[Candidate]) -> list[Candidate]:
 
 
 def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, budget: float = 1.0,
-           noise: Optional[float] = None, law: str = "chinchilla", simulations: int = 200, seed: int = 0,
-           eval_noise: float = 0.0) -> dict:
+           noise: Optional[float] = None, law: str = "chinchilla", simulations: int = 400, seed: int = 0,
+           eval_noise: float = 0.0, data: Optional[str] = None, smallest: Optional[int] = None) -> dict:
     """Everything `glassroom ladder design` reports, as one JSON-ready mapping (module docstring)."""
     from glassroom.ladder.synthetic import TRUTHS
 
     spec = resolve_hero(spec, hero)
-    domains, domains_note = eval_domains(spec)
-    cands, hero_run, values = candidates(spec, domains, eval_noise)
+    domains, domains_note = eval_domains(spec, data)
+    cands, hero_run, values = candidates(spec, domains, eval_noise, smallest)
     irreducible = None if spec.fit.irreducible == "free" else float(spec.fit.irreducible)
     measured = None
     if law in TRUTHS:
@@ -385,7 +399,8 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
 
     def run(c: Candidate, stream: int = 0) -> dict:
         rng = np.random.default_rng([seed, stream])
-        return _run(c, hero_run, truth, noise_est, eval_noise, simulations, rng, irreducible)
+        n = simulations * (CONFIRM_FACTOR if stream else 1)
+        return _run(c, hero_run, truth, noise_est, eval_noise, n, rng, irreducible)
 
     for c in cands:  # one stream for every candidate's search: common random numbers sharpen the comparisons
         c.result = {"search": run(c)}
@@ -441,70 +456,3 @@ def expand_own(spec: LadderSpec) -> list[PlannedRun]:
     return [r for r in (_plan_run(spec, "rung", d, None if spec.tokens is None else float(spec.tokens[i]),
                                   spec.tokens_per_param) for i, d in enumerate(dial_values(spec)))
             if r.flops < hero.flops]
-
-
-# ----------------------------------------------------------------------------- report
-
-
-def _pct(x: float) -> str:
-    return "failed" if not math.isfinite(x) else f"{x:.2%}"
-
-
-def _row(c: dict, key: str = "search") -> str:
-    s = c["result"][key]
-    lo, hi = s["median_interval"]
-    return (f"  {str(c['rungs']):<26} {c['seeds']:>5} {'x' + str(c['eval_multiplier']):>5} "
-            f"{c['span_compute']:>7.3g}x {c['cost_fraction']:>8.2%} {_pct(s['median']):>7} "
-            f"[{_pct(lo)}, {_pct(hi)}] {_pct(s['p90']):>7}")
-
-
-def format_design(report: dict) -> str:
-    h, t, n, ev = report["hero"], report["truth"], report["noise"], report["eval_noise"]
-    truth = (f"{t['name']} (published law; N, D x {t['scale']:.3g})" if t["kind"] == "published"
-             else f"{t['law']} fitted on {t['source']}")
-    out = [f"ladder design {report['spec']}: hero {h['name']} (d_model {h['d_model']}, {h['flops']:.3g} FLOPs); "
-           f"target median |error| {report['target_error']:.2%}, budget {report['budget']:.3g} x the hero's compute",
-           f"truth: {truth}; seed noise {n['sigma']:.3g}, {n['used']}; eval noise {ev['sigma']:.3g} at "
-           f"eval_sequences {ev['at_eval_sequences']}; eval compute for {ev['domains_note']}",
-           f"{report['candidates']} candidate ladders from dial values {report['dial_values']} "
-           f"({report['within_budget']} within budget), {report['simulations']} simulated ladders each, "
-           "fitted by foresight as `ladder predict` fits",
-           f"  {'rungs':<26} {'seeds':>5} {'evals':>5} {'span':>8} {'cost':>8} {'median':>7} {'(95% MC)':>17} "
-           f"{'p90':>7}"]
-    mine = report["spec_ladder"]
-    if mine:
-        out.append("the spec's ladder:")
-        out.append(_row(mine))
-    out.append("cheapest for each error level (within budget):")
-    out += [_row(c) for c in report["frontier"]]
-    rec = report["recommended"]
-    if rec:
-        f = rec["result"]["confirmed"]
-        lo, hi = f["median_interval"]
-        out.append(f"recommended: {rec['names'][0]} .. {rec['names'][-1]} ({len(rec['rungs'])} rungs, "
-                   f"{rec['span_compute']:.3g}x compute span), {rec['seeds']} seed(s), eval_sequences "
-                   f"x{rec['eval_multiplier']}, {rec['cost_fraction']:.2%} of the hero's compute")
-        out.append(f"  expected |error| at the hero (fresh {f['simulations']} simulations): median {_pct(f['median'])} "
-                   f"(95% MC [{_pct(lo)}, {_pct(hi)}]), 90th percentile {_pct(f['p90'])}; against one measured "
-                   f"hero run (its own seed noise too): median {_pct(f['vs_one_hero_run']['median'])}")
-        out.append("  spec lines:  " + "   ".join(rec["spec_lines"]))
-    else:
-        b = report["best_within_budget"]
-        s = b["result"]["search"]
-        out.append(f"NO candidate within budget {report['budget']:.3g} reaches a median |error| of "
-                   f"{report['target_error']:.2%}; the best, {b['rungs']} with {b['seeds']} seed(s), gets "
-                   f"{_pct(s['median'])} for {b['cost_fraction']:.2%} of the hero")
-        c = report["cheapest_beyond_budget"]
-        if c:
-            f = c["result"]["confirmed"]
-            out.append(f"  needed: --budget {c['cost_fraction']:.3g} for {c['rungs']} with {c['seeds']} seed(s) "
-                       f"(median {_pct(f['median'])}, p90 {_pct(f['p90'])}); spec lines:  " + "   ".join(c["spec_lines"]))
-        else:
-            out.append("  no candidate reaches it at any budget")
-        if report["bias_bound"]:
-            out.append(f"  most of that error is bias (median signed error {s['bias']:+.2%}), not noise: the truth "
-                       "departs from the fitted law family (or from a pinned fit.irreducible); more seeds will not fix it")
-        if report["noise_needed_estimate"]:
-            out.append(f"  or a seed noise of about {report['noise_needed_estimate']:.2g} instead of {n['sigma']:.3g} "
-                       "(errors scale about linearly with the noise; an estimate, not simulated)")
-    return "\n".join(out)
