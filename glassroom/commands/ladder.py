@@ -279,7 +279,7 @@ def register_predict(sub) -> None:
                     "size only; --params / --tokens / --flops that are not positive numbers.\n"
                     "docs/ladder-predict.md has the file format and a worked example.\n\n"
                     "example:\n  glassroom ladder predict --results experiments/results/chinchilla-besiroglu.csv "
-                    "--params 70B --tokens 1.4T --law ND --objective huber\n  glassroom ladder predict lab/ladder --params 2e5 --tokens 2e6 --json")
+                    "--params 70B --tokens 1.4T --law ND --objective huber\n  glassroom ladder predict lab/ladders/demo-fit-e57c1925 --params 2e5 --tokens 2e6 --json")
     p.add_argument("dir", metavar="LADDER_DIR", nargs="?", help="ladder folder (or --results FILE)")
     p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of LADDER_DIR")
     p.add_argument("--params", required=True, metavar="N", help="non-embedding active parameters of the model to predict")
