@@ -75,13 +75,18 @@ def test_plan_shows_the_seeds_and_counts_every_seed_in_the_total():
     assert "seeds" not in format_plan(one).splitlines()[1]  # no seeds column when every rung runs once
 
 
+WHOLE = "runs per rung must be a whole number from 1 to 1000"
+
+
 @pytest.mark.parametrize("seeds, message", [
-    (0, "seeds: runs per rung must be a whole number from 1 to 1000, got 0"),
-    ("two", "seeds: expected a whole number, got 'two'"),
-    (2.5, "seeds: expected a whole number, got 2.5"),
-    (True, "seeds: expected a whole number, got True"),
+    (0, f"seeds: {WHOLE} (or a list of those, one per rung), got 0"),
+    ("two", f"seeds: {WHOLE} (or a list of those, one per rung), got 'two'"),
+    (2.5, f"seeds: {WHOLE} (or a list of those, one per rung), got 2.5"),
+    (True, f"seeds: {WHOLE} (or a list of those, one per rung), got True"),
+    ({"all": 2}, f"seeds: {WHOLE}"),
     ([1, 2], "seeds: 2 counts for 3 rungs"),
-    ([1, 0, 1], "seeds[1]: runs per rung must be a whole number from 1 to 1000, got 0"),
+    ([1, 0, 1], f"seeds[1]: {WHOLE} (or a list of those, one per rung), got 0"),
+    ([1, "x", 1], f"seeds[1]: {WHOLE} (or a list of those, one per rung), got 'x'"),
 ])
 def test_bad_seeds_are_one_line_errors(tmp_path, seeds, message):
     path = tmp_path / "bad.yaml"

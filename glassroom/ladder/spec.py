@@ -189,7 +189,7 @@ class LadderSpec:
     param_count: Literal["active", "non_embedding_active"] = "active"
     eval_fraction: float = 0.05
     fit: FitSection = field(default_factory=FitSection)
-    seeds: Union[int, list[int]] = 1  # runs per rung (train.seed = base + k), or one count per rung
+    seeds: Any = 1  # runs per rung (train.seed = base + k), or a list: one count per rung (checked below)
 
     def check(self, path: str) -> None:
         if (self.rungs is None) == (self.rung_budgets is None):
@@ -236,14 +236,16 @@ class LadderSpec:
         for key in ("steps", "batch_size", "lr", "warmup_steps", "eval_every"):
             if key in self.base["train"]:
                 raise ConfigError(f"{path}.base.train.{key}: set by the scaling rules; remove it")
-        counts = self.seeds if isinstance(self.seeds, list) else [self.seeds]
-        if isinstance(self.seeds, list) and len(self.seeds) != len(values):
-            raise ConfigError(f"{path}.seeds: {len(self.seeds)} counts for {len(values)} rungs (give one number "
+        listed = isinstance(self.seeds, (list, tuple))
+        counts = list(self.seeds) if listed else [self.seeds]
+        if listed and len(counts) != len(values):
+            raise ConfigError(f"{path}.seeds: {len(counts)} counts for {len(values)} rungs (give one number "
                               "for every rung, or one count per rung)")
         for i, k in enumerate(counts):
-            where = f"{path}.seeds" + (f"[{i}]" if isinstance(self.seeds, list) else "")
-            if not 1 <= k <= MAX_SEEDS:
-                raise ConfigError(f"{where}: runs per rung must be a whole number from 1 to {MAX_SEEDS}, got {k}")
+            where = f"{path}.seeds" + (f"[{i}]" if listed else "")
+            if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_SEEDS:
+                raise ConfigError(f"{where}: runs per rung must be a whole number from 1 to {MAX_SEEDS} (or a list "
+                                  f"of those, one per rung), got {repr(k)[:40]}")
 
 
 @dataclass(frozen=True)
