@@ -196,7 +196,7 @@
 
   function legend() {
     const items = [["law", COL.law, `L(C) = ${V.law.formula}`], ...(V.curve.lo ? [["band", COL.band, `${Math.round(V.confidence * 100)}% band of the law`]] : []),
-      ["rung", COL.rung, "rungs (final value)"], ...(V.rungs.some((r) => r.held_out) ? [["held", COL.held, "held out by the backtest (the line is fitted on every rung)"]] : []),
+      ["rung", COL.rung, (V.sizes || []).some((g) => (g.finals || []).length > 1) ? "rungs (mean final value of each size's seeds; bar: their range)" : "rungs (final value)"], ...(V.rungs.some((r) => r.held_out) ? [["held", COL.held, "held out by the backtest (the line is fitted on every rung)"]] : []),
       ...(V.hero ? [["hero", COL.hero, `hero ${V.hero.name}: preregistered final loss and ${Math.round((V.hero.confidence || V.confidence) * 100)}% interval`]] : []),
       ...(V.hero && V.hero.actual ? [["actual", COL.actual, V.hero.actual.final ? "hero: final value" : `hero: latest value (step ${V.hero.actual.step})`]] : [])];
     $("legend").replaceChildren();
