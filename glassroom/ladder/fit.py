@@ -122,6 +122,11 @@ def evaluate(law: Law, params: dict[str, float], X: dict[str, np.ndarray]) -> np
     return out
 
 
+def quantile_levels(confidence: float) -> tuple[float, float]:
+    """The two-sided quantile levels of a central interval, rounded so that 0.8 gives exactly 0.1 and 0.9."""
+    return round((1 - confidence) / 2, 12), round((1 + confidence) / 2, 12)
+
+
 def _huber(r: np.ndarray, delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
     a = np.abs(r)
     value = np.where(a <= delta, 0.5 * r * r, delta * (a - 0.5 * delta))
@@ -283,7 +288,7 @@ def bootstrap(fit: Fit, X: dict[str, Sequence[float]], y: Sequence[float], group
                 noise[mask] += rng.normal(0.0, noise_floor)
             Xb, yb = X, fitted * np.exp(noise)
         fit.boot.append(_refit(fit, Xb, yb))
-    lo_q, hi_q = (1 - confidence) / 2, (1 + confidence) / 2
+    lo_q, hi_q = quantile_levels(confidence)
     for name in fit.params:
         values = np.array([b[name] for b in fit.boot])
         fit.intervals[name] = (float(np.quantile(values, lo_q)), float(np.quantile(values, hi_q)))
@@ -297,7 +302,8 @@ def predict_interval(fit: Fit, X: dict[str, Sequence[float]], confidence: float 
     if not fit.boot:
         return mean, mean.copy(), mean.copy()
     draws = np.array([fit.predict(X, b) for b in fit.boot])
-    return mean, np.quantile(draws, (1 - confidence) / 2, axis=0), np.quantile(draws, (1 + confidence) / 2, axis=0)
+    lo_q, hi_q = quantile_levels(confidence)
+    return mean, np.quantile(draws, lo_q, axis=0), np.quantile(draws, hi_q, axis=0)
 
 
 def identifiable_nd(N: Sequence[float], D: Sequence[float]) -> tuple[bool, str]:
