@@ -39,7 +39,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from glassroom.errors import GlassroomError
-from glassroom.ladder.fit import LAW_C, LAW_ND, LOSS_MAX, Fit, identifiable_nd
+from glassroom.ladder.fit import LAW_C, LAW_ND, LOSS_MAX, Fit, identifiable_nd, quantile_levels
 from glassroom.ladder.noise import NoiseEstimate, seed_noise
 
 EXP_LO, EXP_HI = 1e-3, 3.0
@@ -161,7 +161,10 @@ def _model(theta: np.ndarray, logZ: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Projected Levenberg-Marquardt on log residuals, batched over rows; bounds: coefs >= 0, exponents in range."""
+    """Projected Levenberg-Marquardt on log residuals, batched over rows; bounds: coefs >= 0, exponents in range.
+
+    A parameter on a bound that the gradient pushes outward is held for that step (active set); a row
+    stops once a nearly undamped step no longer lowers its cost, and later iterations skip it."""
     m = logZ.shape[0]
     logY = np.log(Y)
     lo = np.r_[np.zeros(1 + m), np.full(m, EXP_LO)]
@@ -169,45 +172,49 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tup
     free = np.ones(1 + 2 * m, bool)
     if pinned:
         free[0] = False
+    lo, hi = lo[free], hi[free]
+    theta = theta.copy()
 
-    def residual(th):
+    def residual(th, rows):
         pred, powers = _model(th, logZ)
-        return np.log(np.maximum(pred, 1e-12)) - logY, pred, powers
+        return np.log(np.maximum(pred, 1e-12)) - logY[rows], pred, powers
 
-    r, pred, powers = residual(theta)
+    act = np.arange(len(theta))
+    r, pred, powers = residual(theta, act)
     cost = 0.5 * np.sum(r * r, 1)
     lam = np.full(len(theta), 1e-3)
     for _ in range(LM_ITERS):
+        th_a, c_a, l_a = theta[act], cost[act], lam[act]
         J = np.concatenate([np.ones_like(pred)[:, None], powers,
-                            -theta[:, 1:1 + m, None] * logZ[None] * powers], 1) / pred[:, None, :]  # (R, p, n)
+                            -th_a[:, 1:1 + m, None] * logZ[None] * powers], 1) / pred[:, None, :]  # (R, p, n)
         J = J[:, free]
         g = np.einsum("rpn,rn->rp", J, r)
-        # Active set: a parameter on a bound that the gradient pushes outward stays put this step.
-        th = theta[:, free]
-        blocked = ((th <= lo[free] + 1e-12) & (g > 0)) | ((th >= hi[free] - 1e-12) & (g < 0))
+        x = th_a[:, free]
+        blocked = ((x <= lo + 1e-12) & (g > 0)) | ((x >= hi - 1e-12) & (g < 0))
         J = J * ~blocked[:, :, None]
         g = np.where(blocked, 0.0, g)
         JJ = np.einsum("rpn,rqn->rpq", J, J)
         d = np.einsum("rpp->rp", JJ)
-        H = JJ + ((lam[:, None] * (d + 1e-12 * (1 + d.max(1, keepdims=True)))) + blocked)[:, :, None] * np.eye(J.shape[1])
+        H = JJ + ((l_a[:, None] * (d + 1e-12 * (1 + d.max(1, keepdims=True)))) + blocked)[:, :, None] * np.eye(J.shape[1])
         try:
             step = np.linalg.solve(H, -g[..., None])[..., 0]
         except np.linalg.LinAlgError:
             step = -g / np.maximum(np.einsum("rpp->rp", H), 1e-300)
-        trial = theta.copy()
-        trial[:, free] = np.clip(theta[:, free] + step, lo[free], hi[free])
-        r2, pred2, powers2 = residual(trial)
+        trial = th_a.copy()
+        trial[:, free] = np.clip(x + step, lo, hi)
+        r2, pred2, powers2 = residual(trial, act)
         cost2 = 0.5 * np.sum(r2 * r2, 1)
-        ok = np.isfinite(cost2) & (cost2 <= cost)
-        cost_before = cost
-        theta = np.where(ok[:, None], trial, theta)
-        r = np.where(ok[:, None], r2, r)
-        pred = np.where(ok[:, None], pred2, pred)
-        powers = np.where(ok[:, None, None], powers2, powers)
-        cost = np.where(ok, cost2, cost)
-        done = (ok & (cost2 >= cost_before - 1e-13 * cost_before - 1e-300)) | (lam >= 1e10)
-        lam = np.clip(np.where(ok, lam * 0.3, lam * 10.0), 1e-12, 1e12)
-        if done.all():
+        ok = np.isfinite(cost2) & (cost2 <= c_a)
+        done = (ok & (cost2 >= c_a * (1 - 1e-12) - 1e-300) & (l_a <= 1.0)) | (l_a >= 1e10)
+        theta[act] = np.where(ok[:, None], trial, th_a)
+        cost[act] = np.where(ok, cost2, c_a)
+        lam[act] = np.clip(np.where(ok, l_a * 0.3, l_a * 10.0), 1e-12, 1e12)
+        keep = ~done
+        r = np.where(ok[:, None], r2, r)[keep]
+        pred = np.where(ok[:, None], pred2, pred)[keep]
+        powers = np.where(ok[:, None, None], powers2, powers)[keep]
+        act = act[keep]
+        if not len(act):
             break
     return theta, cost
 
@@ -351,7 +358,7 @@ class ForesightFit:
             logs = np.log(np.maximum(f.values(self.boot_theta, [N], [D], [C])[:, 0], 1e-12))
             if kind == "run":
                 logs = logs + self.run_noise
-            lo_q, hi_q = np.quantile(logs, [(1 - self.confidence) / 2, (1 + self.confidence) / 2])
+            lo_q, hi_q = np.quantile(logs, quantile_levels(self.confidence))
             lower, upper = min(mean, math.exp(lo_q)), max(mean, math.exp(hi_q))
         return {"predicted_loss": mean, "lower": lower, "upper": upper,
                 "interval": {"confidence": self.confidence, "kind": kind,
@@ -423,7 +430,7 @@ def fit_points(points: Sequence[Point], law: str = "auto", stated_noise: float =
         run_noise = sig * rng.standard_normal(bootstrap)
         fit.boot = [feats.to_params(t) for t in boot]
         fit.bootstrap_method = "parametric"
-        lo_q, hi_q = (1 - confidence) / 2, (1 + confidence) / 2
+        lo_q, hi_q = quantile_levels(confidence)
         for name in fit.params:
             values = np.array([b[name] for b in fit.boot])
             fit.intervals[name] = (float(np.quantile(values, lo_q)), float(np.quantile(values, hi_q)))
