@@ -112,22 +112,25 @@ def test_announced_error_matches_independent_fits(spec, law):
     assert 0.7 * announced <= got <= 1.3 * announced, (announced, got)
 
 
-def test_none_meets_the_target(spec, capsys):
-    assert cli([DEMO, "--target-error", "0.01%", "--simulations", "20"]) == 0
-    out = capsys.readouterr().out
-    assert "NO candidate within budget" in out and "the best" in out
-    report = D.design(spec, target=0.0001, simulations=20)
+def test_none_meets_the_target(spec):
+    from glassroom.commands.ladder_design import format_design
+
+    report = D.design(spec, target=0.0001, simulations=10)
     assert report["recommended"] is None and report["best_within_budget"]["cost_fraction"] <= 1
+    out = format_design(report)
+    assert "NO candidate within budget" in out and "the best" in out and "spec lines" not in out
 
 
-def test_text_and_json_output(capsys):
-    assert cli([DEMO, "--target-error", "1.5%", "--simulations", "20", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["recommended"]["spec_lines"][0].startswith("rungs: [")
-    assert report["noise"]["sigma"] == 0.01 and report["noise"]["source"] == "stated"  # the spec's noise_floor
-    assert cli([DEMO, "--target-error", "1.5%", "--simulations", "20"]) == 0
-    out = capsys.readouterr().out
-    assert "recommended:" in out and "spec lines:" in out and "seeds:" in out
+def test_text_and_json_output(report, capsys):
+    from glassroom.commands.ladder_design import format_design
+
+    assert cli([DEMO, "--target-error", "1.5%", "--simulations", "10", "--json"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed["recommended"]["spec_lines"][0].startswith("rungs: [")
+    assert parsed["noise"]["sigma"] == 0.01 and parsed["noise"]["source"] == "stated"  # the spec's noise_floor
+    out = format_design(report)
+    assert "recommended:" in out and "spec lines:  rungs: [" in out and "seeds: " in out
+    assert "the spec's ladder:" in out
 
 
 def test_eval_noise_is_shared_by_seeds_and_cut_by_more_sequences(spec):
@@ -204,3 +207,14 @@ def test_bad_spec_is_one_line(tmp_path):
     empty.write_text("")
     with pytest.raises(GlassroomError):
         cli([DEMO, "--law", str(empty), "--simulations", "10"])
+
+
+def test_through_glassroom_cli(capsys):
+    """`glassroom ladder design` as users type it: bad input is one line on stderr and exit 2."""
+    from glassroom.cli import main
+
+    assert main(["ladder", "design", DEMO, "--target-error", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --target-error") and err.count("\n") == 1
+    assert main(["ladder", "design", DEMO, "--target-error", "5%", "--simulations", "10", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommended"] is not None

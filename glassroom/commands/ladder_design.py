@@ -13,6 +13,8 @@ import math
 from glassroom.commands import new_command
 from glassroom.errors import GlassroomError
 
+MAX_SIMULATIONS = 10_000  # per candidate; the default 400 takes seconds, 10000 about two minutes on the demo
+
 DESCRIPTION = """\
 Before a ladder's compute is spent: simulate candidate ladders (which dial values, how many rungs,
 seeds per rung, eval_sequences per evaluation) under a law and the seed noise, fit each simulated
@@ -82,8 +84,8 @@ def _check_args(args: argparse.Namespace) -> dict:
         raise GlassroomError(f"--eval-noise: must be at least 0 and below 100%, got {args.eval_noise}")
     if args.simulations < 10:
         raise GlassroomError(f"--simulations: at least 10, got {args.simulations}")
-    if args.simulations > 100_000:
-        raise GlassroomError(f"--simulations: at most 100000, got {args.simulations}")
+    if args.simulations > MAX_SIMULATIONS:
+        raise GlassroomError(f"--simulations: at most {MAX_SIMULATIONS}, got {args.simulations}")
     if args.smallest is not None and args.smallest < 1:
         raise GlassroomError(f"--smallest: must be a positive d_model, got {args.smallest}")
     if args.seed < 0:
@@ -148,7 +150,7 @@ def _row(c: dict, key: str = "search") -> str:
 def format_design(report: dict) -> str:
     h, t, n, ev = report["hero"], report["truth"], report["noise"], report["eval_noise"]
     truth = (f"{t['name']} (published law; N, D x {t['scale']:.3g})" if t["kind"] == "published"
-             else f"{t['law']} fitted on {t['source']}")
+             else f"{t['law']} fitted on {t['source']} ({t['note']})")
     out = [f"ladder design {report['spec']}: hero {h['name']} (d_model {h['d_model']}, {h['flops']:.3g} FLOPs); "
            f"target median |error| {report['target_error']:.2%}, budget {report['budget']:.3g} x the hero's compute",
            f"truth: {truth}; seed noise {n['sigma']:.3g}, {n['used']}; eval noise {ev['sigma']:.3g} at "

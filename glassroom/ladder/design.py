@@ -124,8 +124,9 @@ def fitted_truth(source: str, stated_noise: float, irreducible: Optional[float])
         p, t, c = (np.atleast_1d(np.asarray(x, float)) for x in (params, tokens, flops))
         return ffit.features.values(ffit.theta[None], p, t, c)[0]
 
+    flops = [p.flops for p in results.points]
     desc = {"kind": "fitted", "source": str(source), "law": ffit.law_name, "params": dict(ffit.fit.params),
-            "points": len(results.points)}
+            "points": len(results.points), "flops_range": [min(flops), max(flops)]}
     return truth, desc, ffit.noise
 
 
@@ -273,7 +274,8 @@ def candidates(spec: LadderSpec, domains: int, eval_noise: float,
         subsets.add(tuple(own))
     if len(values) < min_rungs:
         raise GlassroomError(f"hero d_model {hero.dial}: {len(values)} possible rung size(s) below it "
-                             f"({', '.join(map(str, values)) or 'none'}); a ladder needs at least {min_rungs}")
+                             f"({', '.join(map(str, values)) or 'none'}"
+                             f"{'' if smallest is None else f', from --smallest {smallest}'}); a ladder needs at least {min_rungs}")
     out = []
     multipliers = EVAL_MULTIPLIERS if eval_noise > 0 else (1,)
     for dials in sorted(subsets):
@@ -388,6 +390,13 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
         truth, truth_desc = published_truth(law, smallest)
     else:
         truth, truth_desc, measured = fitted_truth(law, spec.fit.noise_floor, irreducible)
+    if truth_desc["kind"] == "fitted":  # the law is used where it was measured, or said not to be
+        lo, hi = truth_desc["flops_range"]
+        rung_lo = min(c.runs[0].flops for c in cands)
+        outside = rung_lo < lo / 10 or hero_run.flops > hi * 1e4
+        truth_desc["note"] = (f"fitted on {lo:.3g}..{hi:.3g} FLOPs; the candidates' rungs start at {rung_lo:.3g} "
+                              f"and the hero is at {hero_run.flops:.3g}"
+                              + ("; the law is used far outside the points it was fitted on" if outside else ""))
     if noise is not None:
         noise_est = _noise_estimate(noise)
         noise_note = "stated (--noise)"
