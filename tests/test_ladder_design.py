@@ -170,6 +170,12 @@ def test_hero_as_flops_or_d_model(spec):
     _, hero = expand(spec)
     assert D.resolve_hero(spec, f"{hero.flops:.6g}").hero.d_model == hero.dial
     assert D.resolve_hero(spec, "64").hero.d_model == 64
+    story = load_spec("experiments/ladder-story.yaml")  # hero.model pins 8 KV heads: small d_model invalid
+    assert D.resolve_hero(story, "1e24").hero.d_model == 4096
+    with pytest.raises(GlassroomError, match="nearest hero"):
+        D.resolve_hero(story, "1e22")  # 18T tokens and 48 layers make even the smallest valid hero bigger
+    with pytest.raises(GlassroomError, match="no d_model"):
+        D.resolve_hero(spec, "1e40")
     report = D.design(spec, hero="64", target=0.05, simulations=10)
     assert report["hero"]["d_model"] == 64 and 56 in report["dial_values"]
 

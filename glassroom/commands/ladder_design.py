@@ -25,13 +25,16 @@ Recommends the cheapest ladder whose median error meets --target-error within --
 the spec lines to use; if none does, says so and what would be needed (exit 0).
 
 Rungs are planned by the spec's own rules (as `ladder plan` / `ladder run`). The truth is a
-published law (chinchilla: Hoffmann et al. 2022; besiroglu: Besiroglu et al. 2024, arXiv 2404.10102),
+published law (chinchilla: Hoffmann et al. 2022, arXiv 2203.15556; besiroglu: Besiroglu et al. 2024,
+arXiv 2404.10102),
 with N and D scaled so the smallest possible rung has 70M parameters, or the law fitted on a ladder
 folder or results file (--law DIR|FILE), whose repeated seeds also give the noise.
 Noise: --noise, else measured from --law's seeds, else the spec's fit.noise_floor.
+Method, options and calibration figures: docs/ladder-design.md.
 
 example:
-  glassroom ladder design experiments/ladder-demo.yaml --target-error 1% --budget 0.8
+  glassroom ladder design experiments/ladder-demo.yaml --target-error 1%
+  glassroom ladder design experiments/ladder-demo.yaml --target-error 1% --smallest 16 --noise 0.7%
   glassroom ladder design experiments/ladder-story.yaml --hero 1e24 --law besiroglu --json
 """
 

@@ -36,6 +36,7 @@ the second pass's own acceptance small (its median's Monte-Carlo spread is half 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -183,24 +184,42 @@ def resolve_hero(spec: LadderSpec, hero: Optional[str]) -> LadderSpec:
             raise GlassroomError(f"--hero {hero}: a d_model must be a whole multiple of shape.head_dim ({step})")
         return dataclasses.replace(spec, hero=dataclasses.replace(spec.hero, d_model=int(value)))
 
-    def flops_of(k: int) -> float:
+    @functools.lru_cache(maxsize=None)
+    def flops_of(k: int) -> Optional[float]:
+        """The hero's FLOPs at d_model k * head_dim; None where the rules give no valid model."""
         h = dataclasses.replace(spec.hero, d_model=k * step)
-        run = _plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
-                        h.tokens_per_param or spec.tokens_per_param, h.model, h.train)
-        return run.flops
+        try:
+            return _plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
+                             h.tokens_per_param or spec.tokens_per_param, h.model, h.train).flops
+        except ConfigError:
+            return None
 
-    lo, hi = 1, 2
-    try:
-        while flops_of(hi) < value:
-            lo, hi = hi, hi * 2
-            if hi > 1 << 20:
-                raise GlassroomError(f"--hero {hero}: no d_model of this spec reaches {value:.3g} FLOPs")
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if flops_of(mid) < value else (lo, mid)
-        k = min((lo, hi), key=lambda k: abs(math.log(flops_of(k) / value)))
-    except ConfigError as exc:
-        raise GlassroomError(f"--hero {hero}: {exc}") from None
+    def valid_in(a: int, b: int) -> Optional[int]:
+        """The smallest k in [a, b) with a valid model (None if none)."""
+        return next((k for k in range(a, b) if flops_of(k) is not None), None)
+
+    lo, hi = None, 1  # lo: largest valid k known below the target; hi: a valid k at or above it
+    while True:
+        if hi > 1 << 16:
+            raise GlassroomError(f"--hero {hero}: no d_model of this spec reaches {value:.3g} FLOPs")
+        probe = valid_in(hi, hi + min(hi, 64))
+        if probe is not None and flops_of(probe) >= value:
+            hi = probe
+            break
+        lo = probe if probe is not None else lo
+        hi *= 2
+    while lo is not None and hi - lo > 1:
+        mid = valid_in((lo + hi) // 2, hi)
+        if mid is None:
+            break  # nothing valid between: lo and hi are neighbours
+        if flops_of(mid) < value:
+            lo = mid
+        else:
+            hi = mid
+    k = hi if lo is None else min((lo, hi), key=lambda k: abs(math.log(flops_of(k) / value)))
+    if abs(math.log(flops_of(k) / value)) > math.log(1.5):
+        raise GlassroomError(f"--hero {hero}: the nearest hero by this spec's rules is d_model {k * step} at "
+                             f"{flops_of(k):.3g} FLOPs (the hero's tokens and model settings); give a d_model instead")
     return dataclasses.replace(spec, hero=dataclasses.replace(spec.hero, d_model=k * step))
 
 
