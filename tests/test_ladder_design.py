@@ -224,3 +224,34 @@ def test_through_glassroom_cli(capsys):
     assert err.startswith("error: --target-error") and err.count("\n") == 1
     assert main(["ladder", "design", DEMO, "--target-error", "5%", "--simulations", "10", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["recommended"] is not None
+
+
+def _variant(tmp_path, **changes) -> str:
+    import yaml
+
+    raw = yaml.safe_load(open(DEMO))
+    for key, value in changes.items():
+        if value is None:
+            raw.pop(key, None)
+        else:
+            raw[key] = value
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_spec_seeds_per_rung_and_tokens_per_rung(tmp_path):
+    """A spec's `seeds: [K per rung]` is simulated as it is; with `tokens:` per rung the spec lines carry them."""
+    spec = load_spec(_variant(tmp_path, seeds=[1, 1, 2, 3]))
+    report = D.design(spec, target=0.05, simulations=10)
+    mine = report["spec_ladder"]
+    runs = expand(spec)[0]
+    assert mine["seeds"] == [1, 1, 2, 3]
+    assert mine["train_flops"] == pytest.approx(sum(k * r.flops for k, r in zip([1, 1, 2, 3], runs)))
+    spec = load_spec(_variant(tmp_path, tokens_per_param=None, tokens=[200000, 400000, 600000, 1200000],
+                              hero={"d_model": 56, "tokens": 3000000}))
+    report = D.design(spec, target=0.03, simulations=10)
+    assert all(set(c["rungs"]) <= {16, 24, 32, 48} for c in report["all"])
+    lines = report["recommended"]["spec_lines"]
+    tokens = dict(zip([16, 24, 32, 48], [200000, 400000, 600000, 1200000]))
+    assert lines[1] == f"tokens: [{', '.join(str(tokens[d]) for d in report['recommended']['rungs'])}]"

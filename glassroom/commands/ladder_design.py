@@ -144,7 +144,8 @@ def _pct(x: float) -> str:
 def _row(c: dict, key: str = "search") -> str:
     s = c["result"][key]
     lo, hi = s["median_interval"]
-    return (f"  {str(c['rungs']):<26} {c['seeds']:>5} {'x' + str(c['eval_multiplier']):>5} "
+    seeds = ",".join(map(str, c["seeds"])) if isinstance(c["seeds"], list) else str(c["seeds"])
+    return (f"  {str(c['rungs']):<26} {seeds:>5} {'x' + str(c['eval_multiplier']):>5} "
             f"{c['span_compute']:>7.3g}x {c['cost_fraction']:>8.2%} {_pct(s['median']):>7} "
             f"[{_pct(lo)}, {_pct(hi)}] {_pct(s['p90']):>7}"
             + (f"   fresh: {_pct(c['result']['confirmed']['median'])}" if c["result"].get("confirmed") else ""))

@@ -39,12 +39,12 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from glassroom.errors import ConfigError, GlassroomError
-from glassroom.ladder.spec import LadderSpec, PlannedRun, _plan_run, expand
+from glassroom.ladder.spec import LadderSpec, PlannedRun, _plan_run, dial_values, expand
 
 PUBLISHED_MIN_PARAMS = 70e6  # smallest model of Hoffmann et al.'s fits (and so Besiroglu et al.'s refit)
 MAX_DIAL_VALUES = 8  # possible dial values a search considers (log-spaced when the spec allows more)
@@ -58,7 +58,7 @@ CHUNK = 400  # simulated ladders fitted in one batch
 @dataclass
 class Candidate:
     dials: tuple[int, ...]
-    seeds: int
+    seeds: Union[int, tuple[int, ...]]  # K per rung, or one K for each rung (a spec's `seeds: [...]`)
     evals: int  # eval_sequences multiplier
     runs: list[PlannedRun]
     train_flops: float  # all rungs x seeds
@@ -66,11 +66,12 @@ class Candidate:
     cost: float  # (train + eval) / hero training FLOPs
     result: Optional[dict] = None
 
-    def label(self) -> str:
-        return f"rungs {list(self.dials)}, seeds {self.seeds}, evals x{self.evals}"
+    @property
+    def counts(self) -> list[int]:
+        return list(self.seeds) if isinstance(self.seeds, tuple) else [self.seeds] * len(self.dials)
 
     def to_json(self) -> dict:
-        return {"rungs": list(self.dials), "seeds": self.seeds, "eval_multiplier": self.evals,
+        return {"rungs": list(self.dials), "seeds": list(self.seeds) if isinstance(self.seeds, tuple) else self.seeds, "eval_multiplier": self.evals,
                 "names": [r.name for r in self.runs], "span_compute": self.runs[-1].flops / self.runs[0].flops,
                 "train_flops": self.train_flops, "eval_flops": self.eval_flops, "cost_fraction": self.cost,
                 "result": self.result}
@@ -134,8 +135,12 @@ def fitted_truth(source: str, stated_noise: float, irreducible: Optional[float])
 # ----------------------------------------------------------------------------- candidates
 
 
-def _spec_seeds(spec: LadderSpec) -> int:
-    return int(getattr(spec, "seeds", 1) or 1)
+def _spec_seeds(spec: LadderSpec) -> Union[int, tuple[int, ...]]:
+    """The spec's `seeds`: one K, or a tuple of K per rung when they differ."""
+    seeds = getattr(spec, "seeds", 1)
+    if isinstance(seeds, (list, tuple)):
+        return int(seeds[0]) if len(set(seeds)) == 1 else tuple(int(k) for k in seeds)
+    return int(seeds or 1)
 
 
 def eval_domains(spec: LadderSpec, data: Optional[str] = None) -> tuple[int, str]:
@@ -266,8 +271,6 @@ def plan_hero(spec: LadderSpec) -> PlannedRun:
 def candidates(spec: LadderSpec, domains: int, eval_noise: float,
                smallest: Optional[int] = None) -> tuple[list[Candidate], PlannedRun, list[int]]:
     """Every candidate ladder, planned by the spec's rules, and the hero."""
-    from glassroom.ladder.spec import dial_values
-
     hero = plan_hero(spec)
     own = dial_values(spec)
     values = possible_dials(spec, own, hero.dial, smallest)
@@ -309,6 +312,12 @@ def candidates(spec: LadderSpec, domains: int, eval_noise: float,
             ev = sum(eval_flops(r, domains, m) for r in runs)
             for k in SEEDS:
                 out.append(Candidate(dials, k, m, runs, k * train, k * ev, k * (train + ev) / hero.flops))
+        mixed = _spec_seeds(spec)
+        if dials == tuple(own) and isinstance(mixed, tuple) and len(mixed) == len(dials):  # seeds: [K per rung]
+            ev = [eval_flops(r, domains, 1) for r in runs]
+            t = sum(k * r.flops for k, r in zip(mixed, runs))
+            e = sum(k * x for k, x in zip(mixed, ev))
+            out.append(Candidate(dials, mixed, 1, runs, t, e, (t + e) / hero.flops))
     out.sort(key=lambda c: (c.cost, len(c.dials)))
     return out, hero, values
 
@@ -322,14 +331,14 @@ def simulate(cand: Candidate, hero: PlannedRun, truth: Callable, noise, eval_noi
     in one batch by foresight.point_fits (the fitter of `ladder predict`, no bootstrap)."""
     from glassroom.ladder.foresight import point_fits
 
-    k, sizes = cand.seeds, len(cand.runs)
+    k, sizes = cand.counts, len(cand.runs)
     params = np.repeat([float(r.params) for r in cand.runs], k)
     tokens = np.repeat([float(r.tokens) for r in cand.runs], k)
     flops = np.repeat([float(r.flops) for r in cand.runs], k)
     base = np.asarray(truth(params, tokens, flops), float)
     true_hero = float(np.asarray(truth([hero.params], [hero.tokens], [hero.flops]), float).ravel()[0])
     sigmas = np.asarray(noise.draw(rng, simulations), float)  # a measured sigma's posterior; a stated one as is
-    log_noise = sigmas[:, None] * rng.standard_normal((simulations, sizes * k))
+    log_noise = sigmas[:, None] * rng.standard_normal((simulations, len(params)))
     if eval_noise > 0:  # one draw per size, shared by its seeds (module docstring)
         log_noise += np.repeat(rng.normal(0.0, eval_noise / math.sqrt(cand.evals), (simulations, sizes)), k, axis=1)
     out = np.empty(simulations)
@@ -449,10 +458,14 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
     spec_seeds = _spec_seeds(spec)
     own = [r.dial for r in expand_own(spec)]
     mine = next((c for c in cands if list(c.dials) == own and c.seeds == spec_seeds and c.evals == 1), None)
+    tokens_of = dict(zip(dial_values(spec), spec.tokens or []))
     base_eval = int(spec.base["train"].get("eval_sequences", 32))
 
     def lines(c: Candidate) -> list[str]:
-        out = [f"rungs: [{', '.join(map(str, c.dials))}]", f"seeds: {c.seeds}"]
+        out = [f"rungs: [{', '.join(map(str, c.dials))}]"]
+        if spec.tokens is not None:
+            out.append(f"tokens: [{', '.join(str(tokens_of[d]) for d in c.dials)}]")
+        out.append(f"seeds: {c.to_json()['seeds']}")
         if c.evals != 1 or eval_noise > 0:
             out.append(f"base.train.eval_sequences: {base_eval * c.evals}")
         return out
@@ -478,8 +491,6 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
 
 def expand_own(spec: LadderSpec) -> list[PlannedRun]:
     """The spec's own rungs below the hero (for the report)."""
-    from glassroom.ladder.spec import dial_values
-
     hero = plan_hero(spec)
     return [r for r in (_plan_run(spec, "rung", d, None if spec.tokens is None else float(spec.tokens[i]),
                                   spec.tokens_per_param) for i, d in enumerate(dial_values(spec)))
