@@ -39,6 +39,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.ladder.downstream_link import downstream_backtest, downstream_prediction
 from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
 
@@ -193,7 +194,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
         endpoint = {"law": efit.to_json(), "compute": hero_c, "final_loss": float(mean[0]),
                     "final_interval": [float(lo[0]), float(hi[0])]}
     now = time.time()
-    return {
+    prediction = {
         "created": now, "created_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "metric": fit_cfg.metric, "law": fit.to_json(), "params": fit.params, "confidence": fit_cfg.confidence,
         "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {describe_noise(noise)}",
@@ -208,6 +209,10 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
                  "run_config": hero_run, "config_sha256": run_digest(hero_run)},
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
     }
+    # Step 2 of the two-step prediction: the rungs' task scores through a loss -> score link.
+    prediction["downstream"] = downstream_prediction(rungs, fit_cfg, band["final_loss"], band["final_interval"],
+                                                     curve=band)
+    return prediction
 
 
 def describe_noise(noise) -> str:
@@ -390,7 +395,7 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     endpoint = leave_largest_size_out([r.flops for r in rungs], [r.final(fit_cfg.metric) for r in rungs],
                                       None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible),
                                       fit_cfg.bootstrap, noise.sigma, fit_cfg.confidence, fit_cfg.seed)
-    return {"metric": fit_cfg.metric, "held_out": first.name, "fitted_on": list(dict.fromkeys(r.name for r in train)),
+    result = {"metric": fit_cfg.metric, "held_out": first.name, "fitted_on": list(dict.fromkeys(r.name for r in train)),
             "held_out_runs": runs, "seeds": len(held),
             "predicted_loss": band["final_loss"], "actual_loss": actual,
             "relative_error": (band["final_loss"] - actual) / actual, "interval": [lo, hi],
@@ -398,3 +403,5 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
             "curve_mean_abs_relative_error": float(np.mean(errors)) if errors else None,
             "noise": noise.to_json(), "law": fit.to_json(), "endpoint_check": endpoint,
             "reliable": not warnings, "warnings": warnings}
+    result["downstream"] = downstream_backtest(rungs, fit_cfg, band)
+    return result
