@@ -17,16 +17,20 @@ in closed form, the best feasible one kept); the best grid points then start a p
 Levenberg-Marquardt on the log residuals. Many ladders (bootstrap replicates, ladder design's
 simulations) are fitted in one batch; one fit takes a few milliseconds.
 
-Intervals: a parametric bootstrap. Each replicate draws the noise sigma (noise.py), redraws every run
-as fitted * exp(N(0, sigma)), refits (warm-started from the fit, on a coarse grid), and predicts.
-Sigma: measured from seeds, pooled with the scatter of the size means around the law (so misfit
-counts as noise; degrees of freedom n - k), and drawn per replicate from its posterior
-sigma^2 = SS / chi2(dof); or the stated value, raised to the residual scatter of the size means when
-that is larger (a stated value is only as good as the statement: give seeds to measure it). The
-interval is the percentile interval of the replicates' predictions (measured coverage of the law's
-value at 100x the largest rung: 93-99% for 95%, docs/ladder-foresight.md; the basic (reflected)
-interval covered only 78-94%, the fit's prediction being skewed). Kind "run" adds one draw of run
-noise per replicate, for comparing with one observed run; "law" is the law's value itself.
+Intervals: a two-level parametric bootstrap. Sigma: measured from seeds, pooled with the scatter of
+the size means around the law (so misfit counts as noise; degrees of freedom n - k) and drawn per
+replicate from its posterior sigma^2 = SS / chi2(dof) (noise.py); or the stated value, raised to the
+residual scatter of the size means when that is larger (a stated value is only as good as the
+statement: give seeds to measure it). Level one redraws every run around the fitted law,
+fitted * exp(N(0, sigma)), and refits; level two redraws every run around each level-one refit and
+refits again (warm-started, coarse grid). The interval is the percentile interval of the level-two
+predictions. Why two levels: how far a 100x extrapolation can swing depends on the law's own exponents
+and E, and one level around the single fitted law misses that; measured on synthetic truth (bench/
+foresight.py, docs/ladder-foresight.md) one level covered the law's value 92-97% of the time for a
+nominal 95% (fewer than 90% of 20 draws often enough to matter), two levels 96-100% (conservative:
+intervals ~1.4x wider). The basic (reflected) interval covered only 78-94%, the prediction being
+skewed. Kind "run" adds one draw of run noise per replicate, for comparing with one observed run;
+"law" is the law's value itself.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ GRID_1 = np.linspace(0.02, 1.6, 80)
 GRID_2 = np.linspace(0.02, 1.6, 33)
 COARSE = {1: np.linspace(0.02, 1.6, 20), 2: np.linspace(0.02, 1.6, 9)}  # batches: same optimum, 10x faster
 LM_ITERS = 60
+LEVELS = 2  # bootstrap levels: 1 around the fitted law only; 2 also around its refits (module docstring)
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,16 @@ def _nnls_batch(A: np.ndarray, b: np.ndarray, yy: np.ndarray) -> tuple[np.ndarra
 
 
 def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, starts: int = 2,
-              grid: Optional[np.ndarray] = None, warm: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+              grid: Optional[np.ndarray] = None, warm: Optional[np.ndarray] = None,
+              weights: Optional[np.ndarray] = None, anchor: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """Least squares of log loss for E + sum_j c_j * Z_j^-e_j, every row of Y a separate data set.
 
     Z (m, n): normalised features (m = 1 or 2); Y (R, n) losses. Returns theta (R, 1 + 2m) as
     [E, c_1..c_m, e_1..e_m] (E = pin_E when pinned) and the cost (R,) = 0.5 * sum of squared log residuals.
     `starts` best grid points (per row) start the refinement, and `warm` (p,) as one more start when given.
+    `weights` (n,) multiply the log residuals. `anchor` (m,): log of one more (normalised) point H
+    through which every fit passes at loss pin_E (one value per row): the law is then
+    pin_E + sum_j c_j * (Z_j^-e_j - H_j^-e_j), E being implied (profile intervals).
     """
     Z = np.atleast_2d(np.asarray(Z, float))
     Y = np.atleast_2d(np.asarray(Y, float))
@@ -125,10 +134,13 @@ def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, start
     combos = np.array(list(itertools.product(g1, repeat=m)))  # (G, m)
     logZ = np.log(Z)
     F = np.exp(-combos[:, :, None] * logZ[None, :, :])  # (G, m, n)
-    E0 = 0.0 if pin_E is None else float(pin_E)
+    if anchor is not None:
+        F = F - np.exp(-combos * np.asarray(anchor, float)[None])[:, :, None]
+    E0 = np.zeros(R) if pin_E is None else np.broadcast_to(np.asarray(pin_E, float), (R,))
     B = F.transpose(0, 2, 1) if pin_E is not None else np.concatenate([np.ones((len(combos), n, 1)), F.transpose(0, 2, 1)], 2)
-    W2 = 1.0 / Y ** 2
-    T = Y - E0
+    w = np.ones(n) if weights is None else np.asarray(weights, float)
+    W2 = (w / Y) ** 2
+    T = Y - E0[:, None]
     A = np.einsum("rn,gni,gnj->rgij", W2, B, B, optimize=True)
     b = np.einsum("rn,gni,rn->rgi", W2, B, T, optimize=True)
     yy = np.einsum("rn,rn->r", W2, T * T)[:, None]
@@ -142,31 +154,41 @@ def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, start
     if pin_E is None:
         theta = np.concatenate([c0, e0], 1)
     else:
-        theta = np.concatenate([np.full((len(rows), 1), E0), c0, e0], 1)
+        theta = np.concatenate([E0[rows, None], c0, e0], 1)
     if warm is not None:
         theta = np.concatenate([theta.reshape(R, k, -1), np.broadcast_to(warm, (R, 1, theta.shape[1]))], 1).reshape(R * (k + 1), -1)
         k += 1
-    theta, cost = _lm(theta, logZ, np.repeat(Y, k, axis=0), pin_E is not None)
+        if pin_E is not None:
+            theta[:, 0] = np.repeat(E0, k)
+    theta, cost = _lm(theta, logZ, np.repeat(Y, k, axis=0), pin_E is not None, w, anchor)
     cost = cost.reshape(R, k)
     pick = np.argmin(cost, axis=1)
     theta = theta.reshape(R, k, -1)[np.arange(R), pick]
     return theta, cost[np.arange(R), pick]
 
 
-def _model(theta: np.ndarray, logZ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _model(theta: np.ndarray, logZ: np.ndarray, anchor: Optional[np.ndarray] = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, columns, d columns / d exponent) of theta's laws at logZ; fit_batch has `anchor`."""
     m = logZ.shape[0]
     powers = np.exp(-theta[:, 1 + m:, None] * logZ[None])  # (R, m, n)
-    pred = theta[:, :1] + np.einsum("rm,rmn->rn", theta[:, 1:1 + m], powers)
-    return pred, powers
+    cols, dcols = powers, -logZ[None] * powers
+    if anchor is not None:
+        hp = np.exp(-theta[:, 1 + m:] * anchor[None])[:, :, None]  # (R, m, 1)
+        cols, dcols = powers - hp, dcols + anchor[None, :, None] * hp
+    pred = theta[:, :1] + np.einsum("rm,rmn->rn", theta[:, 1:1 + m], cols)
+    return pred, cols, dcols
 
 
-def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tuple[np.ndarray, np.ndarray]:
+def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool,
+        w: Optional[np.ndarray] = None, anchor: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """Projected Levenberg-Marquardt on log residuals, batched over rows; bounds: coefs >= 0, exponents in range.
 
     A parameter on a bound that the gradient pushes outward is held for that step (active set); a row
     stops once a nearly undamped step no longer lowers its cost, and later iterations skip it."""
     m = logZ.shape[0]
     logY = np.log(Y)
+    w = np.ones(Y.shape[1]) if w is None else w
     lo = np.r_[np.zeros(1 + m), np.full(m, EXP_LO)]
     hi = np.r_[np.full(1 + m, np.inf), np.full(m, EXP_HI)]
     free = np.ones(1 + 2 * m, bool)
@@ -175,9 +197,11 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tup
     lo, hi = lo[free], hi[free]
     theta = theta.copy()
 
+    anchor = None if anchor is None else np.asarray(anchor, float)
+
     def residual(th, rows):
-        pred, powers = _model(th, logZ)
-        return np.log(np.maximum(pred, 1e-12)) - logY[rows], pred, powers
+        pred, cols, dcols = _model(th, logZ, anchor)
+        return w * (np.log(np.maximum(pred, 1e-12)) - logY[rows]), pred, (cols, dcols)
 
     act = np.arange(len(theta))
     r, pred, powers = residual(theta, act)
@@ -185,8 +209,8 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tup
     lam = np.full(len(theta), 1e-3)
     for _ in range(LM_ITERS):
         th_a, c_a, l_a = theta[act], cost[act], lam[act]
-        J = np.concatenate([np.ones_like(pred)[:, None], powers,
-                            -th_a[:, 1:1 + m, None] * logZ[None] * powers], 1) / pred[:, None, :]  # (R, p, n)
+        J = np.concatenate([np.ones_like(pred)[:, None], powers[0],
+                            th_a[:, 1:1 + m, None] * powers[1]], 1) * (w / pred)[:, None, :]  # (R, p, n)
         J = J[:, free]
         g = np.einsum("rpn,rn->rp", J, r)
         x = th_a[:, free]
@@ -212,7 +236,7 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tup
         keep = ~done
         r = np.where(ok[:, None], r2, r)[keep]
         pred = np.where(ok[:, None], pred2, pred)[keep]
-        powers = np.where(ok[:, None, None], powers2, powers)[keep]
+        powers = tuple(np.where(ok[:, None, None], b, a)[keep] for a, b in zip(powers, powers2))
         act = act[keep]
         if not len(act):
             break
@@ -242,7 +266,7 @@ class _Features:
 
     def values(self, theta: np.ndarray, params, tokens, flops) -> np.ndarray:
         """theta (R, p) -> law values (R, h) at the given points."""
-        pred, _ = _model(np.atleast_2d(theta), np.log(self.Z(params, tokens, flops)))
+        pred = _model(np.atleast_2d(theta), np.log(self.Z(params, tokens, flops)))[0]
         return pred
 
     def to_params(self, th: np.ndarray) -> dict[str, float]:
@@ -335,6 +359,8 @@ class ForesightFit:
     flops_per_6nd: float = 1.0
     largest_flops: float = 0.0
     sigma_used: dict = field(default_factory=dict)
+    data: tuple = ()  # (N, D, C, y) of the fitted points
+    pinned_E: Optional[float] = None
 
     def predict(self, params: float, tokens: float, flops: Optional[float] = None, kind: str = "run") -> dict:
         """The law's loss at (params, tokens[, flops]) with its interval; kind 'run' (one run, seed noise
@@ -362,7 +388,7 @@ class ForesightFit:
             lower, upper = min(mean, math.exp(lo_q)), max(mean, math.exp(hi_q))
         return {"predicted_loss": mean, "lower": lower, "upper": upper,
                 "interval": {"confidence": self.confidence, "kind": kind,
-                             "method": "parametric bootstrap, percentile interval"
+                             "method": f"{self.fit.bootstrap_method} bootstrap, percentile interval"
                                        + (" incl. one run's seed noise" if kind == "run" else " of the law's value"),
                              "replicates": int(len(self.boot_theta)), "sigma": self.sigma_used},
                 "params": N, "tokens": D, "flops": C,
@@ -427,16 +453,22 @@ def fit_points(points: Sequence[Point], law: str = "auto", stated_noise: float =
     if bootstrap:
         Ystar = fitted[None] * np.exp(sig[:, None] * rng.standard_normal((bootstrap, len(y))))
         boot, _ = fit_batch(Z, Ystar, pin, starts=2, grid=COARSE[Z.shape[0]], warm=theta)
-        run_noise = sig * rng.standard_normal(bootstrap)
+        if LEVELS >= 2:
+            sig2, _ = _sigma_draws(noise, lof_ss, lof_dof, rng, bootstrap)
+            gen = feats.values(boot, N, D, C)
+            Y2 = gen * np.exp(sig2[:, None] * rng.standard_normal((bootstrap, len(y))))
+            boot2, _ = fit_batch(Z, Y2, pin, starts=2, grid=COARSE[Z.shape[0]], warm=theta)
+            boot, sig = boot2, sig2
+        run_noise = sig * rng.standard_normal(len(boot))
         fit.boot = [feats.to_params(t) for t in boot]
-        fit.bootstrap_method = "parametric"
+        fit.bootstrap_method = "parametric" if LEVELS == 1 else "two-level parametric"
         lo_q, hi_q = quantile_levels(confidence)
         for name in fit.params:
             values = np.array([b[name] for b in fit.boot])
             fit.intervals[name] = (float(np.quantile(values, lo_q)), float(np.quantile(values, hi_q)))
     ratio = float(np.median(C / (6.0 * N * D)))
     return ForesightFit(fit, noise, feats.law.name, confidence, why, feats, theta, boot, run_noise, ratio,
-                        float(C.max()), sigma_used)
+                        float(C.max()), sigma_used, (N, D, C, y), pin)
 
 
 # ---------------------------------------------------------------- fast fits for simulation

@@ -82,3 +82,40 @@ def least_squares_reference(points: Sequence[Point], params: float, tokens: floa
     theta, _ = fit_batch(np.stack([N / sN, D / sD]), y[None], None, starts=8, grid=REFERENCE_GRID)
     E, a, b, ea, eb = theta[0]
     return float(E + a * (params / sN) ** -ea + b * (tokens / sD) ** -eb)
+
+
+def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: float = 0.005,
+            tokens_per_param: Union[float, Sequence[float]] = 20, noise_seeds: int = 20, factor: float = 100.0,
+            stated_noise: Optional[float] = None, bootstrap: int = 200, law: str = "auto",
+            smallest_flops: float = 1e18, first_seed: int = 0) -> dict:
+    """The acceptance measurement (issue 18) on one truth and ladder, over `noise_seeds` noise draws.
+
+    Per draw: fit_points (stated noise = the true noise unless given), prediction at `factor` x the
+    largest rung's compute at 20 tokens per parameter, least_squares_reference at the same size.
+    Returns the fitter's and the reference's median and 90th percentile |relative error|, their
+    ratio, and how often the 95% interval (kind "law" and kind "run") covered the noise-free truth."""
+    from glassroom.ladder.foresight import fit_points
+
+    stated = noise if stated_noise is None else stated_noise
+    err, ref, cover_law, cover_run, width, laws = [], [], [], [], [], set()
+    for k in range(noise_seeds):
+        rng = np.random.default_rng(10_000 + first_seed + k)
+        points = synthetic_ladder(truth, span, rungs, seeds, noise, smallest_flops, tokens_per_param, rng)
+        N, D, C = hero_size(points, factor)
+        value = float(truth_loss(truth, N, D))
+        ff = fit_points(points, law=law, stated_noise=stated, bootstrap=bootstrap, seed=k)
+        laws.add(ff.law_name)
+        p_law, p_run = ff.predict(N, D, C, kind="law"), ff.predict(N, D, C, kind="run")
+        err.append(abs(p_law["predicted_loss"] / value - 1))
+        ref.append(abs(least_squares_reference(points, N, D) / value - 1))
+        cover_law.append(p_law["lower"] <= value <= p_law["upper"])
+        cover_run.append(p_run["lower"] <= value <= p_run["upper"])
+        width.append((p_law["upper"] - p_law["lower"]) / value)
+    err, ref = np.array(err), np.array(ref)
+    m_err, m_ref = float(np.median(err)), float(np.median(ref))
+    ratio = m_err / m_ref if m_ref > 0 else (1.0 if m_err == 0 else math.inf)
+    return {"law": "/".join(sorted(laws)), "noise_seeds": noise_seeds, "fit_median": float(np.median(err)),
+            "fit_p90": float(np.quantile(err, 0.9)), "fit_max": float(err.max()), "ls_true_median": float(np.median(ref)),
+            "ls_true_p90": float(np.quantile(ref, 0.9)), "ratio": ratio,
+            "coverage_law": float(np.mean(cover_law)), "coverage_run": float(np.mean(cover_run)),
+            "width_median": float(np.median(width))}
