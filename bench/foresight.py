@@ -10,7 +10,8 @@ per parameter) and synthetic.least_squares_reference fits the TRUE formula by le
 loss. Printed and appended to bench/results/foresight.jsonl: the fitter's median, 90th percentile
 and max |relative error|, the reference's median, their ratio (acceptance: <= 1.1), and how often the
 95% interval covered the noise-free truth (acceptance: >= 90%), for the law's value ("law") and for
-one run ("run"), with the median interval width. Extra rows (--extra): the stated noise wrong
+one run ("run"), with the median interval width, and the median error of fit.py's Huber fit (delta
+1e-3, what `ladder fit DIR` used before foresight) on the same points. Extra rows (--extra): the stated noise wrong
 (0.3% stated, 0.5% true, one seed) and 8 rungs.
 
     OMP_NUM_THREADS=1 python bench/foresight.py [--noise-seeds 40] [--bootstrap 200] [--extra]
@@ -35,7 +36,7 @@ LADDERS = {"fixed-34x": (34, 20), "fixed-820x": (820, 20), "varied-34x": (34, (1
 def _row(truth: str, ladder: str, span: float, tpp, seeds: int, args, **extra) -> dict:
     start = time.time()
     out = measure(TRUTHS[truth], span, extra.pop("rungs", 5), seeds, 0.005, tpp, args.noise_seeds,
-                  bootstrap=args.bootstrap, **extra)
+                  bootstrap=args.bootstrap, huber=True, **extra)
     out.update({"truth": truth, "ladder": ladder, "span": span, "tokens_per_param": tpp, "seeds": seeds,
                 "noise": 0.005, "hero_factor": 100, "seconds": time.time() - start})
     return out
@@ -44,7 +45,8 @@ def _row(truth: str, ladder: str, span: float, tpp, seeds: int, args, **extra) -
 def _line(r: dict) -> str:
     return (f"{r['truth']:10s} {r['ladder']:14s} {r['seeds']:>5d} {r['law']:7s} {100 * r['fit_median']:7.2f}% "
             f"{100 * r['fit_p90']:6.2f}% {100 * r['fit_max']:6.2f}% {100 * r['ls_true_median']:7.2f}% {r['ratio']:6.2f} "
-            f"{100 * r['coverage_law']:5.0f}% {100 * r['coverage_run']:5.0f}% {100 * r['width_median']:6.2f}%")
+            f"{100 * r['coverage_law']:5.0f}% {100 * r['coverage_run']:5.0f}% {100 * r['width_median']:6.2f}% "
+            f"{100 * r['huber_median']:6.2f}%")
 
 
 def main() -> None:
@@ -54,7 +56,7 @@ def main() -> None:
     parser.add_argument("--extra", action="store_true", help="also the wrong stated noise and 8-rung rows")
     args = parser.parse_args()
     print(f"{'truth':10s} {'ladder':14s} {'seeds':>5s} {'law':7s} {'median':>8s} {'p90':>7s} {'max':>7s} "
-          f"{'LS-true':>8s} {'ratio':>6s} {'cov':>6s} {'covrun':>6s} {'width':>7s}")
+          f"{'LS-true':>8s} {'ratio':>6s} {'cov':>6s} {'covrun':>6s} {'width':>7s} {'huber':>7s}")
     rows = []
     for truth in TRUTHS:
         for ladder, (span, tpp) in LADDERS.items():

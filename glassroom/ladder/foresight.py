@@ -280,7 +280,10 @@ class _Features:
 
 
 def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
-    if isinstance(points, (str, bytes)) or not hasattr(points, "__len__") or len(points) == 0:
+    if isinstance(points, (str, bytes, dict)) or not hasattr(points, "__iter__"):
+        raise GlassroomError(f"foresight: points must be a list of runs, got {type(points).__name__}")
+    points = list(points)
+    if not points:
         raise GlassroomError("foresight: no points to fit (give name, params, tokens, flops, loss per run)")
     rows = []
     for i, p in enumerate(points):
@@ -301,6 +304,8 @@ def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
             raise GlassroomError(f"foresight: {name}: a loss of {vals[3]:g} is above {LOSS_MAX:g}; no fit can use it")
         if math.isnan(vals[2]):
             vals[2] = 6.0 * vals[0] * vals[1]
+            if not math.isfinite(vals[2]):
+                raise GlassroomError(f"foresight: {name}: 6 * params * tokens overflows; give flops")
         seed = getattr(p, "seed", None)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise GlassroomError(f"foresight: {name}: seed must be a whole number, got {seed!r}")
@@ -421,8 +426,8 @@ def fit_points(points: Sequence[Point], law: str = "auto", stated_noise: float =
                seed: int = 0) -> ForesightFit:
     """Fit L(C) or L(N,D) to the runs' final losses, with noise from seeds and bootstrap intervals."""
     N, D, C, y = _arrays(points)
-    if not (0 < confidence < 1):
-        raise GlassroomError(f"foresight: confidence must be between 0 and 1, got {confidence}")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (0 < confidence < 1):
+        raise GlassroomError(f"foresight: confidence must be a number between 0 and 1, got {confidence!r}")
     if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 0:
         raise GlassroomError(f"foresight: bootstrap must be a whole number >= 0, got {bootstrap!r}")
     pin = None

@@ -61,6 +61,8 @@ class NoiseEstimate:
 
 def seed_noise(values_by_size: Sequence[Sequence[float]], stated: float) -> NoiseEstimate:
     """Pooled within-size SD of log(loss) over sizes with >= 2 values; the stated value when none has."""
+    if isinstance(stated, bool) or not isinstance(stated, (int, float, np.integer, np.floating)):
+        raise GlassroomError(f"stated seed noise must be a number (0.003 = 0.3%), got {stated!r}")
     stated = float(stated)
     if not (math.isfinite(stated) and 0.0 <= stated < 1.0):
         raise GlassroomError(f"stated seed noise must be a fraction from 0 to below 1 (0.003 = 0.3%), got {stated:g}")

@@ -87,17 +87,19 @@ def least_squares_reference(points: Sequence[Point], params: float, tokens: floa
 def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: float = 0.005,
             tokens_per_param: Union[float, Sequence[float]] = 20, noise_seeds: int = 20, factor: float = 100.0,
             stated_noise: Optional[float] = None, bootstrap: int = 200, law: str = "auto",
-            smallest_flops: float = 1e18, first_seed: int = 0) -> dict:
+            smallest_flops: float = 1e18, first_seed: int = 0, huber: bool = False) -> dict:
     """The acceptance measurement (issue 18) on one truth and ladder, over `noise_seeds` noise draws.
 
     Per draw: fit_points (stated noise = the true noise unless given), prediction at `factor` x the
     largest rung's compute at 20 tokens per parameter, least_squares_reference at the same size.
     Returns the fitter's and the reference's median and 90th percentile |relative error|, their
-    ratio, and how often the 95% interval (kind "law" and kind "run") covered the noise-free truth."""
+    ratio, and how often the 95% interval (kind "law" and kind "run") covered the noise-free truth.
+    huber: also the median error of fit.py's fit (Huber delta 1e-3 of log loss, the `ladder fit DIR`
+    fitter before foresight) of the same law on the same points."""
     from glassroom.ladder.foresight import fit_points
 
     stated = noise if stated_noise is None else stated_noise
-    err, ref, cover_law, cover_run, width, laws = [], [], [], [], [], set()
+    err, ref, cover_law, cover_run, width, laws, hub = [], [], [], [], [], set(), []
     for k in range(noise_seeds):
         rng = np.random.default_rng(10_000 + first_seed + k)
         points = synthetic_ladder(truth, span, rungs, seeds, noise, smallest_flops, tokens_per_param, rng)
@@ -108,6 +110,8 @@ def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: flo
         p_law, p_run = ff.predict(N, D, C, kind="law"), ff.predict(N, D, C, kind="run")
         err.append(abs(p_law["predicted_loss"] / value - 1))
         ref.append(abs(least_squares_reference(points, N, D) / value - 1))
+        if huber:
+            hub.append(abs(_huber_prediction(points, ff.law_name, N, D, C) / value - 1))
         cover_law.append(p_law["lower"] <= value <= p_law["upper"])
         cover_run.append(p_run["lower"] <= value <= p_run["upper"])
         width.append((p_law["upper"] - p_law["lower"]) / value)
@@ -118,4 +122,14 @@ def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: flo
             "fit_p90": float(np.quantile(err, 0.9)), "fit_max": float(err.max()), "ls_true_median": float(np.median(ref)),
             "ls_true_p90": float(np.quantile(ref, 0.9)), "ratio": ratio,
             "coverage_law": float(np.mean(cover_law)), "coverage_run": float(np.mean(cover_run)),
-            "width_median": float(np.median(width))}
+            "width_median": float(np.median(width)), "huber_median": float(np.median(hub)) if hub else None}
+
+
+def _huber_prediction(points: Sequence[Point], law_name: str, N: float, D: float, C: float) -> float:
+    from glassroom.ladder.fit import LAW_C, LAW_ND, fit_law
+
+    if law_name == "L(C)":
+        fit = fit_law(LAW_C, {"C": [p.flops for p in points]}, [p.loss for p in points])
+        return float(fit.predict({"C": [C]})[0])
+    fit = fit_law(LAW_ND, {"N": [p.params for p in points], "D": [p.tokens for p in points]}, [p.loss for p in points])
+    return float(fit.predict({"N": [N], "D": [D]})[0])
