@@ -115,16 +115,12 @@ def _nnls_batch(A: np.ndarray, b: np.ndarray, yy: np.ndarray) -> tuple[np.ndarra
 
 
 def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, starts: int = 2,
-              grid: Optional[np.ndarray] = None, warm: Optional[np.ndarray] = None,
-              weights: Optional[np.ndarray] = None, anchor: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+              grid: Optional[np.ndarray] = None, warm: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """Least squares of log loss for E + sum_j c_j * Z_j^-e_j, every row of Y a separate data set.
 
     Z (m, n): normalised features (m = 1 or 2); Y (R, n) losses. Returns theta (R, 1 + 2m) as
     [E, c_1..c_m, e_1..e_m] (E = pin_E when pinned) and the cost (R,) = 0.5 * sum of squared log residuals.
     `starts` best grid points (per row) start the refinement, and `warm` (p,) as one more start when given.
-    `weights` (n,) multiply the log residuals. `anchor` (m,): log of one more (normalised) point H
-    through which every fit passes at loss pin_E (one value per row): the law is then
-    pin_E + sum_j c_j * (Z_j^-e_j - H_j^-e_j), E being implied (profile intervals).
     """
     Z = np.atleast_2d(np.asarray(Z, float))
     Y = np.atleast_2d(np.asarray(Y, float))
@@ -134,12 +130,9 @@ def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, start
     combos = np.array(list(itertools.product(g1, repeat=m)))  # (G, m)
     logZ = np.log(Z)
     F = np.exp(-combos[:, :, None] * logZ[None, :, :])  # (G, m, n)
-    if anchor is not None:
-        F = F - np.exp(-combos * np.asarray(anchor, float)[None])[:, :, None]
     E0 = np.zeros(R) if pin_E is None else np.broadcast_to(np.asarray(pin_E, float), (R,))
     B = F.transpose(0, 2, 1) if pin_E is not None else np.concatenate([np.ones((len(combos), n, 1)), F.transpose(0, 2, 1)], 2)
-    w = np.ones(n) if weights is None else np.asarray(weights, float)
-    W2 = (w / Y) ** 2
+    W2 = 1.0 / Y ** 2
     T = Y - E0[:, None]
     A = np.einsum("rn,gni,gnj->rgij", W2, B, B, optimize=True)
     b = np.einsum("rn,gni,rn->rgi", W2, B, T, optimize=True)
@@ -160,35 +153,29 @@ def fit_batch(Z: np.ndarray, Y: np.ndarray, pin_E: Optional[float] = None, start
         k += 1
         if pin_E is not None:
             theta[:, 0] = np.repeat(E0, k)
-    theta, cost = _lm(theta, logZ, np.repeat(Y, k, axis=0), pin_E is not None, w, anchor)
+    theta, cost = _lm(theta, logZ, np.repeat(Y, k, axis=0), pin_E is not None)
     cost = cost.reshape(R, k)
     pick = np.argmin(cost, axis=1)
     theta = theta.reshape(R, k, -1)[np.arange(R), pick]
     return theta, cost[np.arange(R), pick]
 
 
-def _model(theta: np.ndarray, logZ: np.ndarray, anchor: Optional[np.ndarray] = None
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prediction, columns, d columns / d exponent) of theta's laws at logZ; fit_batch has `anchor`."""
+def _model(theta: np.ndarray, logZ: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, columns Z^-e, d columns / d exponent) of theta's laws at logZ."""
     m = logZ.shape[0]
     powers = np.exp(-theta[:, 1 + m:, None] * logZ[None])  # (R, m, n)
     cols, dcols = powers, -logZ[None] * powers
-    if anchor is not None:
-        hp = np.exp(-theta[:, 1 + m:] * anchor[None])[:, :, None]  # (R, m, 1)
-        cols, dcols = powers - hp, dcols + anchor[None, :, None] * hp
     pred = theta[:, :1] + np.einsum("rm,rmn->rn", theta[:, 1:1 + m], cols)
     return pred, cols, dcols
 
 
-def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool,
-        w: Optional[np.ndarray] = None, anchor: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool) -> tuple[np.ndarray, np.ndarray]:
     """Projected Levenberg-Marquardt on log residuals, batched over rows; bounds: coefs >= 0, exponents in range.
 
     A parameter on a bound that the gradient pushes outward is held for that step (active set); a row
     stops once a nearly undamped step no longer lowers its cost, and later iterations skip it."""
     m = logZ.shape[0]
     logY = np.log(Y)
-    w = np.ones(Y.shape[1]) if w is None else w
     lo = np.r_[np.zeros(1 + m), np.full(m, EXP_LO)]
     hi = np.r_[np.full(1 + m, np.inf), np.full(m, EXP_HI)]
     free = np.ones(1 + 2 * m, bool)
@@ -197,11 +184,9 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool,
     lo, hi = lo[free], hi[free]
     theta = theta.copy()
 
-    anchor = None if anchor is None else np.asarray(anchor, float)
-
     def residual(th, rows):
-        pred, cols, dcols = _model(th, logZ, anchor)
-        return w * (np.log(np.maximum(pred, 1e-12)) - logY[rows]), pred, (cols, dcols)
+        pred, cols, dcols = _model(th, logZ)
+        return (np.log(np.maximum(pred, 1e-12)) - logY[rows]), pred, (cols, dcols)
 
     act = np.arange(len(theta))
     r, pred, powers = residual(theta, act)
@@ -210,7 +195,7 @@ def _lm(theta: np.ndarray, logZ: np.ndarray, Y: np.ndarray, pinned: bool,
     for _ in range(LM_ITERS):
         th_a, c_a, l_a = theta[act], cost[act], lam[act]
         J = np.concatenate([np.ones_like(pred)[:, None], powers[0],
-                            th_a[:, 1:1 + m, None] * powers[1]], 1) * (w / pred)[:, None, :]  # (R, p, n)
+                            th_a[:, 1:1 + m, None] * powers[1]], 1) / pred[:, None, :]  # (R, p, n)
         J = J[:, free]
         g = np.einsum("rpn,rn->rp", J, r)
         x = th_a[:, free]
