@@ -69,6 +69,15 @@ def test_noise_is_measured_from_seeds_and_stated_without_them():
     assert seed_noise([[3.0, 3.0]], 0.003).to_json()["source"] == "measured"
 
 
+def test_seeds_that_all_agree_fall_back_to_the_stated_noise():
+    pts = synthetic_ladder(TRUTHS["chinchilla"], 100, 5, 3, 0.0)  # every seed of a size: the same loss
+    ff = fit_points(pts, stated_noise=0.004, bootstrap=50)
+    assert ff.noise.source == "measured" and ff.noise.sigma == 0.0
+    assert ff.sigma_used["sigma"] == 0.004 and "stated" in ff.sigma_used["source"]
+    out = ff.predict(*hero_size(pts), kind="law")
+    assert out["upper"] / out["lower"] > 1.01  # an interval, not a point
+
+
 def test_intervals_contain_the_prediction_and_the_truth():
     truth = TRUTHS["chinchilla"]
     pts = synthetic_ladder(truth, 820, 5, 3, 0.005, rng=np.random.default_rng(3))

@@ -21,7 +21,8 @@ Intervals: a two-level parametric bootstrap. Sigma: measured from seeds, pooled 
 the size means around the law (so misfit counts as noise; degrees of freedom n - k) and drawn per
 replicate from its posterior sigma^2 = SS / chi2(dof) (noise.py); or the stated value, raised to the
 residual scatter of the size means when that is larger (a stated value is only as good as the
-statement: give seeds to measure it). Level one redraws every run around the fitted law,
+statement: give seeds to measure it; seeds that all gave the same loss measure nothing, and the
+stated value is used). Level one redraws every run around the fitted law,
 fitted * exp(N(0, sigma)), and refits; level two redraws every run around each level-one refit and
 refits again (warm-started, coarse grid). The interval is the percentile interval of the level-two
 predictions. Why two levels: how far a 100x extrapolation can swing depends on the law's own exponents
@@ -394,15 +395,16 @@ class ForesightFit:
 def _sigma_draws(noise: NoiseEstimate, lof_ss: float, lof_dof: int, rng: np.random.Generator, R: int) -> tuple[np.ndarray, dict]:
     """Per-replicate noise sigma (module docstring) and a description of it."""
     s_lof = math.sqrt(lof_ss / lof_dof) if lof_dof > 0 else None
-    if noise.source == "measured":
+    if noise.source == "measured" and noise.sigma > 0:
         ss = noise.sigma ** 2 * noise.dof + (lof_ss if lof_dof > 0 else 0.0)
         dof = noise.dof + max(lof_dof, 0)
         pooled = math.sqrt(ss / dof)
         draws = np.sqrt(ss / np.maximum(rng.chisquare(dof, R), 1e-12))
         return draws, {"source": "measured + residual", "sigma": pooled, "dof": dof, "residual_sigma": s_lof}
-    base = noise.sigma
+    base = noise.sigma if noise.source == "stated" else noise.stated  # seeds that all agree measure nothing
     used = max(base, s_lof or 0.0)
-    return np.full(R, used), {"source": "stated" if used == base else "residual (above stated)", "sigma": used,
+    source = "stated" if noise.source == "stated" else "stated (every size's seeds gave the same loss)"
+    return np.full(R, used), {"source": source if used == base else "residual (above stated)", "sigma": used,
                               "dof": 0, "residual_sigma": s_lof}
 
 
