@@ -245,18 +245,33 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     if backtest.is_file():
         check = json.loads(backtest.read_text())
         summary["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss", "relative_error", "covered")}
+        # With seeds (the spec's `seeds: K`): every seed of the held-out size, its own final and
+        # error, and the seed-to-seed noise the fit measured on the other sizes.
+        runs = check.get("held_out_runs") if isinstance(check.get("held_out_runs"), list) else []
+        summary["backtest"]["runs"] = [{"seed": r.get("seed"), "actual_loss": r.get("actual_loss"),
+                                        "relative_error": r.get("relative_error")} for r in runs if isinstance(r, dict)]
+        if isinstance(check.get("noise"), dict):
+            summary["backtest"]["noise"] = {k: check["noise"].get(k) for k in ("sigma", "source", "dof")}
     return summary
 
 
 def format_summary(s: dict) -> str:
     lines = [
         f"dataset:  {s['dataset']}",
-        f"ladder:   {len(s['rungs'])} rungs, fit and prediction in {s['ladder']}",
+        f"ladder:   {len(s['rungs'])} rung runs (every seed of every rung), fit and prediction in {s['ladder']}",
     ]
     if "backtest" in s:
         b = s["backtest"]
-        lines.append(f"backtest: fitted without {b['held_out']}, predicted {b['predicted_loss']:.4f}, it reached "
+        runs = [r for r in b.get("runs") or [] if isinstance(r.get("actual_loss"), (int, float))]
+        reached = (f"the mean of its {len(runs)} seeds reached" if len(runs) > 1 else "it reached")
+        lines.append(f"backtest: fitted without {b['held_out']}, predicted {b['predicted_loss']:.4f}, {reached} "
                      f"{b['actual_loss']:.4f} ({b['relative_error']:+.2%}, {'inside' if b['covered'] else 'outside'} the interval)")
+        if len(runs) > 1:
+            seeds = ", ".join(f"seed {r['seed']} {r['actual_loss']:.4f}" for r in runs)
+            noise = b.get("noise") or {}
+            measured = (f"; seed-to-seed noise {noise['sigma']:.2%} of the loss, {noise['source']} ({noise['dof']} dof)"
+                        if isinstance(noise.get("sigma"), (int, float)) else "")
+            lines.append(f"          its seeds: {seeds}{measured}")
     lines.append(f"hero:     {s['hero']}")
     if s["achieved"] is not None:
         lines.append(f"hero {s['metric']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, {s['interval'][1]:.4f}] "

@@ -58,3 +58,15 @@ def test_the_summary_points_watchers_at_the_feed_and_the_heros_first_anomaly(tmp
     assert (f"glassroom incident open {tmp_path / 'hero'} --step 40 --anomaly {watch['first']['id']} "
             '"what it looks like"') in text
     assert "incident open" not in format_summary({**BASE, "watch": _watch(tmp_path / "hero") | {"first": None}})
+
+
+def test_the_backtest_line_names_each_held_out_seed_and_the_measured_noise():
+    backtest = {"held_out": "221K-A159K", "predicted_loss": 4.4066, "actual_loss": 4.3165, "relative_error": 0.0209,
+                "covered": True, "runs": [{"seed": 0, "actual_loss": 4.2442, "relative_error": 0.038},
+                                          {"seed": 1, "actual_loss": 4.3889, "relative_error": 0.004}],
+                "noise": {"sigma": 0.0171, "source": "measured", "dof": 4}}
+    text = format_summary({**BASE, "backtest": backtest})
+    assert "the mean of its 2 seeds reached 4.3165 (+2.09%, inside the interval)" in text
+    assert "seed 0 4.2442, seed 1 4.3889; seed-to-seed noise 1.71% of the loss, measured (4 dof)" in text
+    one = format_summary({**BASE, "backtest": {**backtest, "runs": backtest["runs"][:1]}})   # one seed: as before
+    assert "it reached 4.3165" in one and "its seeds" not in one
