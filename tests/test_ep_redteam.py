@@ -59,7 +59,10 @@ def test_ep2_with_selective_checkpointing_samples_and_exports_as_one_process(tin
     (want, want_config), (got, got_config) = exported["one"], exported["ep2"]
     assert got_config == want_config and sorted(got) == sorted(want)
     for name in want:
-        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-5, msg=name)
+        # atol 5e-5: Adam divides each update by the root of its second moment, so an element whose
+        # gradient is float noise moves by a few 1e-5 either way when the summation order differs
+        # (measured: 1 of 131072 lm_head elements off by 1.6e-5 on a Xeon without AVX-512).
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=5e-5, msg=lambda m, name=name: f"{name}: {m}")
 
     texts = []
     for run in (one, ep2):
