@@ -259,6 +259,8 @@ def _law_lines(report: dict) -> str:
                      + (f"; residual scatter {used['residual_sigma']:.3g}" if used.get("residual_sigma") else "") + ")")
     for w in law.get("warnings", []) or []:
         lines.append(f"warning: {w}")
+    for n in law.get("notes", []) or []:
+        lines.append(f"note: {n}")
     return "\n".join(lines)
 
 
@@ -379,6 +381,8 @@ def run_backtest(args: argparse.Namespace) -> int:
         print("  UNRELIABLE:")
         for warning in result["warnings"]:
             print(f"  warning: {warning}")
+    for note in result.get("notes", []):
+        print(f"  note: {note}")
     return 0
 
 

@@ -32,6 +32,17 @@ EXPONENT_GRID = (0.03, 0.07, 0.15, 0.3, 0.5, 0.8, 1.2)
 EXPONENT_BOUNDS = (1e-4, 3.0)
 LOSS_MAX = 1e6  # glassroom.ladder.rungs.LOSS_MAX: beyond it a value is no loss (and overflows NNLS)
 EXPONENT_IMPLAUSIBLE = 2.0  # an exponent this steep means the fit ran to its bound (Fit.warnings)
+VANISHED = 1e-6  # a term worth less than this share of the loss has been dropped by the fit (Fit.notes)
+TERM_DROPPED = {  # what a dropped term means, by its coefficient ("one") or its feature (Fit.notes)
+    "E": "no irreducible loss in the data's range, so the law extrapolates as a pure power law "
+         "(it keeps falling where a floor would flatten it: optimistic far beyond the runs)",
+    "C": "the loss does not fall with compute in the data; the law predicts the same loss at every size",
+    "N": "the model-size term vanished: the law sees no effect of model size, so a larger model "
+         "is predicted no better than a smaller one given the same data or schedule",
+    "D": "the data term vanished: the law sees no effect of the number of tokens",
+    "S1": "the schedule term vanished: the law sees no effect of training progress",
+    "S2": "no annealing gain: the law sees no extra drop while the learning rate decays",
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,28 @@ class Fit:
         return out
 
     @property
+    def notes(self) -> list[str]:
+        """Terms the fit dropped: a free coefficient at its bound 0 (worth less than VANISHED of the loss
+        where the points are centred). The fit stands, but the law then says less than its formula:
+        with E = 0 it extrapolates as a pure power law, with the size term gone it ignores model size,
+        and the dropped term's exponent means nothing (its interval spans the bounds)."""
+        at = {k: np.array([v], float) for k, v in self.scales.items()}
+        level = abs(float(evaluate(self.law, self.params, at)[0])) or 1.0
+        out = []
+        for t in self.law.terms:
+            if t.coef in self.pinned or t.coef not in self.params:
+                continue
+            x = at.get(t.feature, np.ones(1))[0] if t.feature else 1.0
+            f = 1.0 if t.kind == "one" else (x ** -self.params[t.exponent] if t.kind == "power" else x)
+            if abs(self.params[t.coef] * f) > VANISHED * level:
+                continue
+            meaning = TERM_DROPPED.get(t.coef if t.kind == "one" else t.feature,
+                                       f"the {t.coef} term vanished: the data show no effect of {t.feature}")
+            out.append(f"{self.law.name}: {t.coef} = 0, at its bound: {meaning}"
+                       + (f" ({t.exponent} is then undetermined)" if t.exponent else ""))
+        return out
+
+    @property
     def n_free(self) -> int:
         return len(self.law.coefs) + len(self.law.exponents) - len(self.pinned)
 
@@ -104,7 +137,7 @@ class Fit:
                 "intervals": {k: list(v) for k, v in self.intervals.items()}, "pinned": self.pinned,
                 "n_points": self.n_points, "n_free_params": self.n_free, "dof": self.n_points - self.n_free,
                 "bootstrap": {"method": self.bootstrap_method, "replicates": len(self.boot)},
-                "warnings": self.warnings}
+                "warnings": self.warnings, "notes": self.notes}
 
 
 def evaluate(law: Law, params: dict[str, float], X: dict[str, np.ndarray]) -> np.ndarray:

@@ -208,6 +208,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
                  "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule,
                  "run_config": hero_run, "config_sha256": run_digest(hero_run)},
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
+        "notes": fit.notes + (endpoint["law"]["notes"] if endpoint else []),
     }
     # Step 2 of the two-step prediction: the rungs' task scores through a loss -> score link.
     prediction["downstream"] = downstream_prediction(rungs, fit_cfg, band["final_loss"], band["final_interval"],
@@ -402,6 +403,6 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
             "covered": bool(lo <= actual <= hi),
             "curve_mean_abs_relative_error": float(np.mean(errors)) if errors else None,
             "noise": noise.to_json(), "law": fit.to_json(), "endpoint_check": endpoint,
-            "reliable": not warnings, "warnings": warnings}
+            "reliable": not warnings, "warnings": warnings, "notes": fit.notes}
     result["downstream"] = downstream_backtest(rungs, fit_cfg, band)
     return result

@@ -15,7 +15,8 @@ The leave-largest-out check holds out every seed of the largest size and compare
 
 Before fitting, rungs.check_rungs refuses finals no fit can use (one line naming the rungs).
 Non-monotone rungs are fitted only when allowed; the report then says `reliable: false` with the
-reasons in `warnings`, as it does when any fitted exponent stopped at its bound. A secondary metric
+reasons in `warnings`, as it does when any fitted exponent stopped at its bound. A term that a fit
+of the spec's metric dropped (a coefficient at 0: fit.Fit.notes) is said in `notes`. A secondary metric
 that cannot be fitted (a NaN final in one domain) is left out with a note.
 """
 
@@ -84,6 +85,7 @@ def fit_report(ladder_dir: str | Path, allow_nonmonotone: bool = False) -> dict:
         fit = fit_endpoints(C, L, pinned, reps, metric_noise.sigma, fit_cfg.confidence, fit_cfg.seed)
         if main:
             warnings.extend(fit.warnings)
+            report["notes"].extend(fit.notes)
         llo = None
         if main or metric == "eval/macro/bpb":
             llo = leave_largest_size_out(C, L, pinned, reps, metric_noise.sigma, fit_cfg.confidence, fit_cfg.seed)
@@ -98,11 +100,13 @@ def fit_report(ladder_dir: str | Path, allow_nonmonotone: bool = False) -> dict:
         bootstrap(nd, {"N": N, "D": D}, L, None, fit_cfg.bootstrap, noise.sigma, fit_cfg.confidence, fit_cfg.seed)
         report["params_tokens"] = nd.to_json()
         warnings.extend(nd.warnings)
+        report["notes"].extend(nd.notes)
     else:
         report["params_tokens"] = None
         report["notes"].append(f"L(N,D) not fitted: {why.replace('rungs', 'sizes')}")
     curve = fit_curves(rungs, fit_cfg.metric, fit_cfg, noise)
     warnings.extend(curve.warnings)
+    report["notes"].extend(curve.notes)
     report["curve"] = curve.to_json()
     report["reliable"] = not warnings
     return report

@@ -347,6 +347,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
         confidence = _level(prediction.get("confidence"))
         settings = prediction.get("settings") if isinstance(prediction.get("settings"), dict) else {}
         warnings = [str(w) for w in prediction.get("warnings") or []]
+        notes.extend(str(n) for n in (prediction.get("notes") if isinstance(prediction.get("notes"), list) else [])[:10])
         reliable = prediction.get("reliable", True) is not False
         rungs = []
         for r in raw_rungs:
