@@ -41,7 +41,7 @@ TERM_DROPPED = {  # what a dropped term means, by its coefficient ("one") or its
          "is predicted no better than a smaller one given the same data or schedule",
     "D": "the data term vanished: the law sees no effect of the number of tokens",
     "S1": "the schedule term vanished: the law sees no effect of training progress",
-    "S2": "no annealing gain: the law sees no extra drop while the learning rate decays",
+    "S2": "no annealing gain: the law sees no extra drop while the learning rate decays (or no run decays it)",
 }
 
 
