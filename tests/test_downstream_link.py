@@ -149,11 +149,53 @@ def test_no_scores_and_too_few_pairs_say_why():
     assert collect_pairs(off, "eval/macro/loss") == {}
 
 
-@pytest.mark.parametrize("loss, interval", [(float("nan"), (1, 2)), (3.0, (3.1, 3.2)), (-1.0, (-2, 0)),
+@pytest.mark.parametrize("loss, interval", [(float("nan"), (1, 2)), (3.0, (3.2, 3.1)), (-1.0, (-2, 0)),
                                             ("x", (1, 2)), (3.0, None), (3.0, (2.9, float("inf")))])
 def test_bad_step_one_numbers_are_one_line_errors(loss, interval):
     with pytest.raises(GlassroomError, match="downstream prediction"):
         downstream_prediction(ladder(), CFG, loss, interval)
+
+
+def test_a_loss_outside_its_own_interval_widens_the_interval_instead_of_failing():
+    """A skewed bootstrap (or one replicate) can leave step 1's point estimate outside its interval."""
+    out = downstream_prediction(ladder(), CFG, 3.0, (3.1, 3.2))["scores"]["t/acc"]
+    inside = downstream_prediction(ladder(), CFG, 3.0, (3.0, 3.2))["scores"]["t/acc"]
+    assert out["lower"] <= out["predicted"] <= out["upper"]
+    assert (out["predicted"], out["lower"], out["upper"]) == (inside["predicted"], inside["lower"], inside["upper"])
+
+
+def test_no_scored_task_means_no_downstream_step_whatever_step_one_says():
+    bare = [FakeRung(f"r{i}", i, {"eval/macro/loss": (STEPS, 4.0 - i / 5 + 0 * STEPS)}) for i in range(3)]
+    out = downstream_prediction(bare, CFG, 3.0, (3.1, 3.1))
+    assert out["scores"] == {} and "train.eval_tasks" in out["reason"]
+
+
+@pytest.mark.parametrize("mean, lo, hi", [(3.0, 2.9, 3.4), (3.0, 2.5, 3.05), (5.0, 4.99, 5.5)])
+def test_split_normal_loss_draws_reach_each_side_at_its_own_bound(mean, lo, hi):
+    from statistics import NormalDist
+
+    from glassroom.ladder.downstream_link import _draw_losses
+
+    zc = NormalDist().inv_cdf(0.975)
+    z = np.random.default_rng(0).standard_normal(200_000)
+    draws = _draw_losses(np.array([mean]), np.array([lo]), np.array([hi]), z, zc)[:, 0]
+    assert np.quantile(draws, 0.025) == pytest.approx(lo, abs=0.01 * (mean - lo) + 1e-3)
+    assert np.quantile(draws, 0.975) == pytest.approx(hi, abs=0.01 * (hi - mean) + 1e-3)
+    assert np.median(draws) == pytest.approx(mean, abs=1e-2 * (hi - lo))
+
+
+@pytest.mark.parametrize("lo, hi", [(2.9, 3.4), (2.6, 3.1), (2.95, 3.05)])
+def test_a_skewed_loss_interval_maps_through_the_link_as_computed_by_hand(lo, hi):
+    """Noise-free pairs on a known sigmoid: every refit is that sigmoid, so the score draws are f(loss
+    draws), whose percentile interval is [f(hi), f(lo)] (f falls with the loss); the interval is the
+    prediction plus and minus its wider side (the module's mirroring rule)."""
+    cfg = SimpleNamespace(**{**vars(CFG), "bootstrap": 500})
+    s = downstream_prediction(ladder(noise=0.0), cfg, 3.0, (lo, hi))["scores"]["t/acc"]
+    assert s["link"]["form"] == "sigmoid"
+    half = max(sigmoid(3.0) - sigmoid(hi), sigmoid(lo) - sigmoid(3.0))
+    assert s["predicted"] == pytest.approx(sigmoid(3.0), abs=2e-3)
+    assert s["upper"] - s["predicted"] == pytest.approx(half, rel=0.08)
+    assert s["predicted"] - s["lower"] == pytest.approx(half, rel=0.08)
 
 
 def test_damaged_curve_is_refused():

@@ -251,10 +251,12 @@ def _check_loss(hero_loss, hero_interval) -> tuple[float, float, float]:
     except (TypeError, ValueError):
         raise GlassroomError(f"downstream prediction: the hero's loss {hero_loss!r} and interval {hero_interval!r} "
                              "must be a number and two numbers") from None
-    if not all(LOSS_MIN <= v <= LOSS_MAX for v in (loss, lo, hi)) or not lo <= loss <= hi:
+    if not all(LOSS_MIN <= v <= LOSS_MAX for v in (loss, lo, hi)) or not lo <= hi:
         raise GlassroomError(f"downstream prediction: the hero's loss {loss:g} and interval [{lo:g}, {hi:g}] must be "
-                             f"losses in [{LOSS_MIN:g}, {LOSS_MAX:g}] with lower <= loss <= upper")
-    return loss, lo, hi
+                             f"losses in [{LOSS_MIN:g}, {LOSS_MAX:g}] with lower <= upper")
+    # A point estimate outside its own bootstrap interval (a skewed bootstrap, few replicates): the
+    # interval is widened to hold it, as step 1 does (ladder.fit.percentile_interval).
+    return loss, min(lo, loss), max(hi, loss)
 
 
 def _settings(fit_cfg) -> tuple[str, float, int, int]:
@@ -352,19 +354,19 @@ def downstream_prediction(rungs: Sequence, fit_cfg, hero_loss: float, hero_inter
     {"predicted", "lower", "upper", "link": {...}, "extrapolated", "warnings", "at_steps"?}}, "skipped": {key: why},
     "reason": None, or why "scores" is empty}.
     """
-    loss, lo, hi = _check_loss(hero_loss, hero_interval)
     metric, confidence, replicates, seed = _settings(fit_cfg)
+    out = {"method": METHOD, "sources": SOURCES, "loss_metric": metric, "confidence": confidence,
+           "replicates": replicates, "scores": {}, "skipped": {}, "reason": None}
+    pairs = collect_pairs(rungs, metric)
+    if not pairs:  # nothing to link: step 1's numbers are not even looked at
+        out["reason"] = (f"no rung logged downstream scores (downstream/<task>/<metric>) at a step where {metric} "
+                         "was logged: set train.eval_tasks in the ladder spec's base to predict them")
+        return out
+    loss, lo, hi = _check_loss(hero_loss, hero_interval)
     if curve is not None:
         problem = _curve_problem(curve)
         if problem:
             raise GlassroomError(f"downstream prediction: the predicted loss curve is damaged ({problem})")
-    out = {"method": METHOD, "sources": SOURCES, "loss_metric": metric, "confidence": confidence,
-           "replicates": replicates, "scores": {}, "skipped": {}, "reason": None}
-    pairs = collect_pairs(rungs, metric)
-    if not pairs:
-        out["reason"] = (f"no rung logged downstream scores (downstream/<task>/<metric>) at a step where {metric} "
-                         "was logged: set train.eval_tasks in the ladder spec's base to predict them")
-        return out
     for key, p in pairs.items():
         why = _too_few(p)
         if why:

@@ -335,8 +335,17 @@ def predict_interval(fit: Fit, X: dict[str, Sequence[float]], confidence: float 
     if not fit.boot:
         return mean, mean.copy(), mean.copy()
     draws = np.array([fit.predict(X, b) for b in fit.boot])
+    return (mean, *percentile_interval(mean, draws, confidence))
+
+
+def percentile_interval(mean: np.ndarray, draws: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap's percentile interval of `draws` (replicates x points) at `confidence`, widened
+    where needed to hold the point estimate `mean`: with a skewed bootstrap or few replicates (one, say)
+    the estimate can fall outside its replicates' quantiles, and an interval that excludes its own
+    prediction is no interval (the same rule as foresight's predictions)."""
     lo_q, hi_q = quantile_levels(confidence)
-    return mean, np.quantile(draws, lo_q, axis=0), np.quantile(draws, hi_q, axis=0)
+    lo, hi = np.quantile(draws, lo_q, axis=0), np.quantile(draws, hi_q, axis=0)
+    return np.minimum(lo, mean), np.maximum(hi, mean)
 
 
 def identifiable_nd(N: Sequence[float], D: Sequence[float]) -> tuple[bool, str]:

@@ -13,7 +13,8 @@ size term in Chinchilla's additive form so that one fit covers every rung:
 
 The value at store step s (after s optimizer steps) is compared with the metric logged at s.
 Points before fit.skip_fraction of each run are left out (the early transient is not a power law).
-The band is the bootstrap's (fit.py) quantiles at fit.confidence, each replicate's curve also
+The band is the bootstrap's (fit.py) quantiles at fit.confidence (widened where needed to hold the
+predicted curve itself: fit.percentile_interval), each replicate's curve also
 shifted by one draw of the hero's own seed noise, N(0, sigma) in log loss: a predictive interval for
 the one run that will be observed. sigma is the seed-to-seed noise (noise.py): measured from the
 rungs' repeated seeds when some size has two or more (each replicate then draws sigma from its
@@ -40,7 +41,7 @@ import numpy as np
 
 from glassroom.errors import GlassroomError
 from glassroom.ladder.downstream_link import downstream_backtest, downstream_prediction
-from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law
+from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, percentile_interval
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
 
 CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
@@ -134,8 +135,7 @@ def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, f
         sigmas = ([fit_cfg.noise_floor] * len(fit.boot) if noise is None
                   else [noise.draw(rng) for _ in fit.boot])  # a stated sigma draws nothing: the same stream
         draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, sd)) for b, sd in zip(fit.boot, sigmas)])
-        lo = np.quantile(draws, (1 - fit_cfg.confidence) / 2, axis=0)
-        hi = np.quantile(draws, (1 + fit_cfg.confidence) / 2, axis=0)
+        lo, hi = percentile_interval(mean, draws, fit_cfg.confidence)
     else:
         lo, hi = mean.copy(), mean.copy()
     return {"steps": steps.tolist(), "mean": mean.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
@@ -168,8 +168,10 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     fit_cfg = fit_cfg or settings
     param_count = param_count or spec_count
     rungs = load_rungs(ladder_dir, param_count)
+    reversals: list[str] = []
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
-                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
+                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False), fit_cfg.noise_floor,
+                           reversals)
     noise = measure_noise(rungs, fit_cfg.metric, fit_cfg.noise_floor)
     cfg = run_config_from_mapping(hero_config, "hero")
     # What binds the prediction to its hero: `ladder verify` compares it with RUN_DIR/config.yaml.
@@ -208,7 +210,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
                  "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule,
                  "run_config": hero_run, "config_sha256": run_digest(hero_run)},
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
-        "notes": fit.notes + (endpoint["law"]["notes"] if endpoint else []),
+        "notes": reversals + fit.notes + (endpoint["law"]["notes"] if endpoint else []),
     }
     # Step 2 of the two-step prediction: the rungs' task scores through a loss -> score link.
     prediction["downstream"] = downstream_prediction(rungs, fit_cfg, band["final_loss"], band["final_interval"],
@@ -369,8 +371,10 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     if len(sizes) < 3:
         raise GlassroomError(f"{ladder_dir}: a backtest needs at least 3 sizes (fit on 2, predict 1), have "
                              f"{len(sizes)}" + (f" ({len(rungs)} runs)" if len(rungs) != len(sizes) else ""))
+    reversals: list[str] = []
     warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible,
-                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False))
+                           allow_nonmonotone or getattr(fit_cfg, "allow_nonmonotone", False), fit_cfg.noise_floor,
+                           reversals)
     held, train = sizes[-1], [r for g in sizes[:-1] for r in g]
     for run in held:
         run.check_curve(fit_cfg.metric, fit_cfg.skip_fraction)  # its curve is compared point by point
@@ -403,6 +407,6 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
             "covered": bool(lo <= actual <= hi),
             "curve_mean_abs_relative_error": float(np.mean(errors)) if errors else None,
             "noise": noise.to_json(), "law": fit.to_json(), "endpoint_check": endpoint,
-            "reliable": not warnings, "warnings": warnings, "notes": fit.notes}
+            "reliable": not warnings, "warnings": warnings, "notes": reversals + fit.notes}
     result["downstream"] = downstream_backtest(rungs, fit_cfg, band)
     return result

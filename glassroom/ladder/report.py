@@ -54,7 +54,8 @@ def fit_report(ladder_dir: str | Path, allow_nonmonotone: bool = False) -> dict:
     fit_cfg, param_count = read_spec_settings(ladder_dir)
     rungs = load_rungs(ladder_dir, param_count)
     allow = allow_nonmonotone or fit_cfg.allow_nonmonotone
-    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, allow)
+    reversals: list[str] = []
+    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, allow, fit_cfg.noise_floor, reversals)
     groups = group_sizes(rungs)
     noise = measure_noise(rungs, fit_cfg.metric, fit_cfg.noise_floor)
     C = [r.flops for r in rungs]
@@ -63,7 +64,7 @@ def fit_report(ladder_dir: str | Path, allow_nonmonotone: bool = False) -> dict:
               "sizes": size_summary(rungs, fit_cfg.metric), "noise": noise.to_json(),
               "settings": {"bootstrap": fit_cfg.bootstrap, "noise_floor": fit_cfg.noise_floor,
                            "confidence": fit_cfg.confidence, "irreducible": fit_cfg.irreducible,
-                           "seed": fit_cfg.seed, "allow_nonmonotone": allow}, "notes": [], "compute": {},
+                           "seed": fit_cfg.seed, "allow_nonmonotone": allow}, "notes": reversals, "compute": {},
               "warnings": warnings}
     if len(groups) < 3:
         report["notes"].append("2 sizes: E pinned to 0 in L(C) (3 parameters need at least 3 sizes)")

@@ -21,6 +21,11 @@ from typing import Any, Optional
 
 import yaml
 
+from glassroom.errors import GlassroomError
+from glassroom.ladder.predict import backtest, make_prediction, preregister
+from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
+                                    load_rungs)
+from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.step import Input, Resources, Step
 
@@ -58,40 +63,55 @@ def train_rung(ctx: StepContext) -> dict:
     return train_in_step(ctx, ctx.config["run"], ctx.output)
 
 
-def fit_and_predict(ctx: StepContext) -> dict:
-    """Write a ladder folder over the finished rungs, fit it, predict the hero, backtest."""
-    from glassroom.ladder.predict import backtest, make_prediction
+WAY_FORWARD = ("the hero trains without a prediction; retrain the rungs that are off (more seeds: the spec's "
+               "`seeds`), then `glassroom ladder fit DIR` and `glassroom ladder backtest DIR` on the ladder folder, "
+               "or pass fit.allow_nonmonotone: true to fit anyway, marked unreliable")
 
-    ctx.write_text("spec.yaml", yaml.safe_dump(ctx.config["spec"], sort_keys=False))
+
+def fit_and_predict(ctx: StepContext) -> dict:
+    """Write a ladder folder over the finished rungs, fit it, predict the hero, backtest. A fit that
+    fails (rungs no law can use) writes no-prediction.json with the reason instead, so that the hero
+    and what follows it still run, reported as "no prediction"."""
+    ctx.write_text(SPEC_FILE, yaml.safe_dump(ctx.config["spec"], sort_keys=False))
     rungs = [str(Path(p).resolve()) for p in ctx.config["rungs"]]
-    ctx.write_json("ladder.json", {"rungs": rungs})
-    prediction = make_prediction(ctx.output, ctx.config["hero"])
-    ctx.write_json("prediction.json", prediction)
+    ctx.write_json(LISTING_FILE, {"rungs": rungs})
+    try:
+        prediction = make_prediction(ctx.output, ctx.config["hero"])
+    except GlassroomError as exc:
+        metric = (ctx.config["spec"].get("fit") or {}).get("metric", "eval/macro/loss")
+        ctx.write_json(NO_PREDICTION_FILE, {"metric": metric, "reason": str(exc), "way_forward": WAY_FORWARD})
+        return {"prediction": None, "reason": str(exc), "metric": metric}
+    ctx.write_json(PREDICTION_FILE, prediction)
     result = {"final_loss": prediction["final_loss"], "final_interval": prediction["final_interval"],
               "metric": prediction["metric"]}
-    from glassroom.ladder.rungs import group_sizes, load_rungs
-
     if len(group_sizes(load_rungs(ctx.output))) >= 3:
-        check = backtest(ctx.output)
+        try:
+            check = backtest(ctx.output)
+        except GlassroomError as exc:  # the prediction stands; say why the backtest could not be made
+            check = {"error": str(exc)}
         ctx.write_json("backtest.json", check)
-        result["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss",
-                                                    "relative_error", "covered", "seeds")}
+        if "error" not in check:
+            result["backtest"] = {k: check[k] for k in ("held_out", "predicted_loss", "actual_loss",
+                                                        "relative_error", "covered", "seeds")}
     result["noise"] = prediction.get("noise")
     return result
 
 
 def train_hero(ctx: StepContext) -> dict:
-    """Preregister the prediction in the hero's store (once), then train the hero."""
-    from glassroom.ladder.predict import preregister
-    from glassroom.observe.store import StoreReader, store_path
-
-    prediction = json.loads(Path(ctx.config["prediction"]).read_text())
-    already = False
-    if store_path(ctx.output).is_file():
-        with StoreReader(ctx.output) as reader:
-            already = reader.artifact("prediction") is not None
-    if not already:
-        preregister(ctx.output, prediction)
+    """Preregister the ladder's prediction in the hero's store (once), then train the hero; with no
+    prediction (the fit failed), journal why once and train it all the same."""
+    ladder = Path(ctx.config["ladder"])
+    prediction_file = ladder / PREDICTION_FILE
+    with StoreWriter(ctx.output) as writer:
+        conn = writer.conn
+        sealed = conn.execute("SELECT 1 FROM artifacts WHERE name = 'prediction'").fetchone() is not None
+        noted = conn.execute("SELECT 1 FROM events WHERE kind = 'no_prediction'").fetchone() is not None
+        if not prediction_file.is_file() and not noted:
+            missing = json.loads((ladder / NO_PREDICTION_FILE).read_text())
+            writer.event("no_prediction", f"no prediction: the ladder's fit failed ({missing['reason']})", step=0,
+                         data=missing)
+    if prediction_file.is_file() and not sealed:
+        preregister(ctx.output, json.loads(prediction_file.read_text()))
     return train_in_step(ctx, ctx.config["run"], ctx.output)
 
 
@@ -122,7 +142,7 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
     fit = Step(f"{spec.name}-fit", fit_and_predict,
                {"spec": spec_raw, "rungs": [Input(s) for s in rung_steps], "hero": hero_config},
                kind="ladders", description="fit the rungs and predict the hero")
-    hero_step = Step("hero", train_hero, {"run": hero_config, "prediction": fit / "prediction.json"},
+    hero_step = Step("hero", train_hero, {"run": hero_config, "ladder": fit.output()},
                      kind="runs", resources=Resources(cpus=cpus), description=f"the hero, {hero.name}")
     return rung_steps, [fit, hero_step]
 

@@ -6,6 +6,8 @@ Layout (what `glassroom ladder run` writes and `ladder fit` / `ladder backtest` 
                              and param_count are used; defaults otherwise)
   DIR/ladder.json            optional: {"rungs": [paths relative to DIR]}, the current rungs (written
                              by `ladder run`, whose pipeline keeps older versions beside them)
+  DIR/prediction.json        the hero's prediction (ladder run --hero); when the fit failed,
+  DIR/no-prediction.json     why, and the way forward, instead (the hero then trains unpredicted)
   DIR/rungs/<name>/          one finished training run per rung, named by model_name (e.g. 1.1M):
       config.yaml            the resolved RunConfig (written by the trainer)
       store.sqlite           its run store: train/loss, train/lr, eval/<domain>/loss|bpb, eval/macro/...
@@ -32,9 +34,11 @@ from typing import Optional
 
 import numpy as np
 import yaml
+from scipy import stats
 
 from glassroom import yaml_io
 from glassroom.errors import GlassroomError
+from glassroom.ladder.noise import seed_noise
 
 RUNGS_DIR = "rungs"
 # No loss (nats or bits) a fit can mean is this large; such a value is an edited or broken store,
@@ -43,6 +47,8 @@ LOSS_MAX = 1e6
 LOSS_MIN = 1e-6  # likewise below: the bootstrap's perturbed values underflow to zero
 SPEC_FILE = "spec.yaml"
 LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DIR/rungs/ holds old versions
+PREDICTION_FILE = "prediction.json"  # the hero's prediction (ladder run --hero, the demo)
+NO_PREDICTION_FILE = "no-prediction.json"  # instead of it when the fit failed: {metric, reason, way_forward}
 
 
 def rung_dirs(ladder_dir: Path) -> list[Path]:
@@ -259,14 +265,18 @@ def finals_by_size(rungs: list[RungData], metric: str) -> list[list[float]]:
 def measure_noise(rungs: list[RungData], metric: str, stated: float):
     """noise.seed_noise over the sizes' final values: measured when some size has two seeds or more,
     else the stated value (fit.noise_floor)."""
-    from glassroom.ladder.noise import seed_noise
-
     return seed_noise(finals_by_size(rungs, metric), stated)
 
 
-def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_nonmonotone: bool = False) -> list[str]:
+def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_nonmonotone: bool = False,
+                noise_floor: float = 0.003, notes: Optional[list] = None) -> list[str]:
     """Refuse rungs no fit can use, as one line naming the rungs; returns warnings for what was
-    allowed (non-monotone rungs with allow_nonmonotone). `rungs` sorted by compute, as load_rungs."""
+    allowed (non-monotone rungs with allow_nonmonotone). `rungs` sorted by compute, as load_rungs.
+
+    A bigger size whose mean final value is no better than a smaller one's is judged against the
+    seed noise (measured from repeated seeds, else `noise_floor`, as the fits use it): a reversal
+    the noise explains (monotone_check) is appended to `notes` and the fit goes on; only one beyond
+    it is refused (or, allowed, a warning that makes the fit unreliable)."""
     finals = [r.final(metric) for r in rungs]  # NaN, infinite, zero, negative, unfinished: one line each
     for a, b in zip(rungs, rungs[1:]):
         if math.isclose(a.flops, b.flops, rel_tol=1e-9) and a.size != b.size:
@@ -301,15 +311,39 @@ def check_rungs(rungs: list[RungData], metric: str, irreducible="free", allow_no
         g = groups[i]
         return f"{g[0].name} ({means[i]:.4g}" + (f", mean of {len(g)} seeds)" if len(g) > 1 else ")")
 
-    worse = []
+    noise = seed_noise([[by_run[id(r)] for r in g] for g in groups], noise_floor)
+    worse, explained = [], []
     for j in range(1, len(groups)):
         i = min(range(j), key=lambda k: means[k])
         if means[j] >= means[i]:
-            worse.append(f"{label(j)} no better than the smaller {label(i)}")
+            verdict = monotone_check(means[i], len(groups[i]), means[j], len(groups[j]), noise)
+            text = f"{label(j)} no better than the smaller {label(i)}: {verdict['text']}"
+            (explained if verdict["explained"] else worse).append(text)
+    if notes is not None:
+        notes.extend(f"final {metric} does not fall with compute, within the seed noise: {t}" for t in explained)
     if not worse:
         return warnings
-    what = f"final {metric} does not fall with compute: " + "; ".join(worse)
+    what = f"final {metric} does not fall with compute beyond the seed noise: " + "; ".join(worse)
     if not allow_nonmonotone:
         raise GlassroomError(f"{what}; retrain or remove those rungs, or pass --allow-nonmonotone (spec: "
                              "fit.allow_nonmonotone: true) to fit anyway, marked unreliable")
     return warnings + [f"{what} (allowed by --allow-nonmonotone): the fit is unreliable"]
+
+
+MONOTONE_LEVEL = 0.99  # one-sided: a reversal is refused only when the noise explains it less often than 1%
+
+
+def monotone_check(smaller: float, k_smaller: int, bigger: float, k_bigger: int, noise) -> dict:
+    """Can seed noise explain a bigger size's mean final value `bigger` (k_bigger seeds) being no
+    better than a smaller size's `smaller` (k_smaller seeds)? The gap in log loss is compared with
+    the largest gap two means of that many runs show at MONOTONE_LEVEL when the sizes are equal:
+    sigma * sqrt(1/k1 + 1/k2) times Student's t (noise.dof degrees of freedom; the normal quantile
+    for a stated sigma). {explained, gap, limit, text}."""
+    gap = math.log(bigger) - math.log(smaller)
+    quantile = float(stats.t.ppf(MONOTONE_LEVEL, noise.dof)) if noise.source == "measured" and noise.dof > 0 \
+        else float(stats.norm.ppf(MONOTONE_LEVEL))
+    limit = quantile * noise.sigma * math.sqrt(1.0 / k_smaller + 1.0 / k_bigger)
+    source = (f"measured, {noise.dof} dof" if noise.source == "measured" else "stated fit.noise_floor")
+    text = (f"{gap:.2%} worse; seed noise {noise.sigma:.2%} ({source}) explains up to {limit:.2%} "
+            f"at {MONOTONE_LEVEL:.0%}")
+    return {"explained": gap <= limit, "gap": gap, "limit": limit, "text": text}

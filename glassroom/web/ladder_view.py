@@ -274,7 +274,7 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     if len(rungs) < 2:
         raise GlassroomError(f"{len(rungs)} rung(s); a fit needs at least two finished rungs")
     rungs.sort(key=lambda r: (r.flops, r.seed))
-    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, fit_cfg.allow_nonmonotone)
+    warnings = check_rungs(rungs, fit_cfg.metric, fit_cfg.irreducible, fit_cfg.allow_nonmonotone, fit_cfg.noise_floor)
     pinned = 0.0 if len(group_sizes(rungs)) < 3 else None
     if fit_cfg.irreducible != "free":
         pinned = float(fit_cfg.irreducible)
