@@ -15,6 +15,7 @@ from dataclasses import asdict
 from glassroom.commands import new_command
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
+from glassroom.ladder.laws import KEYS, NAMES
 
 DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
@@ -106,12 +107,14 @@ def register_fit(sub) -> None:
                     "runs): CSV or JSON lines with name, params, tokens, loss and optionally flops (else\n"
                     "6 * params * tokens), seed, and whole curves (step + schedule); docs/ladder-predict.md.\n"
                     "The law is L(N, D) when the sizes vary N and D separately, else L(C) (--law to choose);\n"
-                    "repeated seeds of a size give the measured seed-to-seed noise.\n\n"
+                    "with a total_params column (MoE runs) auto chooses among L(C), L(N,D), L(Nt,D) and\n"
+                    "L(Neff,D) by leave-one-size-out error; repeated seeds of a size give the measured noise.\n\n"
                     "example:\n  glassroom ladder fit ladders/demo\n"
                     "  glassroom ladder fit --results experiments/results/chinchilla-besiroglu.csv --law ND --objective huber")
     p.add_argument("dir", metavar="DIR", nargs="?", help="ladder folder (docs/ladder.md: layout)")
     p.add_argument("--results", metavar="FILE", help="a results file (CSV or JSON lines) instead of DIR")
-    p.add_argument("--law", choices=LAWS, help="with --results: auto (default), C for L(C), ND for L(N, D)")
+    p.add_argument("--law", choices=LAWS, help="with --results: auto (default), C for L(C), ND for L(N, D) on active "
+                   "parameters, NtD on total parameters, NeffD with sparsity (docs/ladder-foresight.md)")
     p.add_argument("--noise", metavar="FRACTION", help="with --results: the stated seed-to-seed noise in log loss "
                    "(0.003 or 0.3%%; default 0.003), used unless repeated seeds measure it")
     p.add_argument("--objective", choices=OBJECTIVES, help="with --results: least-squares (default: of log loss, "
@@ -135,7 +138,7 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-LAWS = ("auto", "C", "ND")
+LAWS = ("auto", *KEYS)
 OBJECTIVES = ("least-squares", "huber")
 
 
@@ -174,7 +177,7 @@ def _settings(args: argparse.Namespace, results, confidence: float) -> dict:
             "bootstrap": cfg.bootstrap if cfg is not None else 200, "seed": cfg.seed if cfg is not None else 0}
 
 
-def _predict(args: argparse.Namespace, results, st: dict, n: float, d: float, c) -> dict:
+def _predict(args: argparse.Namespace, results, st: dict, n: float, d: float, c, total=None) -> dict:
     """predicted_loss, lower, upper, interval, law, noise for (n, d[, c]) by the chosen objective."""
     if (args.objective or "least-squares") == "huber":
         from glassroom.ladder.results import huber_prediction
@@ -187,7 +190,7 @@ def _predict(args: argparse.Namespace, results, st: dict, n: float, d: float, c)
 
     fit = fit_points(results.points, law=st["law"], stated_noise=st["stated_noise"], irreducible=st["irreducible"],
                      bootstrap=st["bootstrap"], confidence=st["confidence"], seed=st["seed"])
-    return {**fit.predict(n, d, c), "objective": "least-squares"}
+    return {**fit.predict(n, d, c, total_params=total), "objective": "least-squares"}
 
 
 def _curve_report(results, stated: float, confidence: float):
@@ -207,14 +210,14 @@ def _fit_results(args: argparse.Namespace) -> int:
     results = read_source(args.results, args.dir)
     st = _settings(args, results, 0.95)
     largest = max(results.points, key=lambda p: p.flops)
-    pred = _predict(args, results, st, largest.params, largest.tokens, largest.flops)
+    pred = _predict(args, results, st, largest.params, largest.tokens, largest.flops, largest.total_params)
     curve = _curve_report(results, st["stated_noise"], 0.95)
     from glassroom.ladder.results import compute_warnings
 
     report = {"source": results.summary(), "objective": pred["objective"], "law": pred["law"], "noise": pred["noise"],
               "warnings": compute_warnings(results.points) if pred["law"]["law"] == "L(C)" else [],
               "sigma": (pred.get("interval") or {}).get("sigma"), "why_law": pred.get("why_law"),
-              "curve": curve[1] if curve else None, "points": [asdict(p) for p in results.points]}
+              "cross_validation": pred.get("cross_validation"), "curve": curve[1] if curve else None, "points": [asdict(p) for p in results.points]}
     if args.json:
         print(json.dumps(report))
         return 0
@@ -259,6 +262,11 @@ def _law_lines(report: dict) -> str:
     if isinstance(used, dict) and used.get("sigma") is not None:
         lines.append(f"noise in the interval: {used['sigma']:.3g} ({used['source']}"
                      + (f"; residual scatter {used['residual_sigma']:.3g}" if used.get("residual_sigma") else "") + ")")
+    if report.get("why_law"):
+        lines.append(f"law: {report['why_law']}")
+    for key, row in (report.get("cross_validation") or {}).items():
+        shown = f"{row['rms']:.2%}" if row.get("rms") is not None else f"not identifiable ({row.get('why')})"
+        lines.append(f"  leave-one-size-out error of {NAMES[key]}: {shown}")
     for w in law.get("warnings", []) or []:
         lines.append(f"warning: {w}")
     for n in law.get("notes", []) or []:
@@ -289,7 +297,10 @@ def register_predict(sub) -> None:
     p.add_argument("--params", required=True, metavar="N", help="non-embedding active parameters of the model to predict")
     p.add_argument("--tokens", required=True, metavar="D", help="its training tokens")
     p.add_argument("--flops", metavar="C", help="its training FLOPs (default: 6 N D, scaled like the runs' FLOPs)")
-    p.add_argument("--law", choices=LAWS, help="auto (default): L(N, D) when identifiable, else L(C); C; ND")
+    p.add_argument("--total-params", metavar="NT", help="a MoE's every parameter (--params being its active ones); "
+                   "needed by the laws on total parameters (NtD, NeffD)")
+    p.add_argument("--law", choices=LAWS, help="auto (default): L(N, D) when identifiable, else L(C); for MoE runs "
+                   "the identifiable law with the smallest leave-one-size-out error; C; ND; NtD; NeffD")
     p.add_argument("--noise", metavar="FRACTION", help="stated seed-to-seed noise in log loss (0.003 or 0.3%%), "
                    "used unless repeated seeds measure it (default: the spec's fit.noise_floor, else 0.003)")
     p.add_argument("--confidence", metavar="P", help="interval confidence (default 0.95, or the spec's)")
@@ -305,6 +316,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     n, d = _count("--params", args.params), _count("--tokens", args.tokens)
     c = _count("--flops", args.flops) if args.flops is not None else None
+    total = _count("--total-params", args.total_params) if args.total_params is not None else None
     if not math.isfinite(6.0 * n * d):
         raise GlassroomError(f"--params {args.params} x --tokens {args.tokens}: the compute overflows")
     confidence = _fraction("--confidence", args.confidence, 0.95, low_open=True)
@@ -312,7 +324,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if args.confidence is None and results.fit_settings is not None:
         confidence = results.fit_settings.confidence
     st = _settings(args, results, confidence)
-    out = _predict(args, results, st, n, d, c)
+    out = _predict(args, results, st, n, d, c, total)
     out["extrapolation"] = out["flops"] / max(p.flops for p in results.points)  # x the largest run's compute
     out["params_over_largest_run"] = n / max(p.params for p in results.points)
     out["source"] = results.summary()

@@ -87,6 +87,7 @@ class Fit:
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     boot: list[dict[str, float]] = field(default_factory=list)
     bootstrap_method: str = ""
+    shape_params: tuple[str, ...] = ()  # free parameters outside the terms (laws.py's w of L(Neff,D))
 
     @property
     def warnings(self) -> list[str]:
@@ -127,7 +128,7 @@ class Fit:
 
     @property
     def n_free(self) -> int:
-        return len(self.law.coefs) + len(self.law.exponents) - len(self.pinned)
+        return len(self.law.coefs) + len(self.law.exponents) + len(self.shape_params) - len(self.pinned)
 
     def predict(self, X: dict[str, np.ndarray], params: Optional[dict[str, float]] = None) -> np.ndarray:
         return evaluate(self.law, params or self.params, X)

@@ -12,6 +12,9 @@ the format follows the extension .csv / .jsonl / .ndjson / .json, else the first
   loss     the final loss (nats per token, or any loss; it must be above zero: the fits are in log loss)
   seed     optional: the run's seed; rows of one size (same params and tokens) with different seeds
            are repeats of that size, from which the seed-to-seed noise is measured
+  total_params  optional, for Mixture-of-Experts runs: every parameter, counted as params is (params
+           is then the active count); the sparsity-aware laws read it (glassroom.ladder.laws), and
+           runs that differ only in it are different sizes
 
 Whole curves: with a `step` column every row is one evaluation of a run: `step` (>= 1), `tokens`
 (seen at that step), `loss` (at that step), and the run's schedule in `schedule` (constant, cosine,
@@ -85,7 +88,7 @@ class Results:
     fit_settings: Any = None  # a ladder folder's spec FitSection
 
     def summary(self) -> dict:
-        sizes = {(p.params, p.tokens) for p in self.points}
+        sizes = {(p.params, p.tokens, p.total_params) for p in self.points}
         seeds = {p.seed for p in self.points if p.seed is not None}
         return {"source": self.source, "format": self.kind, "runs": len(self.points), "sizes": len(sizes),
                 "seeds": len(seeds), "curves": len(self.curves), "flops_from_6nd": self.flops_from_6nd,
@@ -246,7 +249,11 @@ def _point(path, lineno, row):
         raise GlassroomError(f"{path} line {lineno}: {'flops' if given else '6 * params * tokens'} is "
                              f"{flops:g}, beyond {FLOPS_MAX:g} FLOPs (is a column in the wrong unit?)")
     seed = _integer(path, lineno, "seed", row["seed"], 0) if "seed" in row else None
-    return Point(name=name, params=n, tokens=d, flops=flops, loss=loss, seed=seed), not given
+    total = _number(path, lineno, "total_params", row["total_params"]) if "total_params" in row else None
+    if total is not None and total < n:
+        raise GlassroomError(f"{path} line {lineno}, column total_params: {total:g} is below params ({n:g}); "
+                             "total_params counts every parameter, params the active ones")
+    return Point(name=name, params=n, tokens=d, flops=flops, loss=loss, seed=seed, total_params=total), not given
 
 
 def compute_warnings(points: list) -> list[str]:
@@ -269,14 +276,14 @@ def check_sizes(source: str, points: list, where: list[str]) -> None:
     """Refuse the same size and seed twice and a single size (one line each)."""
     first: dict = {}
     for p, at in zip(points, where):
-        key = (p.params, p.tokens, p.seed)
+        key = (p.params, p.tokens, p.total_params, p.seed)
         if key in first:
             seed = "no seed" if p.seed is None else f"seed {p.seed}"
             raise GlassroomError(f"{source}: {first[key]} and {at} are the same size (params {p.params:g}, tokens "
                                  f"{p.tokens:g}) with {seed}: a repeat needs its own seed (a seed column), "
                                  "otherwise remove the copy")
         first[key] = at
-    sizes = {(p.params, p.tokens) for p in points}
+    sizes = {(p.params, p.tokens, p.total_params) for p in points}
     if len(sizes) < 2:
         raise GlassroomError(f"{source}: all {len(points)} run(s) are one size (params {points[0].params:g}, tokens "
                              f"{points[0].tokens:g}); a fit needs at least two sizes")
@@ -382,7 +389,7 @@ def read_results(path: str | Path) -> Results:
     if missing:
         has = ", ".join(repr(h[:40])[1:-1] for h in header[:12]) + (", ..." if len(header) > 12 else "")
         raise GlassroomError(f"{path}: missing column(s) {', '.join(missing)} (has: {has}); "
-                             f"needed: {', '.join(REQUIRED)}, optional: flops, seed, step")
+                             f"needed: {', '.join(REQUIRED)}, optional: flops, seed, step, total_params")
     for lineno, row in rows:
         for col in REQUIRED:
             if col not in row:
@@ -412,8 +419,10 @@ def read_ladder(ladder_dir: str | Path) -> Results:
 
     fit_cfg, param_count = read_spec_settings(ladder_dir)
     rungs = load_rungs(ladder_dir, param_count)
+    # total parameters counted as params is (the inactive experts added to the spec's active count)
     points = [Point(name=r.name, params=float(r.params), tokens=float(r.tokens), flops=float(r.flops),
-                    loss=r.final(fit_cfg.metric), seed=int(r.seed)) for r in rungs]
+                    loss=r.final(fit_cfg.metric), seed=int(r.seed),
+                    total_params=float(r.params + r.total_params - r.active_params)) for r in rungs]
     check_sizes(str(ladder_dir), points, [f"rung {r.name} ({r.run_dir})" for r in rungs])
     return Results(str(ladder_dir), "ladder", points, [], 0, fit_cfg.noise_floor, fit_cfg)
 

@@ -14,7 +14,7 @@ runs per size has loss = truth * exp(N(0, noise)): multiplicative lognormal run-
 `least_squares_reference` is the yardstick of the acceptance (issue 18): least squares of log loss
 (maximum likelihood under that noise) with the TRUE formula L(N, D), all five parameters free, from
 a fine grid of exponent pairs with the exact non-negative coefficients at each and the 8 best
-refined (foresight.fit_batch). On a fixed-ratio ladder N and D move together, so only the sum
+refined (engine.fit_batch). On a fixed-ratio ladder N and D move together, so only the sum
 A/N^alpha + B/D^beta along the ladder's ratio is determined, which is all the hero needs.
 """
 
@@ -25,7 +25,8 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from glassroom.ladder.foresight import Point, fit_batch
+from glassroom.ladder.engine import fit_batch
+from glassroom.ladder.foresight import Point
 
 TRUTHS = {
     "chinchilla": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28},
