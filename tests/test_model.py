@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from glassroom.errors import ConfigError
 from glassroom.model.config import ModelConfig, MoEConfig
 from glassroom.model.layers import SwiGLU
 from glassroom.model.experts import grouped_matmul
@@ -61,6 +62,18 @@ def test_initialisation_is_deterministic_from_the_seed():
             assert not torch.equal(pa, pc), name
     # Projections into the residual stream are scaled down with depth.
     assert a.blocks[0].attn.wo.weight.std() < 0.6 * a.blocks[0].attn.wq.weight.std()
+
+
+def test_the_embedding_can_start_at_its_own_scale():
+    wide = build_model(dataclasses.replace(MOE, embedding_init_std=1.0), seed=3)
+    plain = build_model(MOE, seed=3)
+    assert wide.embed.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    assert plain.embed.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    for (name, a), b in zip(wide.named_parameters(), plain.parameters()):   # nothing else changes
+        if name != "embed.weight":
+            assert torch.equal(a, b), name
+    with pytest.raises(ConfigError, match="embedding_init_std"):
+        dataclasses.replace(DENSE, tie_embeddings=True, embedding_init_std=1.0).check("model")
 
 
 def test_tied_embeddings_share_the_table_and_z_loss_is_returned():

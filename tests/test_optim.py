@@ -55,6 +55,23 @@ def test_adamw_groups_decay_matrices_only():
     assert id(model.blocks[1].mlp.experts.gate_up_proj) not in ids
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_embedding_learns_at_its_own_multiple_of_the_lr(optimizer):
+    from glassroom.train.optim import set_lr
+
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=16)
+    model = build_model(cfg)
+    opt = build_optimizer(model, dataclasses.replace(BASE, optimizer=optimizer, embedding_lr_multiplier=10.0))
+    assert set_lr(opt, 0.5) == pytest.approx(0.5 * BASE.lr)   # the reported lr stays train.lr's
+    by_param = {id(p): g for g in opt.param_groups for p in g["params"]}
+    embed, head = by_param[id(model.embed.weight)], by_param[id(model.head.weight)]
+    assert embed["lr"] == pytest.approx(10 * 0.5 * BASE.lr) and embed["weight_decay"] == 0.0
+    assert head["lr"] == pytest.approx(0.5 * BASE.lr) and len(embed["params"]) == 1
+    # Every parameter is in exactly one group.
+    ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(ids) == sorted(id(p) for p in model.parameters())
+
+
 def test_muon_takes_hidden_matrices_and_trains():
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=16)
     model = build_model(cfg)

@@ -88,6 +88,10 @@ class ModelConfig:
     moe: Optional[MoEConfig] = None
     norm_eps: float = 1e-6  # epsilon of every RMSNorm (QK-norm included)
     rope_scaling: Optional[RopeScaling] = None
+    # Standard deviation of the token embedding's initial values (null: 0.02, as every matrix). A larger
+    # one (0.3-1) lets token identity dominate the residual stream from the first step; pair it with
+    # train.embedding_lr_multiplier so the embedding still learns at the same relative pace (docs/config.md).
+    embedding_init_std: Optional[float] = None
 
     # ------------------------------------------------------------------ derived shape
 
@@ -130,6 +134,7 @@ class ModelConfig:
             sliding_window=self.sliding_window,
             global_every=self.global_every,
             norm_eps=self.norm_eps,
+            embedding_init_std=self.embedding_init_std,
         )
         if self.head_dim is None and self.d_model % self.n_heads:
             raise ConfigError(
@@ -150,6 +155,9 @@ class ModelConfig:
                 f"{path}.moe.first_dense_layers: {self.moe.first_dense_layers} is more than "
                 f"n_layers ({self.n_layers})"
             )
+        if self.tie_embeddings and self.embedding_init_std is not None:
+            raise ConfigError(f"{path}.embedding_init_std: the head shares a tied embedding, and its logits would "
+                              "grow with the std; set tie_embeddings: false or leave embedding_init_std out")
         if self.global_every is not None and self.sliding_window is None:
             raise ConfigError(f"{path}.global_every: needs sliding_window to be set")
 

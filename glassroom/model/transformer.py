@@ -17,8 +17,8 @@ padding, so no query row is fully masked. Without S and P the pretraining path r
 
 `build_model(cfg, seed)` constructs and initialises deterministically: every parameter draws from
 its own generator seeded by (seed, parameter name), so the same seed gives the same weights
-whatever the construction order; projections into the residual stream are scaled by
-1/sqrt(2 * n_layers).
+whatever the construction order; std 0.02 (the token embedding: model.embedding_init_std when set),
+projections into the residual stream scaled by 1/sqrt(2 * n_layers).
 """
 
 from __future__ import annotations
@@ -308,6 +308,8 @@ class Transformer(nn.Module):
                 continue
             is_residual_out = name.endswith(("attn.wo.weight", "down.weight", "down_proj"))
             std = residual_std if is_residual_out else INIT_STD
+            if name == "embed.weight" and self.cfg.embedding_init_std is not None:
+                std = self.cfg.embedding_init_std
             generator = torch.Generator().manual_seed(_param_seed(seed, name))
             values = torch.empty(param.shape, dtype=torch.float32)
             values.normal_(0.0, std, generator=generator)

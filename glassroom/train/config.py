@@ -63,6 +63,9 @@ class TrainSection:
     decay_fraction: float = 0.2  # wsd: share of steps in the final decay
     decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"  # wsd decay shape
     grad_clip: Optional[float] = 1.0
+    # The token embedding's lr as a multiple of lr (AdamW, also beside muon); with a large
+    # model.embedding_init_std, about that std / 0.02 / 3 keeps its relative pace (docs/train.md).
+    embedding_lr_multiplier: float = 1.0
     z_loss_coef: float = 0.0
     keep_last: int = 2  # newest checkpoints kept
     keep_every: Optional[int] = None  # also keep every K-th step's checkpoint for good
@@ -94,6 +97,7 @@ class TrainSection:
             eval_every=self.eval_every, keep_last=self.keep_last, keep_every=self.keep_every,
             eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
             grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps, dpo_beta=self.dpo_beta,
+            embedding_lr_multiplier=self.embedding_lr_multiplier,
             activation_checkpointing_every=self.activation_checkpointing_every,
         )
         if self.batch_size % self.micro_batch_size:

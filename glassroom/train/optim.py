@@ -57,17 +57,27 @@ class CombinedOptimizer(torch.optim.Optimizer):
             opt.load_state_dict(sd)
 
 
+def _adam_groups(named: list, train_cfg) -> list[dict]:
+    """AdamW's groups: decayed matrices, then the rest (norms, embedding, head) without decay; the token
+    embedding in a group of its own (first) when train.embedding_lr_multiplier is not 1. Empty groups are kept
+    (the order is what a checkpoint's optimizer state is matched by)."""
+    scale = train_cfg.embedding_lr_multiplier
+    own = (lambda n: scale != 1.0 and n.startswith("embed"))  # noqa: E731
+    groups = [{"params": [p for n, p in named if not _no_decay(n, p)], "weight_decay": train_cfg.weight_decay,
+               "peak_lr": train_cfg.lr},
+              {"params": [p for n, p in named if _no_decay(n, p) and not own(n)], "weight_decay": 0.0,
+               "peak_lr": train_cfg.lr}]
+    if scale != 1.0:  # first: set_lr reports the last group's lr, train.lr's
+        groups.insert(0, {"params": [p for n, p in named if own(n)], "weight_decay": 0.0,
+                          "peak_lr": train_cfg.lr * scale})
+    return groups
+
+
 def build_optimizer(model: nn.Module, train_cfg, distributed_fsdp: bool = False) -> torch.optim.Optimizer:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     adam_kwargs = dict(lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps)
     if train_cfg.optimizer == "adamw":
-        decay = [p for n, p in named if not _no_decay(n, p)]
-        no_decay = [p for n, p in named if _no_decay(n, p)]
-        return torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg.weight_decay, "peak_lr": train_cfg.lr},
-             {"params": no_decay, "weight_decay": 0.0, "peak_lr": train_cfg.lr}],
-            **adam_kwargs,
-        )
+        return torch.optim.AdamW(_adam_groups(named, train_cfg), **adam_kwargs)
     if distributed_fsdp:
         raise GlassroomError("train.optimizer: muon needs whole matrices; use train.parallel: ddp with muon")
     muon_lr = train_cfg.muon_lr if train_cfg.muon_lr is not None else 0.02
@@ -78,10 +88,7 @@ def build_optimizer(model: nn.Module, train_cfg, distributed_fsdp: bool = False)
         adjust_lr_fn="match_rms_adamw",
     )
     adamw = torch.optim.AdamW(
-        [{"params": [p for n, p in rest if not _no_decay(n, p)], "weight_decay": train_cfg.weight_decay, "peak_lr": train_cfg.lr},
-         {"params": [p for n, p in rest if _no_decay(n, p)], "weight_decay": 0.0, "peak_lr": train_cfg.lr}],
-        **adam_kwargs,
-    )
+        _adam_groups(rest, train_cfg), **adam_kwargs)
     return CombinedOptimizer([muon, adamw])
 
 
@@ -118,7 +125,7 @@ def lr_multiplier(train_cfg) -> Callable[[int], float]:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, multiplier: float) -> float:
-    """Set every group's lr to its peak times `multiplier`; returns the first group's lr."""
+    """Set every group's lr to its peak times `multiplier`; returns the last group's lr (train.lr's)."""
     for group in optimizer.param_groups:
         group["lr"] = group["peak_lr"] * multiplier
     return optimizer.param_groups[-1]["lr"]
