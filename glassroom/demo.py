@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from glassroom.errors import GlassroomError
+from glassroom.ladder.rungs import NO_PREDICTION_FILE, PREDICTION_FILE
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
@@ -218,17 +219,11 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
             server.wait(timeout=10)
 
     fit_dir = graph.nodes["demo-fit"].output
-    prediction = json.loads((fit_dir / "prediction.json").read_text())
-    achieved = _final(hero_dir, prediction["metric"])
-    sealed = _sealed(hero_dir)
-    lo, hi = prediction["final_interval"]
     summary = {
         "dataset": str(graph.nodes["demo-data"].output / "dataset"),
         "rungs": [str(d) for d in rung_dirs], "ladder": str(fit_dir), "hero": str(hero_dir), "site": str(site),
-        "metric": prediction["metric"], "predicted": prediction["final_loss"], "interval": [lo, hi],
-        "achieved": achieved, "relative_error": None if achieved is None else (prediction["final_loss"] - achieved) / achieved,
-        "inside": None if achieved is None else bool(lo <= achieved <= hi),
-        "preregistered": sealed["created_iso"] or prediction["created_iso"], "seal": sealed["digest"], "seconds": {"train": trained - started, "publish": published - trained},
+        "seconds": {"train": trained - started, "publish": published - trained}, "settings": run_settings(graph),
+        **_prediction_summary(fit_dir, hero_dir),
     }
     model = graph.nodes["hero-model"].output / "model"
     summary["model"] = str(model) if model.is_dir() else None
@@ -255,6 +250,40 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
     return summary
 
 
+def _prediction_summary(fit_dir: Path, hero_dir: Path) -> dict:
+    """The hero's prediction against what it reached, or (the fit failed) why there is none."""
+    if not (fit_dir / PREDICTION_FILE).is_file():
+        missing = json.loads((fit_dir / NO_PREDICTION_FILE).read_text())
+        achieved = _final(hero_dir, missing["metric"])
+        return {"metric": missing["metric"], "predicted": None, "achieved": achieved,
+                "no_prediction": {"reason": missing["reason"], "way_forward": missing["way_forward"]}}
+    prediction = json.loads((fit_dir / PREDICTION_FILE).read_text())
+    achieved = _final(hero_dir, prediction["metric"])
+    sealed = _sealed(hero_dir)
+    lo, hi = prediction["final_interval"]
+    return {"metric": prediction["metric"], "predicted": prediction["final_loss"], "interval": [lo, hi],
+            "achieved": achieved,
+            "relative_error": None if achieved is None else (prediction["final_loss"] - achieved) / achieved,
+            "inside": None if achieved is None else bool(lo <= achieved <= hi),
+            "preregistered": sealed["created_iso"] or prediction["created_iso"], "seal": sealed["digest"]}
+
+
+def run_settings(graph) -> dict:
+    """What a user needs to rerun the demo's training as it ran: each rung's and the hero's train.seed,
+    the threads torch used, OMP_NUM_THREADS, the CPU and the torch version (trained numbers differ in
+    their last digits across thread counts and CPUs; the seeds' spread is what the ladder measures)."""
+    import os
+    import platform
+
+    import torch
+
+    seeds = {node.step.name: node.step.config["run"]["train"].get("seed", 0) for node in graph
+             if node.step.kind in ("rungs", "runs") and isinstance(node.step.config, dict)
+             and isinstance(node.step.config.get("run"), dict)}
+    return {"seeds": seeds, "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
+
+
 def format_summary(s: dict) -> str:
     lines = [
         f"dataset:  {s['dataset']}",
@@ -273,7 +302,12 @@ def format_summary(s: dict) -> str:
                         if isinstance(noise.get("sigma"), (int, float)) else "")
             lines.append(f"          its seeds: {seeds}{measured}")
     lines.append(f"hero:     {s['hero']}")
-    if s["achieved"] is not None:
+    missing = s.get("no_prediction")
+    if missing:
+        reached = "" if s["achieved"] is None else f"; it reached {s['metric']} {s['achieved']:.4f}"
+        lines.append(f"hero {s['metric']}: no prediction (the ladder's fit failed: {missing['reason']}){reached}")
+        lines.append(f"way forward: {missing['way_forward']}")
+    elif s["achieved"] is not None:
         lines.append(f"hero {s['metric']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, {s['interval'][1]:.4f}] "
                      f"(preregistered {s['preregistered']}), achieved {s['achieved']:.4f} "
                      f"({s['relative_error']:+.2%} off, {'inside' if s['inside'] else 'outside'} the interval)")
@@ -322,4 +356,9 @@ def format_summary(s: dict) -> str:
                      f"incident: glassroom incident open {s['hero']} --step {first['step']} --anomaly {first['id']} \"what it looks like\"")
     lines.append(f"time:     {s['seconds']['train'] / 60:.1f} min to build, train and fit; "
                  f"{s['seconds']['publish']:.0f} s to publish")
+    settings = s.get("settings") or {}
+    if settings.get("seeds"):
+        lines.append(f"settings: torch threads {settings['torch_threads']} (OMP_NUM_THREADS "
+                     f"{settings['OMP_NUM_THREADS'] or 'unset'}), {settings['cpu']}, torch {settings['torch']}; train.seed "
+                     "of each run in its config.yaml (the rungs: 0 and 1)")
     return "\n".join(lines)

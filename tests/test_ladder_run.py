@@ -54,6 +54,27 @@ def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_data
         assert reader.artifact("prediction") == prediction
 
 
+def test_a_failed_fit_still_trains_the_hero_without_a_prediction(tiny_dataset, tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["fit"] = {**raw.get("fit", {}), "irreducible": 50.0}   # above every loss: no law can be fitted
+    spec = tmp_path / "ladder.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "ladder"
+    run = glassroom("ladder", "run", spec, "--out", out, "--data", tiny_dataset, "--hero")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "no prediction: fit.irreducible 50 is not below" in run.stderr and "way forward:" in run.stderr
+    fit = next((out / "ladders").glob("*-fit-*"))
+    assert not (fit / "prediction.json").exists()
+    missing = json.loads((fit / "no-prediction.json").read_text())
+    assert "fit.irreducible" in missing["reason"] and missing["metric"] == "eval/macro/loss"
+    hero = next((out / "runs").glob("hero-*"))
+    with StoreReader(hero) as reader:
+        assert reader.status()["state"] == "finished" and reader.artifact("prediction") is None
+        assert [e["kind"] for e in reader.events()][:2] == ["no_prediction", "start"]
+
+
 def test_ladder_run_bad_input(tmp_path):
     missing = glassroom("ladder", "run", SPEC, "--out", tmp_path / "l", "--data", tmp_path / "nodata")
     assert missing.returncode == 2 and "not a built dataset" in missing.stderr
@@ -72,3 +93,22 @@ def test_the_demo_summary_names_the_seal_and_how_to_verify_it():
     text = format_summary(summary)
     assert f"sealed:   sha256 {'ab' * 32}" in text and "glassroom ladder verify lab/runs/hero-1" in text
     assert "sealed:" not in format_summary({**summary, "seal": None})
+
+
+def test_the_demo_summary_without_a_prediction_says_why_and_the_way_forward(tmp_path):
+    from glassroom.demo import _prediction_summary, format_summary
+    from glassroom.observe.store import StoreWriter
+
+    fit = tmp_path / "fit"
+    fit.mkdir()
+    (fit / "no-prediction.json").write_text(json.dumps({"metric": "eval/macro/loss", "reason": "rungs refused",
+                                                        "way_forward": "more seeds"}))
+    with StoreWriter(tmp_path / "hero") as w:
+        w.log(10, {"eval/macro/loss": 4.25})
+    part = _prediction_summary(fit, tmp_path / "hero")
+    assert part["predicted"] is None and part["achieved"] == 4.25
+    summary = {"dataset": "d", "rungs": [], "ladder": str(fit), "hero": "h", "site": "lab/site",
+               "seconds": {"train": 60.0, "publish": 1.0}, **part}
+    text = format_summary(summary)
+    assert ("hero eval/macro/loss: no prediction (the ladder's fit failed: rungs refused); it reached "
+            "eval/macro/loss 4.2500") in text and "way forward: more seeds" in text and "sealed:" not in text

@@ -16,6 +16,7 @@ from glassroom.commands import new_command
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
 from glassroom.ladder.laws import KEYS, NAMES
+from glassroom.ladder.rungs import NO_PREDICTION_FILE
 
 DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
@@ -450,6 +451,10 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"ladder: {len(result.failed)} step(s) failed, {len(result.blocked)} blocked; rerun to retry",
               file=sys.stderr)
         return 1
+    fit = graph.nodes.get(f"{spec.name}-fit") if args.hero else None
+    if fit is not None and (fit.output / NO_PREDICTION_FILE).is_file():
+        missing = json.loads((fit.output / NO_PREDICTION_FILE).read_text())
+        print(f"ladder: no prediction: {missing['reason']}\nway forward: {missing['way_forward']}", file=sys.stderr)
     print(f"ladder: {len(rungs)} rungs in {out}; next: glassroom ladder fit {out}")
     return 0
 
