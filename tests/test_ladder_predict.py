@@ -113,3 +113,21 @@ def test_fit_errors_are_one_line(tmp_path):
     for args, message in (([str(tmp_path / "nope")], "no such ladder folder"), ([str(tmp_path)], "no rungs/ folder")):
         result = glassroom("ladder", "fit", *args)
         assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_size_term_reads_total_or_active_parameters_of_moe_rungs(ladder):
+    """fit.size_term total: the curve law's N is the rung's count plus the experts a token does not use,
+    for the rungs and the hero alike; the prediction records which."""
+    import dataclasses
+
+    out, spec, _, hero = ladder
+    rungs = load_rungs(out)
+    assert all(r.law_size("total") - r.law_size("active") == r.total_params - r.active_params > 0 for r in rungs)
+    active = make_prediction(out, hero.config, spec.fit)
+    total = make_prediction(out, hero.config, dataclasses.replace(spec.fit, size_term="total"))
+    assert active["settings"]["size_term"] == "active" and total["settings"]["size_term"] == "total"
+    assert total["final_loss"] != pytest.approx(active["final_loss"], rel=1e-6)
+    # Rungs drawn with N active: the law on active parameters is the one that lands on the truth.
+    tps = hero.config["train"]["batch_size"] * hero.config["train"]["seq_len"]
+    truth = true_curve(hero.params, hero.config["train"], tps, [hero.config["train"]["steps"]])[0]
+    assert abs(active["final_loss"] / truth - 1) < abs(total["final_loss"] / truth - 1)

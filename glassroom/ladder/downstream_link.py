@@ -445,7 +445,8 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
         from glassroom.ladder.predict import fit_curves, predict_curve
 
         fit = fit_curves(train, metric, fit_cfg)
-        held_loss = predict_curve(fit, held[0].params, held[0].config["train"], held[0].tokens_per_step, fit_cfg)
+        held_loss = predict_curve(fit, held[0].law_size(getattr(fit_cfg, "size_term", "active")), held[0].config["train"],
+                                  held[0].tokens_per_step, fit_cfg)
     pred = downstream_prediction(train, fit_cfg, held_loss["final_loss"], held_loss["final_interval"])
     actual_losses = [v for v in (_final_loss(r, metric) for r in held) if v is not None]
     actual_loss = float(np.mean(actual_losses)) if actual_losses else None

@@ -92,8 +92,9 @@ def _rung_points(rungs, metric: str, fit_cfg) -> tuple[dict[str, np.ndarray], np
             raise GlassroomError(f"{rung.run_dir}: fewer than 2 values of {metric} after {fit_cfg.skip_fraction:.0%} "
                                  "of the run; evaluate more often (eval_fraction)")
         rung.check_curve(metric, fit_cfg.skip_fraction)
-        feats = curve_features(rung.params, rung.tokens_per_step, lr_multipliers(rung.config["train"]),
-                               steps[keep], fit_cfg.momentum)
+        size = rung.law_size(getattr(fit_cfg, "size_term", "active"))
+        feats = curve_features(size, rung.tokens_per_step, lr_multipliers(rung.config["train"]), steps[keep],
+                               fit_cfg.momentum)
         for k in X:
             X[k].extend(feats[k])
         y.extend(values[keep])
@@ -178,6 +179,8 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     hero_run = json.loads(json.dumps(predicted_run(cfg.to_dict())))
     counts = count_params(cfg.model)
     n = counts.active if param_count == "active" else counts.non_embedding_active
+    if getattr(fit_cfg, "size_term", "active") == "total":
+        n += counts.total - counts.active
     tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
     fit = fit_curves(rungs, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
@@ -203,7 +206,8 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
         "noise": noise.to_json(),
         "settings": {"momentum": fit_cfg.momentum, "skip_fraction": fit_cfg.skip_fraction,
                      "noise_floor": fit_cfg.noise_floor, "bootstrap": fit_cfg.bootstrap, "seed": fit_cfg.seed,
-                     "irreducible": fit_cfg.irreducible, "param_count": param_count},
+                     "irreducible": fit_cfg.irreducible, "param_count": param_count,
+                     "size_term": getattr(fit_cfg, "size_term", "active")},
         "rungs": [{**r.identity(), "final": r.final_metrics()} for r in rungs],
         "sizes": size_summary(rungs, fit_cfg.metric), "code": _code_version(),
         "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
@@ -382,7 +386,8 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     fit = fit_curves(train, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
     first = held[0]
-    band = predict_curve(fit, first.params, first.config["train"], first.tokens_per_step, fit_cfg, noise=noise)
+    band = predict_curve(fit, first.law_size(getattr(fit_cfg, "size_term", "active")), first.config["train"],
+                         first.tokens_per_step, fit_cfg, noise=noise)
     runs, errors = [], []
     for run in held:
         final = run.final(fit_cfg.metric)

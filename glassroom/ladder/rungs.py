@@ -164,6 +164,11 @@ class RungData:
 
         return self._read(read)
 
+    def law_size(self, size_term: str = "active") -> int:
+        """The N a law reads: params (the spec's param_count count), or with "total" that count plus
+        the experts a token does not use (total minus active parameters)."""
+        return self.params if size_term == "active" else self.params + self.total_params - self.active_params
+
     @property
     def size(self) -> tuple[int, int]:
         """What makes two runs the same size: N and tokens (their seeds may differ)."""

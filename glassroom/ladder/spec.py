@@ -158,6 +158,9 @@ class FitSection:
     skip_fraction: float = 0.1  # curve law: ignore each rung's points before this fraction of its run
     momentum: float = 0.999  # lambda of the annealing area S2 (Tissue et al. 2024)
     allow_nonmonotone: bool = False  # fit rungs whose loss does not fall with compute, marked unreliable
+    # the N of the curve law's size term: the spec's param_count count (active), or that plus the
+    # experts a token does not use (total; MoE); docs/ladder-foresight.md, "The demo's MoE ladder"
+    size_term: Literal["active", "total"] = "active"
 
     def check(self, path: str) -> None:
         if self.irreducible != "free" and not (math.isfinite(self.irreducible) and self.irreducible >= 0):
