@@ -131,3 +131,29 @@ def test_the_size_term_reads_total_or_active_parameters_of_moe_rungs(ladder):
     tps = hero.config["train"]["batch_size"] * hero.config["train"]["seq_len"]
     truth = true_curve(hero.params, hero.config["train"], tps, [hero.config["train"]["steps"]])[0]
     assert abs(active["final_loss"] / truth - 1) < abs(total["final_loss"] / truth - 1)
+
+
+def test_the_band_carries_the_laws_leave_one_size_out_misfit_beyond_the_seed_noise(ladder):
+    """A law that misses sizes it did not see must not claim the seed noise alone: size_misfit
+    measures that error, and the band widens by what of it the noise does not explain."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from glassroom.ladder.predict import _misfit_sd, size_misfit
+
+    out, spec, _, hero = ladder
+    rungs = load_rungs(out)
+    misfit = size_misfit(rungs, spec.fit)
+    assert set(misfit["errors"]) == {r.name for r in rungs} and misfit["rms"] < 0.01  # drawn from the law itself
+    assert _misfit_sd(misfit, SimpleNamespace(sigma=1.0)) == 0.0
+    assert _misfit_sd({"rms": 0.05}, SimpleNamespace(sigma=0.03)) == pytest.approx(0.04)
+    assert size_misfit(rungs[:2], spec.fit) is None   # two sizes: nothing to leave out
+    fit = fit_curves(rungs, "eval/macro/loss", spec.fit)
+    tps = hero.config["train"]["batch_size"] * hero.config["train"]["seq_len"]
+    plain = predict_curve(fit, hero.params, hero.config["train"], tps, spec.fit)
+    wide = predict_curve(fit, hero.params, hero.config["train"], tps, spec.fit, misfit=0.03)
+    assert plain["final_loss"] == wide["final_loss"]
+    width = lambda band: band["final_interval"][1] - band["final_interval"][0]  # noqa: E731
+    assert width(wide) > 1.25 * width(plain)
+    prediction = make_prediction(out, hero.config, dataclasses.replace(spec.fit, bootstrap=20))
+    assert prediction["misfit"]["rms"] == pytest.approx(misfit["rms"], rel=1e-6)

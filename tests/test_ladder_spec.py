@@ -42,7 +42,8 @@ def test_demo_expansion_follows_the_written_rules():
         c = run.flops_per_token * run.params * 10  # the compute the rules were evaluated at
         assert train["lr"] == pytest.approx(0.5 * 0.3118 * c ** -0.125, rel=2e-3)
         assert train["batch_size"] % 4 == 0
-        assert train["warmup_steps"] == round(0.05 * train["steps"])
+        assert train["warmup_steps"] == 0   # no warmup, the token embedding at std 0.3 with 10x its lr: stable rungs
+        assert model["embedding_init_std"] == 0.3 and train["embedding_lr_multiplier"] == 10
         assert train["eval_every"] == max(1, round(0.05 * train["steps"]))
         run_config_from_mapping(run.config)  # a valid `glassroom train` config
     assert [r.name for r in rungs] == RUNG_NAMES and hero.name == "361K-A232K"

@@ -30,6 +30,7 @@ and writes it with a chained journal event, only into a run that has not started
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sqlite3
@@ -121,10 +122,11 @@ def fit_curves(rungs, metric: str, fit_cfg, noise=None) -> Fit:
 
 
 def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, fit_cfg,
-                  points: int = BAND_POINTS, noise=None) -> dict[str, Any]:
+                  points: int = BAND_POINTS, noise=None, misfit: float = 0.0) -> dict[str, Any]:
     """steps, mean, lo, hi of the law for one run, from skip_fraction of its steps to the end; each
     replicate shifted by one draw of the run's seed noise (noise: a NoiseEstimate, whose measured
-    sigma is drawn from its posterior per replicate; fit_cfg.noise_floor when None)."""
+    sigma is drawn from its posterior per replicate; fit_cfg.noise_floor when None) and of the law's
+    own out-of-sample error `misfit` (SD in log loss, size_misfit's; 0: none)."""
     m = lr_multipliers(train)
     total = len(m)
     first = max(1, math.ceil(fit_cfg.skip_fraction * total))
@@ -135,12 +137,49 @@ def predict_curve(fit: Fit, params: float, train: Any, tokens_per_step: float, f
         rng = np.random.default_rng(fit_cfg.seed + 1)
         sigmas = ([fit_cfg.noise_floor] * len(fit.boot) if noise is None
                   else [noise.draw(rng) for _ in fit.boot])  # a stated sigma draws nothing: the same stream
-        draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, sd)) for b, sd in zip(fit.boot, sigmas)])
+        draws = np.array([fit.predict(X, b) * math.exp(rng.normal(0.0, math.hypot(sd, misfit)))
+                          for b, sd in zip(fit.boot, sigmas)])
         lo, hi = percentile_interval(mean, draws, fit_cfg.confidence)
     else:
         lo, hi = mean.copy(), mean.copy()
     return {"steps": steps.tolist(), "mean": mean.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
             "final_loss": float(mean[-1]), "final_interval": [float(lo[-1]), float(hi[-1])]}
+
+
+def size_misfit(rungs, fit_cfg) -> Optional[dict]:
+    """The curve law's out-of-sample error across sizes: every size (all its seeds) left out in turn,
+    the law fitted on the others predicts its final value; {"rms", "errors": {size: log(predicted /
+    mean observed)}, "note"}. The seeds' noise is part of it, so it is carried beside that noise only
+    where it exceeds it: the band adds sqrt(max(0, rms^2 - sigma^2)). None with fewer than 3 sizes or
+    when a fold cannot be fitted."""
+    from glassroom.ladder.rungs import group_sizes
+
+    sizes = group_sizes(rungs)
+    if len(sizes) < 3:
+        return None
+    quick = dataclasses.replace(fit_cfg, bootstrap=1)
+    size_term = getattr(fit_cfg, "size_term", "active")
+    errors = {}
+    for i, held in enumerate(sizes):
+        train = [r for j, group in enumerate(sizes) if j != i for r in group]
+        try:
+            fit = fit_curves(train, fit_cfg.metric, quick)
+        except GlassroomError:
+            return None
+        first = held[0]
+        band = predict_curve(fit, first.law_size(size_term), first.config["train"], first.tokens_per_step, quick)
+        actual = float(np.mean([r.final(fit_cfg.metric) for r in held]))
+        errors[first.name] = math.log(band["final_loss"] / actual)
+    rms = float(np.sqrt(np.mean(np.square(list(errors.values())))))
+    return {"rms": rms, "errors": errors,
+            "note": "leave-one-size-out error of the curve law; the band carries what of it the seed noise does not"}
+
+
+def _misfit_sd(misfit: Optional[dict], noise) -> float:
+    """The SD the band adds for the law's misfit beyond the seeds' noise (size_misfit's docstring)."""
+    if not misfit:
+        return 0.0
+    return math.sqrt(max(0.0, misfit["rms"] ** 2 - noise.sigma ** 2))
 
 
 def _code_version() -> dict:
@@ -184,7 +223,9 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     tokens_per_step = cfg.train.batch_size * cfg.train.seq_len
     fit = fit_curves(rungs, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
-    band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg, noise=noise)
+    misfit = size_misfit(rungs, fit_cfg)
+    band = predict_curve(fit, n, hero_config["train"], tokens_per_step, fit_cfg, noise=noise,
+                         misfit=_misfit_sd(misfit, noise))
     endpoint = None
     if len(group_sizes(rungs)) >= (2 if fit_cfg.irreducible != "free" else 3):
         from glassroom.ladder.fit import fit_endpoints, predict_interval
@@ -202,8 +243,10 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     prediction = {
         "created": now, "created_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
         "metric": fit_cfg.metric, "law": fit.to_json(), "params": fit.params, "confidence": fit_cfg.confidence,
-        "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {describe_noise(noise)}",
-        "noise": noise.to_json(),
+        "band": f"{fit_cfg.confidence:.0%} bootstrap quantiles incl. seed noise {describe_noise(noise)}"
+                + (f" and the law's leave-one-size-out misfit beyond it ({_misfit_sd(misfit, noise):.3g})"
+                   if _misfit_sd(misfit, noise) else ""),
+        "noise": noise.to_json(), "misfit": misfit,
         "settings": {"momentum": fit_cfg.momentum, "skip_fraction": fit_cfg.skip_fraction,
                      "noise_floor": fit_cfg.noise_floor, "bootstrap": fit_cfg.bootstrap, "seed": fit_cfg.seed,
                      "irreducible": fit_cfg.irreducible, "param_count": param_count,
@@ -386,8 +429,9 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     fit = fit_curves(train, fit_cfg.metric, fit_cfg, noise)
     warnings += fit.warnings
     first = held[0]
+    misfit = size_misfit(train, fit_cfg)
     band = predict_curve(fit, first.law_size(getattr(fit_cfg, "size_term", "active")), first.config["train"],
-                         first.tokens_per_step, fit_cfg, noise=noise)
+                         first.tokens_per_step, fit_cfg, noise=noise, misfit=_misfit_sd(misfit, noise))
     runs, errors = [], []
     for run in held:
         final = run.final(fit_cfg.metric)
@@ -411,7 +455,7 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
             "relative_error": (band["final_loss"] - actual) / actual, "interval": [lo, hi],
             "covered": bool(lo <= actual <= hi),
             "curve_mean_abs_relative_error": float(np.mean(errors)) if errors else None,
-            "noise": noise.to_json(), "law": fit.to_json(), "endpoint_check": endpoint,
+            "noise": noise.to_json(), "misfit": misfit, "law": fit.to_json(), "endpoint_check": endpoint,
             "reliable": not warnings, "warnings": warnings, "notes": reversals + fit.notes}
     result["downstream"] = downstream_backtest(rungs, fit_cfg, band)
     return result
