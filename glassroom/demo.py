@@ -280,8 +280,14 @@ def run_settings(graph) -> dict:
     seeds = {node.step.name: node.step.config["run"]["train"].get("seed", 0) for node in graph
              if node.step.kind in ("rungs", "runs") and isinstance(node.step.config, dict)
              and isinstance(node.step.config.get("run"), dict)}
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                    if line.startswith("model name")), cpu)
+    except OSError:
+        pass
     return {"seeds": seeds, "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-            "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
+            "cpu": cpu, "torch": torch.__version__}
 
 
 def format_summary(s: dict) -> str:
