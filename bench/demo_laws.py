@@ -82,7 +82,7 @@ def main() -> None:
         print(f"{name:28} {e:>9} {c:>8} {r:>19}" + (f"   ({'; '.join(notes)[:120]})" if notes else ""))
     scored = [row for row in rows if row[3] is not None]
     if scored:
-        best = min(scored, key=lambda row: row[3])
+        best = min(scored, key=lambda row: round(row[3], 6))  # a tie goes to the earlier (simpler) form
         print(f"chosen by leave-one-size-out: {best[0]} ({best[3]:.2%})")
     print(f"foresight on the endpoints (law auto): {ff.law_name}: {ff.why}")
 

@@ -39,7 +39,7 @@ RESULTS = ROOT / "bench" / "results" / "ladder_seeds.jsonl"
 def train(config: dict, out: Path, threads: int) -> float:
     """One `glassroom train` run in its own process; its final eval/macro/loss."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg_path = out.with_suffix(".yaml")
+    cfg_path = out.parent / f"{out.name}.yaml"  # not with_suffix: names hold dots (102K-A83.6K)
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     done = subprocess.run([sys.executable, "-m", "glassroom", "train", str(cfg_path), "--out", str(out)], env=env,

@@ -243,7 +243,15 @@ def test_curve_prediction_and_backtest_report_the_fitted_curve(tmp_path):
     lo, hi = band["final_interval"]
     assert lo < band["final_loss"] < hi and min(band["final_loss"] - lo, hi - band["final_loss"]) > 1e-4
     result = backtest(tmp_path, spec.fit)
-    assert result["predicted_loss"] == band["final_loss"] and result["interval"] == [lo, hi]
+    # The backtest's band also carries the law's leave-one-size-out misfit beyond the seed noise.
+    from types import SimpleNamespace
+
+    from glassroom.ladder.predict import _misfit_sd
+
+    extra = _misfit_sd(result["misfit"], SimpleNamespace(sigma=result["noise"]["sigma"]))
+    wide = predict_curve(fit, held.params, held.config["train"], held.tokens_per_step, spec.fit, misfit=extra)
+    assert result["predicted_loss"] == band["final_loss"] == wide["final_loss"]
+    assert result["interval"] == wide["final_interval"]
 
 
 # ---------------------------------------------------------------- train: bits per byte

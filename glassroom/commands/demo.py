@@ -12,7 +12,7 @@ Run the whole story on this machine: build the demo corpus (five real domains; i
 with scripts/install-corpora.sh), train a four-rung scaling ladder of MoE models, fit it and
 preregister the hero's predicted loss curve, train the hero while the dashboard shows it live (URL
 printed; expert load and router bias on every run's page), publish the static site, and print the
-hero's predicted and achieved loss. About 11-13 minutes on 2 CPU cores. Running it again reuses
+hero's predicted and achieved loss. About 20 minutes on 2 CPU cores. Running it again reuses
 every finished step (experiments/demo.py, through the pipeline).
 
 example:
