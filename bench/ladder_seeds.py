@@ -98,10 +98,10 @@ def main() -> None:
                 "cpu": platform.processor() or platform.machine(),
                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
     if args.backtest_pairs and len(rungs) >= 3:
-        backtest_pairs(args.spec, [(r, k, c, d) for r, k, c, d in jobs], out, args.backtest_pairs)
+        backtest_pairs(args.spec, jobs, out, args.backtest_pairs, args.seed_offset)
 
 
-def backtest_pairs(spec_path: str, runs: list[tuple], out: Path, pair: int) -> None:
+def backtest_pairs(spec_path: str, runs: list[tuple], out: Path, pair: int, offset: int = 0) -> None:
     """The ladder's fit and backtest on each group of `pair` consecutive seeds (the demo trains two):
     a ladder folder per group over those runs, `ladder backtest`'s numbers printed."""
     from glassroom.ladder.predict import backtest
@@ -111,14 +111,15 @@ def backtest_pairs(spec_path: str, runs: list[tuple], out: Path, pair: int) -> N
     seeds = sorted({k for _, k, _, _ in runs})
     for first in range(0, len(seeds) - pair + 1, pair):
         chosen = seeds[first:first + pair]
-        folder = out / f"ladder-seeds-{'-'.join(map(str, chosen))}"
+        named = [offset + k for k in chosen]
+        folder = out / f"ladder-seeds-{'-'.join(map(str, named))}"
         write_ladder_folder(folder, raw, [d for _, k, _, d in runs if k in chosen])
         try:
             check = backtest(folder)
         except Exception as exc:  # a refusal is the result here
-            print(f"seeds {chosen}: fit refused: {exc}")
+            print(f"seeds {named}: fit refused: {exc}")
             continue
-        print(f"seeds {chosen}: backtest of {check['held_out']}: predicted {check['predicted_loss']:.4f} "
+        print(f"seeds {named}: backtest of {check['held_out']}: predicted {check['predicted_loss']:.4f} "
               f"[{check['interval'][0]:.4f}, {check['interval'][1]:.4f}], mean of its seeds {check['actual_loss']:.4f} "
               f"({check['relative_error']:+.2%}, {'inside' if check['covered'] else 'outside'}); notes: "
               f"{'; '.join(check['notes']) or 'none'}")
