@@ -43,6 +43,7 @@ import numpy as np
 from glassroom.errors import GlassroomError
 from glassroom.ladder.downstream_link import downstream_backtest, downstream_prediction
 from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, percentile_interval
+from glassroom.ladder.rungs import group_sizes
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
 
 CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
