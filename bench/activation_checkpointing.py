@@ -98,7 +98,7 @@ def main() -> None:
                              capture_output=True, text=True, check=True, env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
         rss[mode] = json.loads(out.stdout.strip().splitlines()[-1])
     times = {mode: [] for mode in ac.MODES}
-    for mode, model in models.items():
+    for model in models.values():
         step(model, ids)  # warm-up
     for _ in range(args.rounds):
         for mode, model in models.items():

@@ -215,7 +215,7 @@ def main() -> None:
         per_batch = max(1, round(ours["tokens_per_step"] / pad["mean_length"]))
         theirs = run_trl(base, data, tmp, per_batch, args)
         for r in range(1, args.rounds):   # alternate which goes first: a machine getting busier hurts both
-            pair = [lambda: run_glassroom(base, data, tmp, args, r), lambda: run_trl(base, data, tmp, per_batch, args, r)]
+            pair = [lambda r=r: run_glassroom(base, data, tmp, args, r), lambda r=r: run_trl(base, data, tmp, per_batch, args, r)]
             more = [f() for f in (pair[::-1] if r % 2 else pair)]
             got = more[::-1] if r % 2 else more
             ours["rates"] += got[0]["rates"]

@@ -8,7 +8,6 @@ parameters below, times exp(noise), noise ~ N(0, sigma) per point plus one offse
 from __future__ import annotations
 
 import copy
-import shutil
 from pathlib import Path
 
 import numpy as np

@@ -50,7 +50,7 @@ def test_quality_cells_and_points(copy):
     assert pts["id"] == [ids[ds.domains[d]][SPLITS[s]][i] for d, s, i in zip(pts["domain"], pts["split"], pts["doc"])]
     assert set(atlas["dedup"]["removed_by_domain"]) == set(atlas["domains"]) and "threshold" in atlas["dedup"]
     assert set(atlas["removed"]) == {"duplicates", "contaminated"}
-    for key, path in atlas["removed"].items():
+    for path in atlas["removed"].values():
         assert path is None or (copy / path).is_file()
 
 

@@ -45,7 +45,7 @@ def test_mask_is_exactly_each_assistant_content_and_its_im_end(template):
     answers = [m["content"] for m in messages if m["role"] == "assistant"]
     found = spans(mask)
     assert [template.decode(ids[a:b]) for a, b in found] == [a + IM_END for a in answers]
-    for a, b in found:  # the token before a trained span ends the "assistant\n" header
+    for a, _ in found:  # the token before a trained span ends the "assistant\n" header
         assert template.decode(ids[:a]).endswith(f"{IM_START}assistant\n")
     assert template.decode(ids) == render_text(messages)  # ids decode to the jinja text
     assert ids[-1] == template.eos_id and mask[-1] == 0

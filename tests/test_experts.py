@@ -69,7 +69,7 @@ def check(chosen, fuse, n_experts=6, d_model=8, d_expert=4, autocast=False, seed
         assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want, **tol)
     for name, g, w in zip(("x", "weights", "gate_up", "down"), got_grads, want_grads):
-        torch.testing.assert_close(g.float(), w, **tol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(g.float(), w, **tol, msg=lambda m, name=name: f"{name}: {m}")
     return module
 
 

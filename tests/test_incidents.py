@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from glassroom.cli import main
 from glassroom.observe import journal

@@ -3,7 +3,6 @@ an announced error that independent fits reproduce (calibration), and one-line r
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math

@@ -142,7 +142,7 @@ def test_bias_updates_balance_a_skewed_router(router, rate):
 def test_every_used_expert_gets_a_gradient_and_router_bias_none():
     model = build_model(MOE, seed=0)
     model(torch.randint(0, 256, (4, 32))).logits.float().pow(2).mean().backward()
-    for layer, moe in model.moe_layers():
+    for _, moe in model.moe_layers():
         used = moe.last_stats["tokens_per_expert"] > 0
         grads = moe.experts.gate_up_proj.grad.flatten(1).abs().sum(1)
         assert (grads[used] > 0).all() and (grads[~used] == 0).all()

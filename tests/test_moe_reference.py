@@ -41,7 +41,7 @@ def reference(layer: MoEFeedForward, x: torch.Tensor) -> tuple[torch.Tensor, tor
     probs = scores if cfg.router == "softmax" else scores / scores.sum(-1, keepdim=True)
     fraction = torch.bincount(torch.tensor(chosen_all), minlength=cfg.n_experts).float() / len(chosen_all)
     aux = cfg.n_experts * (fraction * probs.mean(0)).sum()
-    z = torch.stack([torch.logsumexp(l, 0) ** 2 for l in all_logits]).mean()
+    z = torch.stack([torch.logsumexp(row, 0) ** 2 for row in all_logits]).mean()
     return torch.stack(outputs), cfg.aux_loss_coef * aux + cfg.z_loss_coef * z
 
 

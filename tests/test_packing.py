@@ -83,7 +83,6 @@ def test_padding_rows_are_finite():
 # ------------------------------------------------------------------ packing conversations into rows
 
 import io  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

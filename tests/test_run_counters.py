@@ -166,7 +166,7 @@ def test_run_list_reads_a_store_again_only_when_it_changed(tmp_path, monkeypatch
     cache = run_list.RunList()
     now = time.time()
     first = cache.summaries(sorted(runs.items()), now)
-    for tab in range(20):   # twenty tabs, one read each
+    for _ in range(20):   # twenty tabs, one read each
         again = cache.summaries(sorted(runs.items()), now + 400)
     assert sorted(calls) == ["r0", "r1", "r2"]
     assert [r["age_s"] for r in again] == pytest.approx([r["age_s"] + 400 for r in first])

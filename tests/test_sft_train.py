@@ -214,7 +214,7 @@ def test_a_packed_batch_equals_its_conversations_one_by_one(setup):
     assert (t["segments"].max(1).values >= 1).sum() >= 2  # rows really hold several conversations
     loss, grads = step_loss_and_grads(objective, model, batch, cfg)
     model.zero_grad()
-    total, count, pieces = 0.0, 0, 0
+    count, pieces = 0, 0
     terms = []
     for r in range(len(t["tokens"])):
         seg = t["segments"][r]

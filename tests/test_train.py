@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, TINY, assert_same_store, losses, run_train, train_cmd
+from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ atomic re-exports (a reader following site.json always finds a complete generati
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 

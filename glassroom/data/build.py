@@ -437,7 +437,7 @@ def _split(recipe: Recipe, kept: dict, stats: Stats) -> dict[str, float]:
                 raise GlassroomError(f"domain {domain}: no documents in {need} ({len(rows)} kept, their sources set "
                                      f"split:); give one source split: {need} or leave split: out to hash-split")
         entry = stats.entry("split", domain)
-        for (score, _, nbytes, _forced), split in zip(rows, splits):
+        for (_score, _, nbytes, _forced), split in zip(rows, splits):
             entry["docs_in"] += 1
             entry["bytes_in"] += nbytes
             entry["docs_out"] += 1

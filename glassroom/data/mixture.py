@@ -135,7 +135,7 @@ def check_weights(weights: dict[str, float], domains: list[str]) -> dict[str, fl
     """Weights normalised to sum 1, domains with weight 0 dropped; a one-line error for bad ones."""
     if not weights:
         raise GlassroomError(f"mixture weights: none given; give a weight per domain ({', '.join(domains)})")
-    for name, w in weights.items():
+    for name in weights:
         if name not in domains:
             raise GlassroomError(f"mixture weights: no domain {name!r} in the dataset (it has {', '.join(domains)})")
     total = _positive_total(weights, "domain")

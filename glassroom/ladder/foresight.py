@@ -102,7 +102,7 @@ def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
                                      f"({vals[0]:g}), got {total!r}")
         rows.append((name, *vals, seed, vals[0] if total is None else float(total)))
     seen: dict = {}
-    for name, N, D, C, y, seed, T in rows:
+    for name, N, D, _C, _y, seed, T in rows:
         key = (N, D, T, seed)
         if key in seen:
             what = f"seed {seed}" if seed is not None else "no seed"

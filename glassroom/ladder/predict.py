@@ -153,8 +153,6 @@ def size_misfit(rungs, fit_cfg) -> Optional[dict]:
     mean observed)}, "note"}. The seeds' noise is part of it, so it is carried beside that noise only
     where it exceeds it: the band adds sqrt(max(0, rms^2 - sigma^2)). None with fewer than 3 sizes or
     when a fold cannot be fitted."""
-    from glassroom.ladder.rungs import group_sizes
-
     sizes = group_sizes(rungs)
     if len(sizes) < 3:
         return None
@@ -199,7 +197,7 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     can use are refused (rungs.check_rungs); allowed non-monotone rungs or exponents at their bounds
     make `reliable` false, with the reasons in `warnings`.
     """
-    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure_noise, read_spec_settings
+    from glassroom.ladder.rungs import check_rungs, load_rungs, measure_noise, read_spec_settings
     from glassroom.model.accounting import count_params
     from glassroom.observe.prediction import predicted_run, run_digest
     from glassroom.train.config import run_config_from_mapping
@@ -276,8 +274,6 @@ def describe_noise(noise) -> str:
 
 def size_summary(rungs, metric: str) -> list[dict]:
     """One entry per size: its name, N, tokens, FLOPs, each seed's final value and their mean."""
-    from glassroom.ladder.rungs import group_sizes
-
     out = []
     for group in group_sizes(rungs):
         finals = [r.final(metric) for r in group]
@@ -410,7 +406,7 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     every seed of the largest size is held out and the prediction is compared with their mean final
     value (each seed's own final and curve error are reported too). The seed noise comes from the
     fitted sizes only: the held-out runs are not looked at before the comparison."""
-    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure_noise, read_spec_settings
+    from glassroom.ladder.rungs import check_rungs, load_rungs, measure_noise, read_spec_settings
 
     settings, param_count = read_spec_settings(ladder_dir)
     fit_cfg = fit_cfg or settings
