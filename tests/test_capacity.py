@@ -4,7 +4,10 @@ reported as moe/layer_<i>/drop_fraction; dropless (the default) and eval drop no
 from __future__ import annotations
 
 import math
+from collections import Counter
+from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -231,3 +234,56 @@ def test_a_capped_run_killed_and_resumed_drops_and_trains_as_the_uninterrupted_o
         np.testing.assert_array_equal(losses(out, name), losses(capped_run / "capped", name))
     changed = run_train(out, tiny_dataset, *sets[1:], "model.moe.capacity_factor=2.0", resume=True)
     assert changed.returncode == 2 and "model.moe.capacity_factor (1.0 -> 2.0)" in changed.stderr
+
+
+def capacity_cases(count: int = 60, seed: int = 0) -> list[tuple[int, int, int, float]]:
+    """(tokens, top_k, n_experts, capacity_factor) where factor * tokens * top_k / n_experts is not a
+    whole number (so rounding it down and up differ) and below `tokens` (so the capacity binds).
+    Factors are dyadic, exact in binary: the float product is the exact one."""
+    rng = np.random.default_rng(seed)
+    factors = (0.25, 0.5, 0.625, 0.75, 1.0, 1.125, 1.25, 1.5, 2.0)
+    cases: list[tuple[int, int, int, float]] = []
+    while len(cases) < count:
+        n_experts = int(rng.integers(2, 9))
+        top_k = int(rng.integers(1, min(n_experts, 4) + 1))
+        tokens = int(rng.integers(3, 41))
+        factor = float(rng.choice(factors))
+        exact = Fraction(factor) * tokens * top_k / n_experts
+        if exact.denominator != 1 and exact < tokens:
+            cases.append((tokens, top_k, n_experts, factor))
+    return cases
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_capacity_rounds_a_fractional_share_up_and_each_expert_keeps_exactly_that_many(seed):
+    """capacity = ceil(capacity_factor * tokens * top_k / n_experts) (moe.py, docs/design.md), over
+    generated sizes where the share is fractional; a skewed router makes most experts overflow, and
+    each expert keeps min(routed, capacity) assignments: its first ones in token, then choice, order."""
+    for tokens, top_k, n_experts, factor in capacity_cases(seed=seed):
+        expected = math.ceil(Fraction(factor) * tokens * top_k / n_experts)   # independent, exact
+        cfg = MoEConfig(n_experts=n_experts, top_k=top_k, d_expert=4, capacity_factor=factor)
+        torch.manual_seed(seed * 1000 + tokens)
+        layer = MoEFeedForward(8, cfg)
+        with torch.no_grad():
+            layer.router_bias.copy_(3.0 * torch.randn(n_experts))   # skewed: a few experts take most tokens
+        assert layer.capacity(tokens) == expected, (tokens, top_k, n_experts, factor)
+
+        seen = {}
+        layer.experts.register_forward_pre_hook(lambda m, args: seen.update(chosen=args[1], counts=args[3]))
+        x = torch.randn(tokens, 8)
+        layer.train()
+        with torch.no_grad():
+            _, _, chosen, _ = layer.route(x)
+            layer(x)
+        routed = Counter(chosen.flatten().tolist())
+        assert max(routed.values()) > expected, "the case never fills an expert: the capacity is not tested"
+        # by hand: walk the assignments in token order, then choice order; keep an expert's first `expected`
+        kept_by_hand, taken = [], Counter()
+        for e in chosen.flatten().tolist():
+            taken[e] += 1
+            kept_by_hand.append(e if taken[e] <= expected else -1)
+        assert seen["chosen"].flatten().tolist() == kept_by_hand, (tokens, top_k, n_experts, factor)
+        want_counts = [min(routed.get(e, 0), expected) for e in range(n_experts)]
+        assert seen["counts"].tolist() == want_counts, (tokens, top_k, n_experts, factor)
+        dropped = sum(routed.values()) - sum(want_counts)
+        assert layer.step_drops.tolist() == [dropped, tokens * top_k]
