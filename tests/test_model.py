@@ -216,3 +216,39 @@ def test_moe_runs_under_bf16_autocast():
     assert (out.logits.float() - reference).abs().max() < 0.1
     grad = next(model.moe_layers())[1].experts.down_proj.grad
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0  # not merely allocated
+
+
+def rope_by_hand(head_dim: int, positions, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of position * theta^(-2i / head_dim) for pair i, from the RoPE definition."""
+    i = torch.arange(head_dim // 2, dtype=torch.float64)
+    angles = torch.tensor(positions, dtype=torch.float64)[:, None] * theta ** (-2 * i / head_dim)[None, :]
+    return angles.cos(), angles.sin()
+
+
+@pytest.mark.parametrize("cfg", [DENSE, MOE], ids=["dense", "moe"])
+def test_rope_theta_sets_the_rotation_and_so_the_logits(cfg):
+    """rope_theta is not a label: with the same weights, each theta gives other logits, and the model's
+    rotation at positions 1, 5 and 37 is cos/sin of position * theta^(-2i/h) computed here; putting
+    those hand-made tables into the model leaves its logits unchanged."""
+    thetas = (50.0, 1_000.0, 10_000.0, 500_000.0)
+    base = build_model(cfg, seed=0).eval()
+    tokens = torch.randint(0, cfg.vocab_size, (2, 40), generator=torch.Generator().manual_seed(2))
+    logits = {}
+    for theta in thetas:
+        model = build_model(dataclasses.replace(cfg, rope_theta=theta), seed=1).eval()
+        model.load_state_dict(base.state_dict())   # identical weights; the rotation tables are not weights
+        head_dim = cfg.dim_per_head
+        cos, sin = rope_by_hand(head_dim, [1, 5, 37], theta)
+        torch.testing.assert_close(model.rope_cos[[1, 5, 37]].double(), cos, rtol=0, atol=1e-6)
+        torch.testing.assert_close(model.rope_sin[[1, 5, 37]].double(), sin, rtol=0, atol=1e-6)
+        with torch.no_grad():
+            logits[theta] = model(tokens).logits
+            all_cos, all_sin = rope_by_hand(head_dim, list(range(cfg.max_seq_len)), theta)
+            model.rope_cos.copy_(all_cos.float())
+            model.rope_sin.copy_(all_sin.float())
+            torch.testing.assert_close(model(tokens).logits, logits[theta], rtol=0, atol=1e-5)
+    for a, b in zip(thetas, thetas[1:]):
+        assert (logits[a] - logits[b]).abs().max() > 1e-3, (a, b)
+    # position 0 is not rotated, so the first token's logits agree whatever theta is
+    for theta in thetas[1:]:
+        torch.testing.assert_close(logits[theta][:, 0], logits[thetas[0]][:, 0], rtol=0, atol=1e-5)
