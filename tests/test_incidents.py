@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from glassroom.cli import main
 from glassroom.observe import journal
@@ -221,3 +222,48 @@ def test_note_and_incident_say_busy_or_damaged_in_one_line_and_write_nothing(tmp
         err = capsys.readouterr().err.strip()
         assert code == 2 and "damaged" in err and nothing in err and "\n" not in err, err
     assert (damaged / "store.sqlite").read_bytes() == b"not a database, " * 100
+
+
+def newest_step_sources(tmp_path: Path):
+    """Runs whose newest step comes from each thing newest_step reads, at generated steps: (run, first
+    logged step, newest step)."""
+    import random
+
+    rng = random.Random(7)
+    for i, source in enumerate(("metrics", "vector", "status", "event", "metrics")):
+        first = rng.randint(0, 20)
+        newest = first + rng.randint(1, 5000)
+        run = tmp_path / f"{source}-{i}"
+        with StoreWriter(run) as w:
+            w.event("start", "started", first)
+            w.log(first, {"train/loss": 3.0})
+            w.log(first + (newest - first) // 2, {"train/loss": 2.5})
+            if source == "metrics":
+                w.log(newest, {"eval/loss": 2.0})
+            elif source == "vector":
+                w.log_vector(newest, "moe/layer_1/tokens_per_expert", [1, 2])
+            elif source == "event":
+                w.event("checkpoint", "saved", newest)
+            w.set_status("running", newest if source == "status" else first)
+        yield run, first, newest
+
+
+def test_an_incident_may_be_opened_at_the_first_and_the_newest_step_and_not_beyond(tmp_path):
+    """The newest step the run has logged (in its series, vectors, status or journal) is a step it has
+    reached: an incident there is accepted, as at its first step and at 0; one step later is refused
+    with a one-line error naming the newest step, and nothing is written."""
+    from glassroom.errors import GlassroomError
+    from glassroom.observe.incidents import open_incident
+
+    for run, first, newest in newest_step_sources(tmp_path):
+        for step in (newest, first, 0):
+            opened = open_incident(run, f"at step {step}", step=step)
+            assert opened["step"] == step, (run.name, step)
+        before = incidents_of(run)
+        for beyond in (newest + 1, newest + 1000):
+            with pytest.raises(GlassroomError) as refused:
+                open_incident(run, "too far", step=beyond)
+            message = str(refused.value)
+            assert "\n" not in message and f"--step {beyond}: beyond the run" in message, message
+            assert f"whose newest step is {newest}" in message and f"0 to {newest}" in message, message
+        assert [i["step"] for i in before] == [newest, first, 0] and incidents_of(run) == before
