@@ -40,6 +40,8 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from glassroom.observe import journal, tiles
+from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, finite, fold
+from glassroom.observe.buckets import bucket_index, downsample  # noqa: F401 (also imported from here)
 
 STORE_FILE = "store.sqlite"
 WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
@@ -321,6 +323,31 @@ class StoreReader:
             if own and self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
+    def buckets(self, name: str, level: int, start: Optional[int] = None,
+                end: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(first step, min, max) of each aligned bucket of `level` (8**level steps, observe/buckets.py)
+        holding rows of `name` in [start, end] (whole buckets), NaN where a bucket has no finite value;
+        level 0 is the raw points. From the tiles (levels 1..LEVELS of a current store), else folded
+        from the raw rows: the same numbers either way."""
+        level = int(level)
+        lo = -tiles.FAR if start is None else max(-tiles.FAR, int(start))
+        hi = tiles.FAR if end is None else min(tiles.FAR, int(end))
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN")
+        try:
+            id_ = self._id(name)
+            if id_ is not None and 1 <= level <= LEVELS and self._current():
+                items = tiles.bucket_rows(self.conn, id_, level, bucket_of(lo, level), bucket_of(hi, level))
+                return items["first"], items["min"], items["max"]
+            steps, values = self.series(name, None if start is None else bucket_of(lo, level) << (SHIFT * level),
+                                        None if end is None else ((bucket_of(hi, level) + 1) << (SHIFT * level)) - 1)
+            clean = finite(values)
+            return fold(bucket_of(steps, level), steps, clean, clean)
+        finally:
+            if own and self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
     def counters(self) -> Optional[dict[int, tuple[int, Optional[int], Optional[int]]]]:
         """name id -> (rows, last step, last vector step) as the writer keeps them; None when this
         store has no current counters (read the rows instead)."""
@@ -390,31 +417,3 @@ class StoreReader:
                 return int(row[0]), float(row[1])
         row = self.conn.execute("SELECT COUNT(*), IFNULL(MAX(time), 0) FROM metrics").fetchone()
         return int(row[0]), float(row[1])
-
-
-def bucket_index(steps: np.ndarray, lo: int, width: int) -> np.ndarray:
-    """(steps - lo) // width for int64 steps >= lo, without int64 overflow: steps may span more
-    than 2**63 (a store holding both -2**62 and 2**62), so the difference is taken in uint64."""
-    offset = np.asarray(steps, dtype=np.int64).view(np.uint64) - np.uint64(int(lo) % 2**64)
-    return offset // np.uint64(width)
-
-
-def downsample(steps: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """At most `buckets` buckets of equal step width: per bucket its first step and the min and max
-    value, so a one-step spike survives at every zoom; the last point is kept exactly."""
-    if len(steps) <= buckets:
-        return steps, values, values
-    lo, hi = int(steps[0]), int(steps[-1])
-    width = max(1, -(-(hi - lo + 1) // buckets))
-    index = bucket_index(steps, lo, width)
-    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
-    with np.errstate(invalid="ignore"):
-        finite = np.where(np.isfinite(values), values, np.nan)
-        mins = np.fmin.reduceat(finite, starts)
-        maxs = np.fmax.reduceat(finite, starts)
-    out_steps = steps[starts]
-    # The newest point is shown as itself, not hidden inside its bucket.
-    out_steps = np.r_[out_steps, steps[-1]]
-    mins = np.r_[mins, values[-1]]
-    maxs = np.r_[maxs, values[-1]]
-    return out_steps, mins, maxs

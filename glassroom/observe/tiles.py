@@ -35,11 +35,12 @@ from typing import Optional
 
 import numpy as np
 
+from glassroom.observe.buckets import BRANCH, LEVELS, SHIFT, bucket_index, downsample, fold
+
+# Buckets (observe/buckets.py): a tile of level k covers 8**k steps, bucket = step >> (SHIFT * k); the
+# widest, LEVELS = 6, 8**6 = 262,144 steps (a run of 10M steps has 38 of them; each level more costs
+# every commit ~10%, and views never need it).
 TILE_VERSION = 1
-SHIFT = 3                   # a tile of level k covers 8**k steps: bucket = step >> (SHIFT * k)
-BRANCH = 1 << SHIFT
-LEVELS = 6                  # widest tile: 8**6 = 262,144 steps (a run of 10M steps has 38 of them;
-                            # each level more costs every commit ~10%, and views never need it)
 FAR = 2**62                 # steps beyond +-FAR are not read (as StoreReader.series)
 UPGRADE_BUSY_SECONDS = 5.0  # a reader waits this long for a live writer's lock, then reads raw
 
@@ -262,6 +263,15 @@ def segments(a: int, b: int, level: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def bucket_rows(conn: sqlite3.Connection, name_id: int, level: int, first: int, last: int) -> np.ndarray:
+    """The tiles of `level` (1..LEVELS) with buckets first..last, in order, as _ITEM rows (NaN for null)."""
+    rows = conn.execute(
+        "SELECT first_step, last_step, IFNULL(min, 'NaN'), IFNULL(max, 'NaN'), IFNULL(last, 'NaN'), count, "
+        "newest FROM tiles WHERE name_id = ? AND level = ? AND bucket BETWEEN ? AND ? ORDER BY bucket",
+        (name_id, level, first, last))
+    return np.fromiter(rows, dtype=_ITEM)
+
+
 def _items(conn: sqlite3.Connection, name_id: int, a: int, b: int, level: int) -> np.ndarray:
     parts = []
     for k, lo, hi in segments(a, b, level):
@@ -270,12 +280,9 @@ def _items(conn: sqlite3.Connection, name_id: int, a: int, b: int, level: int) -
             rows = conn.execute(
                 f"SELECT step, step, {value}, {value}, {value}, 1, 0 "
                 "FROM metrics WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step", (name_id, lo, hi))
+            parts.append(np.fromiter(rows, dtype=_ITEM))
         else:
-            rows = conn.execute(
-                "SELECT first_step, last_step, IFNULL(min, 'NaN'), IFNULL(max, 'NaN'), IFNULL(last, 'NaN'), count, "
-                "newest FROM tiles WHERE name_id = ? AND level = ? AND bucket BETWEEN ? AND ? ORDER BY bucket",
-                (name_id, k, lo, hi))
-        parts.append(np.fromiter(rows, dtype=_ITEM))
+            parts.append(bucket_rows(conn, name_id, k, lo, hi))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=_ITEM)
 
 
@@ -286,8 +293,6 @@ def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Opti
     step and the min and max of every raw value in it, so a one-step spike shows at every zoom.
     Buckets are unions of whole tiles, so their edges may sit up to one tile from downsample's.
     `raw(lo, hi)` reads raw (steps, values), used for small ranges and ranges of few points."""
-    from glassroom.observe.store import bucket_index, downsample
-
     empty = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), 0)
     row = conn.execute("SELECT rows, first_step, last_step FROM series_counters WHERE name_id = ?", (name_id,)).fetchone()
     if row is None or not row[0]:
@@ -304,13 +309,9 @@ def view(conn: sqlite3.Connection, name_id: int, start: Optional[int], end: Opti
         if n > points:
             lo, hi = int(items["first"][0]), int(items["last_step"][-1])
             width = max(1, -(-(hi - lo + 1) // points))
-            index = bucket_index(items["first"], lo, width)
-            starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
-            with np.errstate(invalid="ignore"):
-                mins = np.fmin.reduceat(items["min"], starts)
-                maxs = np.fmax.reduceat(items["max"], starts)
+            firsts, mins, maxs = fold(bucket_index(items["first"], lo, width), items["first"], items["min"], items["max"])
             last = items["last"][-1]
-            return (np.r_[items["first"][starts], hi], np.r_[mins, last], np.r_[maxs, last], n)
+            return (np.r_[firsts, hi], np.r_[mins, last], np.r_[maxs, last], n)
     steps, values = raw(a, b)
     s, lo_, hi_ = downsample(steps, values, points)
     return s, lo_, hi_, int(len(steps))

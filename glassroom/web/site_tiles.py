@@ -39,10 +39,11 @@ from typing import Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.buckets import BRANCH, aligned_levels
 from glassroom.web.data import json_floats
 
 TILE_VERSION = 1
-FACTOR = 8               # each level's buckets are FACTOR times wider than the level below
+FACTOR = BRANCH          # each level's buckets are FACTOR (8) times wider than the level below
 CHUNK = 4096             # buckets per chunk file (raw chunk ~110 KB of JSON, bucket chunk ~160 KB)
 CHUNKS_DIR = "chunks"    # SITE/data/chunks/
 MANIFEST = "chunks.json"  # SITE/data/<generation>/chunks.json: {"chunks": [key, ...]}
@@ -55,25 +56,8 @@ class SiteWriteError(GlassroomError):
 
 def levels(steps: np.ndarray, values: np.ndarray, overview_points: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """[(width, first step per bucket, mins, maxs)], raw level (width 1) first; [] when the series
-    has at most `overview_points` points. Each level is computed from the one below (aligned
-    buckets nest), with numpy only."""
-    if len(steps) <= overview_points:
-        return []
-    steps = np.asarray(steps, dtype=np.int64)
-    values = np.asarray(values, dtype=np.float64)
-    finite = np.where(np.isfinite(values), values, np.nan)
-    out = [(1, steps, finite, finite)]
-    width, s, lo, hi = 1, steps, finite, finite
-    while True:
-        width *= FACTOR
-        index = s // width
-        starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
-        with np.errstate(invalid="ignore"):
-            s, lo, hi = s[starts], np.fmin.reduceat(lo, starts), np.fmax.reduceat(hi, starts)
-        if len(s) <= overview_points:
-            return out
-        if len(s) <= len(out[-1][1]) // 2:
-            out.append((width, s, lo, hi))
+    has at most `overview_points` points: observe.buckets.aligned_levels, the store's tile buckets."""
+    return aligned_levels(steps, values, overview_points)
 
 
 def chunk_key(width: int, steps: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> str:
