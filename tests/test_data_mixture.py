@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import subprocess
 import sys
 
@@ -141,3 +142,33 @@ def test_validation_batches_cover_the_held_out_bytes(dataset):
     # The windows' targets cover all but the last few tokens, so nearly all of the split's bytes.
     assert total_bytes == pytest.approx(shard.n_bytes * total_tokens / len(shard), rel=0.02)
     assert total_bytes <= shard.n_bytes + 1e-6
+
+
+def generated_weight_sets(count: int = 8, seed: int = 0):
+    """Unnormalised weights for the two domains at many scales (sums far below and far above 1), with
+    shares clearly away from an even split: {email: ratio * scale, web: scale}."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        ratio = float(rng.choice([1 / 9, 0.2, 1 / 3, 3.0, 4.0, 7.0])) * float(rng.uniform(0.9, 1.1))
+        scale = float(10 ** rng.uniform(-3, 3))
+        yield {"email": ratio * scale, "web": scale}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_unnormalised_weights_give_domain_shares_of_weight_over_sum(dataset, seed):
+    """The weights need not sum to 1: the long-run share of each domain among the batches' sequences
+    is weight / sum of weights, within 5 standard deviations of sampling N sequences out of a block
+    (hypergeometric) plus the block's rounding (1 / BLOCK)."""
+    steps, batch = 160, 64
+    n = steps * batch
+    for weights in generated_weight_sets(seed=seed):
+        mix = Mixture(dataset, weights, seq_len=32, batch_size=batch, seed=seed)
+        counts = np.zeros(len(mix.domains), dtype=np.int64)
+        for step in range(steps):
+            counts += np.bincount(mix.batch(step).domain_index, minlength=len(mix.domains))
+        total = sum(weights.values())
+        for d, domain in enumerate(mix.domains):
+            want = weights[domain] / total
+            sd = math.sqrt(want * (1 - want) / n * (BLOCK - n) / (BLOCK - 1))
+            got = counts[d] / n
+            assert abs(got - want) <= 5 * sd + 1 / BLOCK, (weights, domain, got, want)
