@@ -19,9 +19,10 @@ from glassroom.observe.store import StoreWriter
 from web_helpers import write_prediction, write_run
 
 # What in a site's bytes depends on when it was exported: the generation's name (g<ms>), site.json's
-# and runs.json's "generated", and each run summary's "age_s" (runs.json, meta.json). The comparison
-# replaces those by constants and compares every other byte.
-TIMED = re.compile(rb'"(generated|age_s)": ?-?[0-9.eE+-]+')
+# and runs.json's "generated", and each run summary's "age_s" and "stale" (a running run not updated
+# for a while; runs.json, meta.json). The comparison replaces those by constants and compares every
+# other byte.
+TIMED = re.compile(rb'"(generated|age_s|stale)": ?(-?[0-9.eE+-]+|true|false)')
 
 
 def make_lab(root: Path, ladder: bool = True) -> Path:

@@ -124,16 +124,16 @@ def test_incident_open_refuses_a_step_beyond_the_run_and_a_store_that_is_no_run(
 
 def test_the_redaction_cache_is_bounded_by_characters_too(monkeypatch):
     # Before: only the number of texts was bounded, so long texts (tracebacks) grew it to gigabytes.
-    from glassroom.web import feeds
+    from glassroom.web import views
 
-    monkeypatch.setattr(feeds, "_TEXTS", {})
-    monkeypatch.setattr(feeds, "_cached_chars", [0])
-    monkeypatch.setattr(feeds, "MAX_CACHED_CHARS", 1_000_000)
+    monkeypatch.setattr(views, "_TEXTS", {})
+    monkeypatch.setattr(views, "_cached_chars", [0])
+    monkeypatch.setattr(views, "MAX_CACHED_CHARS", 1_000_000)
     for i in range(400):
         text = f"error {i}: " + "x y " * 1_000 + f" ghp_{TOKEN}"
-        assert feeds.redacted_text(text).endswith(" <redacted>")
-        assert sum(len(k) + len(v) for k, v in feeds._TEXTS.items()) <= 1_000_000
-    assert feeds._TEXTS   # still a cache
+        assert views.redacted_text(text).endswith(" <redacted>")
+        assert sum(len(k) + len(v) for k, v in views._TEXTS.items()) <= 1_000_000
+    assert views._TEXTS   # still a cache
 
 
 def test_redaction_of_a_long_word_takes_linear_time():

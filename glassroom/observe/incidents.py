@@ -109,9 +109,9 @@ def _clean(text: Any) -> str:
     """Text as the store and a JSON answer can carry it: an undecodable byte of the command line
     (a lone surrogate) becomes U+FFFD, in the event's data as in its text (a surrogate left in the
     data made every page that lists incidents answer 500)."""
-    from glassroom.observe.store import _storable
+    from glassroom.observe.store import storable
 
-    return _storable(str(text or ""))
+    return storable(str(text or ""))
 
 
 def _one_line(text: str, what: str, most: int) -> str:

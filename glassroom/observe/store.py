@@ -40,8 +40,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from glassroom.observe import journal, tiles
-from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, finite, fold
-from glassroom.observe.buckets import bucket_index, downsample  # noqa: F401 (also imported from here)
+from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, downsample, finite, fold
 
 STORE_FILE = "store.sqlite"
 WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
@@ -70,7 +69,7 @@ def _finite_or_none(value: float) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _storable(text: str) -> str:
+def storable(text: str) -> str:
     """`text` as SQLite can store it: lone surrogates (undecodable bytes that Python kept) become U+FFFD."""
     try:
         text.encode("utf-8")
@@ -80,6 +79,17 @@ def _storable(text: str) -> str:
             return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         except UnicodeEncodeError:
             return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def event_data(data: Optional[str]) -> Any:
+    """An event's data column parsed; data that cannot be read (broken, or nested too deep for json)
+    might be a private note's, so it reads as private: a public view leaves the event out."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return {"private": True, "unreadable": True}
 
 
 def write_failure(path: Path, exc: sqlite3.DatabaseError, nothing: str = "nothing was written") -> Exception:
@@ -180,7 +190,7 @@ class StoreWriter:
     def event(self, kind: str, text: str, step: Optional[int] = None, data: Any = None) -> int:
         """Record an event now (buffered metrics are committed first, so the order holds). Text that is
         not valid Unicode (a non-UTF-8 byte on the command line) is stored with U+FFFD in its place."""
-        kind, text = _storable(kind), _storable(text)
+        kind, text = storable(kind), storable(text)
         self.flush()
         # Chained to the previous event's digest (journal.py), in one write transaction.
         # A signal (Ctrl-C, SIGTERM under glassroom train) raises between any two bytecodes: BEGIN and
@@ -401,6 +411,51 @@ class StoreReader:
             out.append({"id": id_, "time": when, "step": step, "kind": kind, "text": text,
                         "data": None if data is None else json.loads(data)})
         return out
+
+    def _contains(self, q: str) -> tuple[str, tuple]:
+        """A SQL condition on a `{col}` column that holds for every row whose text, lower-cased, holds
+        `q` (lower case): instr(lower()) for ASCII; a Python function otherwise (SQLite's lower()
+        folds ASCII only)."""
+        if q.isascii():
+            return "instr(lower({col}), ?) > 0", (q,)
+        self.conn.create_function("gr_contains", 2, lambda text, sub: isinstance(text, str) and sub in text.lower(),
+                                  deterministic=True)
+        return "gr_contains({col}, ?)", (q,)
+
+    def metric_names_containing(self, q: Optional[str], limit: int) -> list[str]:
+        """Names with scalar rows whose lower-cased name holds `q` (every name when None), sorted,
+        at most `limit` (search)."""
+        cond, args = ("1", ()) if q is None else self._contains(q)
+        rows = self.conn.execute(
+            f"SELECT name FROM names WHERE {cond.format(col='name')} AND EXISTS (SELECT 1 FROM metrics "
+            "WHERE name_id = names.id) ORDER BY name LIMIT ?", (*args, int(limit)))
+        return [r[0] for r in rows]
+
+    def event_rows(self, kinds: Optional[tuple[str, ...]] = None, limit: int = 1_000, before: Optional[int] = None,
+                   containing: Optional[str] = None, text_chars: Optional[int] = None) -> list[dict]:
+        """Up to `limit` events, newest first: of `kinds`, with id below `before`, whose lower-cased
+        text holds `containing` (each when given). Texts are cut at `text_chars` characters in SQLite
+        (a hostile multi-megabyte text is never loaded whole; SQLite's length() and substr() stop at a
+        NUL character, so a text with one early on is read whole); a text that is not text reads "";
+        data as event_data() reads it."""
+        where, args = [], []
+        if kinds is not None:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args += kinds
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        if containing is not None:
+            cond, more = self._contains(containing)
+            where.append(cond.format(col="text"))
+            args += more
+        text = "text" if text_chars is None else \
+            f"CASE WHEN length(text) > {int(text_chars)} THEN substr(text, 1, {int(text_chars)}) ELSE text END"
+        rows = self.conn.execute(f"SELECT id, time, step, kind, {text}, data FROM events"
+                                 f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id DESC LIMIT ?",
+                                 (*args, int(limit)))
+        return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "", "data": event_data(d)}
+                for i, t, s, k, x, d in rows]
 
     def artifact(self, name: str) -> Any:
         row = self.conn.execute("SELECT value FROM artifacts WHERE name = ?", (name,)).fetchone()

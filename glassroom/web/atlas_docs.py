@@ -61,7 +61,7 @@ TEXT_CACHE_BYTES = 48 * 1024 * 1024
 CUT = "…"
 SPLITS = ("train", "validation")   # glassroom.data.shards.SPLITS, without importing the data package here
 REMOVED = {"duplicates": "removed/duplicates.jsonl", "contaminated": "removed/contaminated.jsonl"}
-_PAGE_RE = re.compile(r"[0-9]{1,9}")
+PAGE_RE = re.compile(r"[0-9]{1,9}")
 
 
 class BrowseError(Exception):
@@ -72,7 +72,7 @@ class BrowseError(Exception):
         self.status, self.message = status, message
 
 
-def _red(value: Any, limit: int = 1000) -> str:
+def shown_field(value: Any, limit: int = 1000) -> str:
     """A short string field (id, domain, source) as shown: str, cut, redacted."""
     return redact_text(str(value)[:limit], pairs=False)
 
@@ -139,10 +139,10 @@ def doc_matches(doc: dict, q: str) -> bool:
 def _clean_member(x: Any, limit: int) -> dict:
     x = x if isinstance(x, dict) else {}
     text, cut = _cut_text(x.get("text") if isinstance(x.get("text"), str) else "", limit)
-    out = {"index": _int(x.get("index")), "id": _red(x.get("id", "")), "domain": _red(x.get("domain", "")),
-           "source": _red(x.get("source", "")), "text": text, "cut": cut}
+    out = {"index": _int(x.get("index")), "id": shown_field(x.get("id", "")), "domain": shown_field(x.get("domain", "")),
+           "source": shown_field(x.get("source", "")), "text": text, "cut": cut}
     if "reason" in x:
-        out["reason"] = _red(x.get("reason"), 100)
+        out["reason"] = shown_field(x.get("reason"), 100)
     if "jaccard" in x:
         out["jaccard"] = _num(x.get("jaccard"))
     return out
@@ -161,9 +161,9 @@ def clean_record(kind: str, record: Any, n: int, limit: int = DOC_CHARS) -> dict
     out = _clean_member(record, limit)
     grams = record.get("ngrams") if isinstance(record.get("ngrams"), list) else []
     sources = record.get("eval_sources") if isinstance(record.get("eval_sources"), list) else []
-    out.update(kind=kind, n=n, action=_red(record.get("action", ""), 40), matches=_int(record.get("matches")),
-               eval_sources=[_red(s, 300) for s in sources[:MAX_LIST]],
-               ngrams=[_red(g, 2000) for g in grams[:MAX_LIST]])
+    out.update(kind=kind, n=n, action=shown_field(record.get("action", ""), 40), matches=_int(record.get("matches")),
+               eval_sources=[shown_field(s, 300) for s in sources[:MAX_LIST]],
+               ngrams=[shown_field(g, 2000) for g in grams[:MAX_LIST]])
     out["marks"] = utf16_marks(out["text"], ngram_spans(out["text"], out["ngrams"]))
     return out
 
@@ -180,7 +180,7 @@ class RecordFile:
         self.key = (st.st_size, st.st_mtime_ns)
         starts, ends, pos = [], [], 0
         with open(path, "rb") as fh:
-            line_start, tail = 0, b""
+            line_start = 0
             while True:
                 chunk = fh.read(1 << 20)
                 if not chunk:
@@ -256,8 +256,8 @@ class DatasetDocs:
         return source_version(self.root, self.folder)
 
     def _bad_atlas(self, what: str) -> BrowseError:
-        return BrowseError(503, f"dataset {_red(self.ds_id, 200)!r}: atlas/atlas.json {what}; "
-                                f"rebuild it with glassroom data atlas {_red(self.ds_id, 200)}")
+        return BrowseError(503, f"dataset {shown_field(self.ds_id, 200)!r}: atlas/atlas.json {what}; "
+                                f"rebuild it with glassroom data atlas {shown_field(self.ds_id, 200)}")
 
     def _load_atlas(self, path: Path) -> None:
         if path.stat().st_size > MAX_ATLAS_BYTES:
@@ -269,17 +269,17 @@ class DatasetDocs:
         if not isinstance(atlas, dict) or not isinstance(atlas.get("points"), dict) or not isinstance(atlas.get("domains"), list):
             raise self._bad_atlas("has no points or domains")
         self.domains = [str(d) for d in atlas["domains"]]
-        self.shown_domains = [_red(d, 200) for d in self.domains]
+        self.shown_domains = [shown_field(d, 200) for d in self.domains]
         sources = atlas.get("sources") if isinstance(atlas.get("sources"), list) else []
-        self.sources = [_red(s.get("name", "") if isinstance(s, dict) else s, 300) for s in sources]
+        self.sources = [shown_field(s.get("name", "") if isinstance(s, dict) else s, 300) for s in sources]
         clusters = atlas.get("clusters") if isinstance(atlas.get("clusters"), list) else []
         self.k = _int(atlas.get("k")) if atlas.get("k") is not None else len(clusters)
         if self.k is None or not 1 <= self.k <= MAX_CLUSTERS:
-            raise self._bad_atlas(f"has k={_red(atlas.get('k'), 40)}, not a number of clusters from 1 to {MAX_CLUSTERS:,}")
+            raise self._bad_atlas(f"has k={shown_field(atlas.get('k'), 40)}, not a number of clusters from 1 to {MAX_CLUSTERS:,}")
         quality = atlas.get("quality") if isinstance(atlas.get("quality"), dict) else None
         self.buckets = _int(quality.get("buckets")) if quality else None
         if quality and (self.buckets is None or not 1 <= self.buckets <= MAX_BUCKETS):
-            raise self._bad_atlas(f"has quality buckets={_red(quality.get('buckets'), 40)}, not a number from 1 to {MAX_BUCKETS}")
+            raise self._bad_atlas(f"has quality buckets={shown_field(quality.get('buckets'), 40)}, not a number from 1 to {MAX_BUCKETS}")
         pts = atlas["points"]
         if not all(key in pts for key in ("split", "doc", "domain", "cluster")):
             self.points = None   # an atlas from before the browser: only the removed collections
@@ -331,25 +331,25 @@ class DatasetDocs:
         """Point indices of a point collection, ascending; BrowseError 404 naming what exists."""
         if self.points is None:
             if getattr(self, "stale_atlas", False):
-                raise BrowseError(404, f"dataset {_red(self.ds_id, 200)!r}: its atlas was made before the document browser; "
-                                       f"rebuild it with glassroom data atlas {_red(self.ds_id, 200)}")
-            raise BrowseError(404, f"dataset {_red(self.ds_id, 200)!r} has no atlas yet; run: glassroom data atlas {_red(self.ds_id, 200)}")
+                raise BrowseError(404, f"dataset {shown_field(self.ds_id, 200)!r}: its atlas was made before the document browser; "
+                                       f"rebuild it with glassroom data atlas {shown_field(self.ds_id, 200)}")
+            raise BrowseError(404, f"dataset {shown_field(self.ds_id, 200)!r} has no atlas yet; run: glassroom data atlas {shown_field(self.ds_id, 200)}")
         P = self.points
         kind, _, rest = name.partition(":")
         if name == "all":
             return np.arange(len(P["doc"]))
-        if kind == "cluster" and _PAGE_RE.fullmatch(rest) and int(rest) < self.k:
+        if kind == "cluster" and PAGE_RE.fullmatch(rest) and int(rest) < self.k:
             return np.flatnonzero(P["cluster"] == int(rest))
         if kind in ("quality", "cell") and not self.buckets:
-            raise BrowseError(404, f"dataset {_red(self.ds_id, 200)!r} has no quality buckets (its atlas has no quality section)")
-        if kind == "quality" and _PAGE_RE.fullmatch(rest) and int(rest) < self.buckets:
+            raise BrowseError(404, f"dataset {shown_field(self.ds_id, 200)!r} has no quality buckets (its atlas has no quality section)")
+        if kind == "quality" and PAGE_RE.fullmatch(rest) and int(rest) < self.buckets:
             return np.flatnonzero(P["quality"] == int(rest))
         if kind == "cell":
             domain, _, q = rest.rpartition(":")
-            if domain in self.shown_domains and _PAGE_RE.fullmatch(q) and int(q) < self.buckets:
+            if domain in self.shown_domains and PAGE_RE.fullmatch(q) and int(q) < self.buckets:
                 return np.flatnonzero((P["domain"] == self.shown_domains.index(domain)) & (P["quality"] == int(q)))
         have = f"cluster:0..{self.k - 1}" + (f", quality:0..{self.buckets - 1}, cell:<domain>:<bucket>" if self.buckets else "")
-        raise BrowseError(404, f"no collection {_red(name, 100)!r} in dataset {_red(self.ds_id, 200)!r} (it has all, {have}"
+        raise BrowseError(404, f"no collection {shown_field(name, 100)!r} in dataset {shown_field(self.ds_id, 200)!r} (it has all, {have}"
                                f"{''.join(', ' + k for k in REMOVED if self._record_file(k) is not None)})")
 
     def _record_file(self, kind: str) -> Optional[RecordFile]:
@@ -375,12 +375,12 @@ class DatasetDocs:
 
                 for rel in ("manifest.json", "tokenizer.json"):
                     if inside(self.root, self.folder / rel) is None:
-                        raise BrowseError(503, f"dataset {_red(self.ds_id, 200)!r}: {rel} is missing or outside the served folder")
+                        raise BrowseError(503, f"dataset {shown_field(self.ds_id, 200)!r}: {rel} is missing or outside the served folder")
                 try:
                     ds = Dataset(self.folder)
                     tok = load_tokenizer(self.folder / "tokenizer.json")
                 except GlassroomError as exc:
-                    raise BrowseError(503, _red(str(exc).replace(str(self.root), "DIR"), 400)) from None
+                    raise BrowseError(503, shown_field(str(exc).replace(str(self.root), "DIR"), 400)) from None
                 self._dataset, self._tokenizer = ds, tok
             return self._dataset, self._tokenizer
 
@@ -462,7 +462,7 @@ class DatasetDocs:
             shard = self._shard(d, s)
             missing = shard is None or doc >= shard.n_docs
             src = int(P["source"][i])
-            entry = {"kind": "document", "n": int(i), "id": _red(self._doc_id(i, shard, d, s, doc) if not missing else f"{SPLITS[s]}#{doc}"),
+            entry = {"kind": "document", "n": int(i), "id": shown_field(self._doc_id(i, shard, d, s, doc) if not missing else f"{SPLITS[s]}#{doc}"),
                      "domain": self.shown_domains[d], "split": SPLITS[s], "doc": doc,
                      "source": self.sources[src] if 0 <= src < len(self.sources) else "",
                      "cluster": int(P["cluster"][i]), "quality": int(P["quality"][i]) if P["quality"][i] >= 0 else None,
@@ -494,26 +494,30 @@ class DatasetDocs:
         if collection in REMOVED:
             f = self._record_file(collection)
             if f is None:
-                raise BrowseError(404, f"dataset {_red(self.ds_id, 200)!r} has no {REMOVED[collection]} (built before issue 17, "
-                                       f"or nothing was removed); rebuild it with glassroom data build")
+                raise BrowseError(404, f"dataset {shown_field(self.ds_id, 200)!r} has no {REMOVED[collection]} (nothing was "
+                                       f"removed, or an older glassroom built it before builds kept removed/ records); "
+                                       f"rebuild it with glassroom data build")
             total_members = len(f)
-            fetch = lambda numbers: self.records(collection, numbers)
+
+            def fetch(numbers):
+                return self.records(collection, numbers)
+
             numbers = list(range(total_members))
         else:
             members = self.members(collection)
             total_members = len(members)
-            fetch = lambda numbers: self.point_docs(numbers)
+            fetch = self.point_docs
             numbers = [int(i) for i in members]
-        out: dict[str, Any] = {"dataset": _red(self.ds_id, 200), "collection": _red(collection, 200), "page_size": PAGE_SIZE}
+        out: dict[str, Any] = {"dataset": shown_field(self.ds_id, 200), "collection": shown_field(collection, 200), "page_size": PAGE_SIZE}
         if not q:
             pages = max(1, math.ceil(total_members / PAGE_SIZE))
             if page > pages:
-                raise BrowseError(404, f"page {page} of {_red(collection, 100)}: it has {pages} page{'s' if pages != 1 else ''}")
+                raise BrowseError(404, f"page {page} of {shown_field(collection, 100)}: it has {pages} page{'s' if pages != 1 else ''}")
             chosen = numbers[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
             out.update(total=total_members, page=page, pages=pages, docs=fetch(chosen))
             return out
         if start > total_members:
-            raise BrowseError(404, f"from={start}: {_red(collection, 100)} has {total_members} documents")
+            raise BrowseError(404, f"from={start}: {shown_field(collection, 100)} has {total_members} documents")
         needle = q.lower()
         hits, scanned, chars, pos = [], 0, 0, start
         while pos < total_members and scanned < SCAN_DOCS and chars < SCAN_CHARS:
@@ -527,7 +531,7 @@ class DatasetDocs:
             pos += len(batch)
         pages = max(1, math.ceil(len(hits) / PAGE_SIZE))
         if page > pages:
-            raise BrowseError(404, f"page {page} of the search in {_red(collection, 100)}: it has {pages} page{'s' if pages != 1 else ''}")
+            raise BrowseError(404, f"page {page} of the search in {shown_field(collection, 100)}: it has {pages} page{'s' if pages != 1 else ''}")
         out.update(total=len(hits), page=page, pages=pages, docs=hits[(page - 1) * PAGE_SIZE: page * PAGE_SIZE],
                    q=redact_text(q, pairs=False),
                    scan={"from": start, "to": pos, "of": total_members, "complete": start == 0 and pos >= total_members})

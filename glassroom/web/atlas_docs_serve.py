@@ -23,8 +23,16 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from glassroom.web.atlas_docs import (CUT, PAGE_SIZE, REMOVED, _PAGE_RE, BrowseError, DatasetDocs, _red,
-                                      source_version)
+from glassroom.web.atlas_docs import (
+    CUT,
+    PAGE_RE,
+    PAGE_SIZE,
+    REMOVED,
+    BrowseError,
+    DatasetDocs,
+    shown_field,
+    source_version,
+)
 
 STATIC_DOC_CHARS = 8_192      # a document's text is cut here in the published copy (live: atlas_docs.DOC_CHARS)
 MAX_QUERY_CHARS = 200
@@ -57,8 +65,8 @@ def parse_request(params) -> tuple[str, str, int, str, int]:
     numbers = []
     for name, default in (("page", "1"), ("from", "0")):
         raw = one(name, False, default)
-        if not _PAGE_RE.fullmatch(raw):
-            raise BrowseError(400, f"{name}=: expected a whole number of at most 9 digits, got {_red(raw, 40)!r}")
+        if not PAGE_RE.fullmatch(raw):
+            raise BrowseError(400, f"{name}=: expected a whole number of at most 9 digits, got {shown_field(raw, 40)!r}")
         numbers.append(int(raw))
     if numbers[0] < 1:
         raise BrowseError(400, "page=: pages are numbered from 1")

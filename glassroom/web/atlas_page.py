@@ -38,8 +38,8 @@ from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_folders, inside
 from glassroom.web.atlas_docs import BrowseError
 from glassroom.web.atlas_docs_serve import Browser, parse_request, publish_docs
+from glassroom.web.views import FRONTEND, render_page
 
-FRONTEND = Path(__file__).parent / "frontend"
 MAX_DEPTH = 5
 SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__"}
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024    # a manifest is a few KB; anything this big is not one
@@ -111,8 +111,6 @@ def atlas_bytes(path: Path) -> bytes:
 def render(page_boot: dict) -> str:
     """frontend/atlas.html with its boot data and base URL filled in, as the dashboard's pages are
     (a static page also gets the Content-Security-Policy meta tag)."""
-    from glassroom.web.server import render_page
-
     return render_page("atlas", page_boot)
 
 

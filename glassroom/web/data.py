@@ -4,7 +4,7 @@ static site so both show the same thing.
 Series are downsampled on the server side: at most `points` buckets of equal step width over
 the requested range, each with its min and max (so a one-step spike survives every zoom level) and
 the newest point kept exactly, read from the store's precomputed tiles (observe/tiles.py; the raw
-rows and observe.store.downsample when a store has none). Vectors (tokens per expert, router bias)
+rows and observe.buckets.downsample when a store has none). Vectors (tokens per expert, router bias)
 are averaged per bucket for the heatmaps and trajectories.
 
 Everything that carries text a person or a process wrote (events and notes, the config, artifacts)
@@ -23,9 +23,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from glassroom.observe.buckets import bucket_index
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
-from glassroom.observe.store import StoreReader, bucket_index
+from glassroom.observe.store import StoreReader
 from glassroom.web.compute import run_compute
 from glassroom.web.lineage import PRIVATE_BASE, hidden_base, lineage_view, scrub
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable, Optional
@@ -30,9 +29,11 @@ from urllib.parse import quote
 
 from glassroom.folders import replace_file
 from glassroom.observe import incidents as incidents_mod
-from glassroom.observe.runs import VISIBILITY, event_is_private
-from glassroom.observe.redact import SHOWN_CHARS, clip_shown, redact_text, shown_prefix
+from glassroom.observe.redact import redact_text
+from glassroom.observe.runs import find_runs
 from glassroom.observe.store import StoreReader
+from glassroom.web.search import site_index
+from glassroom.web.views import EVENT_TEXT_CHARS, render_page, run_is_private, shown
 
 ATOM = "http://www.w3.org/2005/Atom"
 MAX_ENTRIES = 200
@@ -40,11 +41,6 @@ END_KINDS = ("end", "stopped", "error", "finished", "failed")
 FEED_KINDS = ("anomaly", "note", "prediction", "checkpoint", "incident", *END_KINDS)
 TITLE_CHARS = 140
 CONTENT_CHARS = 20_000
-# An event's text as read for feeds and search: the part that is shown (SHOWN_CHARS) and a margin,
-# so a hostile multi-megabyte text is never loaded whole (see redact.shown_prefix). SQLite's length() and substr()
-# stop at a NUL character: a text with one early on is read whole, as written.
-TEXT_SQL = (f"CASE WHEN length(text) > {SHOWN_CHARS + 4_096} THEN substr(text, 1, {SHOWN_CHARS + 4_096}) "
-            "ELSE text END")
 # XML 1.0 allows tab, newline, carriage return and U+0020 upwards, less surrogates and U+FFFE/U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -66,95 +62,6 @@ def rfc3339(when) -> str:
     return stamp.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _parse(data) -> object:
-    """An event's data column parsed; data that cannot be read (broken, or nested too deep for json)
-    might be a private note's, so it reads as private: a public view leaves the event out."""
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return {"private": True, "unreadable": True}
-
-
-def read_events(conn: sqlite3.Connection, kinds: tuple[str, ...], limit: int, before: Optional[int] = None) -> list[dict]:
-    """Up to `limit` events of `kinds`, newest first (id below `before` when given)."""
-    marks = ",".join("?" * len(kinds))
-    where = f"kind IN ({marks})" + ("" if before is None else " AND id < ?")
-    args = (*kinds, *(() if before is None else (before,)), limit)
-    rows = conn.execute(f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events WHERE {where} ORDER BY id DESC LIMIT ?",
-                        args)
-    return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "", "data": _parse(d)}
-            for i, t, s, k, x, d in rows]
-
-
-_TEXTS: dict[str, str] = {}
-MAX_CACHED_TEXTS = 200_000
-MAX_CACHED_CHARS = 20_000_000   # texts and their redacted copies together: a few tens of MB at most
-_cached_chars = [0]
-
-
-def redacted_text(text: str) -> str:
-    """redact_text, remembered: events never change, so a feed, a search or a `--watch` export that
-    shows the same event again does not redact it again (the cache is emptied when full, by count
-    or by characters, so long texts such as tracebacks cannot make it grow without bound)."""
-    got = _TEXTS.get(text)
-    if got is None:
-        got = redact_text(text)
-        size = len(text) + len(got)
-        if len(_TEXTS) >= MAX_CACHED_TEXTS or _cached_chars[0] + size > MAX_CACHED_CHARS:
-            _TEXTS.clear()
-            _cached_chars[0] = 0
-        if size <= MAX_CACHED_CHARS // 100:
-            _TEXTS[text] = got
-            _cached_chars[0] += size
-    return got
-
-
-def run_is_private(reader: StoreReader) -> bool:
-    """Whether the run is marked private now (read from its store at each request: a server's list of
-    runs is up to 2 s old, and a run marked private must leave feeds, search and incidents at once)."""
-    try:
-        value = reader.artifact(VISIBILITY)
-    except (ValueError, RecursionError):
-        return True
-    return bool(isinstance(value, dict) and value.get("private"))
-
-
-def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool) -> list[dict]:
-    """Events as the run page shows them: redacted, private notes out when `public`, and a private
-    base run (glassroom.web.lineage) named nowhere on a public view. Only incident events keep their
-    (redacted) data: feeds and search show texts, and redacting every event's data would cost more
-    than everything else they do."""
-    if public and run_is_private(reader):   # marked private since the server last listed its runs
-        return []
-    out = []
-    for e in events:
-        if public and event_is_private(e):
-            continue
-        if e.get("kind") == incidents_mod.KIND:
-            data = e.get("data")
-            if isinstance(data, dict):
-                data = {k: shown_prefix(v) for k, v in data.items()}
-            out.append(incidents_mod.redacted({**e, "text": shown_prefix(e.get("text")), "data": data}))
-        else:
-            text = e.get("text")
-            kind = e.get("kind")   # a hand-written kind can hold anything too
-            out.append({**e, "kind": redacted_text(kind) if isinstance(kind, str) else kind,
-                        "text": redacted_text(shown_prefix(text)) if isinstance(text, str) else "", "data": None})
-    if public and out:
-        from glassroom.web.lineage import hidden_base, scrub
-
-        hidden = hidden_base(reader.artifact("lineage"), run_dir, root, True)
-        if hidden:
-            out = scrub(out, hidden)
-    for e in out:   # clipped only now: a secret or a hidden path across the cut was removed whole
-        e["text"] = clip_shown(e.get("text"))
-        if isinstance(e.get("data"), dict):
-            e["data"] = {k: clip_shown(v) for k, v in e["data"].items()}
-    return out
-
-
 def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
                   kinds: tuple[str, ...] = FEED_KINDS, limit: int = MAX_ENTRIES) -> list[dict]:
     """The newest `limit` shown events of `kinds`, newest first (private notes skipped, not counted)."""
@@ -163,7 +70,7 @@ def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], publ
     out: list[dict] = []
     before = None
     while len(out) < limit:
-        batch = read_events(reader.conn, kinds, limit, before)
+        batch = reader.event_rows(kinds, limit, before, text_chars=EVENT_TEXT_CHARS)
         if not batch:
             break
         out += shown(batch, reader, run_dir, root, public)
@@ -215,7 +122,7 @@ def run_entries(run_id: str, run_dir: Path, root: Optional[Path], public: bool, 
         events = newest_events(reader, run_dir, root, public, limit=limit)
         folded = {}
         if any(e["kind"] == "incident" for e in events):
-            all_incident_events = shown(read_events(reader.conn, ("incident",), 100_000), reader, run_dir, root, public)
+            all_incident_events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
             folded = {i["id"]: i for i in incidents_mod.fold(all_incident_events)}
         run_last = last_step(reader)
     out = []
@@ -315,7 +222,7 @@ def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool) -> 
     for run_id, run_dir in sorted(runs.items()):
         try:
             with StoreReader(run_dir) as reader:
-                events = shown(read_events(reader.conn, ("incident",), 100_000), reader, run_dir, root, public)
+                events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
         except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
         out += [{"run": run_id, **i} for i in incidents_mod.fold(events)]
@@ -327,10 +234,6 @@ def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation
                   write: Optional[Callable[[Path, str], None]] = None) -> None:
     """Write SITE/feed.atom, SITE/runs/<run>/feed.atom, SITE/incidents.html, and
     generation_dir/incidents.json and search.json, for the runs just exported (public view)."""
-    from glassroom.observe.runs import find_runs
-    from glassroom.web.search import site_index
-    from glassroom.web.server import render_page
-
     write = write or replace_file
     found = find_runs(root)
     runs = {i: found[i] for i in exported_run_ids if i in found}

@@ -20,16 +20,13 @@ from typing import Any, Optional
 from glassroom.errors import GlassroomError
 from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
-from glassroom.web.ladder_view import (  # noqa: F401 (find_ladders, ladder_view: also used from here)
-    _cannot, _hero_runs, find_ladders, ladder_summary, ladder_view, shown_runs)
+from glassroom.web.ladder_view import cannot_show, find_ladders, hero_runs, ladder_summary, ladder_view, shown_runs  # noqa: F401 (find_ladders, ladder_view: also used from here)
+from glassroom.web.views import FRONTEND, render_page
 
-FRONTEND = Path(__file__).parent / "frontend"
 PAGE_FILES = ("ladder.js", "ladder.css")
 
 
 def render(page_boot: dict) -> str:
-    from glassroom.web.server import render_page
-
     return render_page("ladder", page_boot)
 
 
@@ -50,7 +47,7 @@ class _Ladders:
             if time.monotonic() - self._at > 5.0:
                 self._found = find_ladders(self.root)
                 self._runs = shown_runs(self.root, self.public)
-                self._heroes = _hero_runs(self.root, self._runs)
+                self._heroes = hero_runs(self.root, self._runs)
                 self._at = time.monotonic()
             return dict(self._found), dict(self._runs), list(self._heroes)
 
@@ -79,7 +76,7 @@ class _Ladders:
                 out.append(ladder_summary(ladder_id, folder, self.root,
                                           ladder_view(ladder_id, folder, self.root, self.public, runs, heroes)))
             except Exception as exc:   # one unreadable ladder must not break the list
-                out.append(ladder_summary(ladder_id, folder, self.root, error=_cannot(ladder_id, exc)))
+                out.append(ladder_summary(ladder_id, folder, self.root, error=cannot_show(ladder_id, exc)))
         return {"root": redact_text(self.root.resolve().name), "ladders": out}
 
 
@@ -120,7 +117,7 @@ def ladder_routes(root: str | Path, public: bool = False) -> list:
         except HTTPException:
             raise
         except Exception as exc:
-            raise HTTPException(503, _cannot(ladder_id, exc)) from None
+            raise HTTPException(503, cannot_show(ladder_id, exc)) from None
         return JSONResponse(body, headers=no_cache)
 
     return [
@@ -150,7 +147,7 @@ def publish_ladders(root: str | Path, site_dir: str | Path, published_runs: Opti
     runs = shown_runs(root, public=True)
     if published_runs is not None:
         runs = {i: p for i, p in runs.items() if i in published_runs}
-    heroes = _hero_runs(root, runs)
+    heroes = hero_runs(root, runs)
     published, summaries = [], []
     for ladder_id, folder in sorted(find_ladders(root).items()):
         dest = out / "l" / (ladder_id if ladder_id != "." else "_root")
@@ -158,7 +155,7 @@ def publish_ladders(root: str | Path, site_dir: str | Path, published_runs: Opti
             view = ladder_view(ladder_id, folder, root, True, runs, heroes)
             body = _dump(view)
         except Exception as exc:
-            line = _cannot(ladder_id, exc)
+            line = cannot_show(ladder_id, exc)
             log(f"ladder page skipped: {line}")
             summaries.append(ladder_summary(ladder_id, folder, root, error=line))
             continue

@@ -209,7 +209,7 @@ def law_band(key: tuple, C: list, L: list, law: dict, settings: dict, confidence
 
 # ---- one ladder ----
 
-def _hero_runs(root: Path, runs: dict[str, Path]) -> list[tuple[str, dict]]:
+def hero_runs(root: Path, runs: dict[str, Path]) -> list[tuple[str, dict]]:
     """(run id, prediction artifact) of every run below root that holds a preregistered prediction."""
     from glassroom.observe.store import StoreReader
 
@@ -409,7 +409,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
     hero = None
     if prediction is not None:
         info = prediction.get("hero") if isinstance(prediction.get("hero"), dict) else {}
-        heroes = _hero_runs(root, runs) if heroes is None else heroes
+        heroes = hero_runs(root, runs) if heroes is None else heroes
         run_id, sealed = next(((i, p) for i, p in heroes if _same_prediction(p, prediction)), (None, None))
         chosen = sealed if sealed is not None else prediction
         interval = chosen.get("final_interval") if isinstance(chosen.get("final_interval"), list) else [None, None]
@@ -489,6 +489,6 @@ def ladder_summary(ladder_id: str, ladder_dir: Path, root: Path, view: Optional[
     return entry
 
 
-def _cannot(ladder_id: str, exc: BaseException) -> str:
+def cannot_show(ladder_id: str, exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return redact_text(f"ladder {ladder_id}: cannot be shown: {text[:300]}")

@@ -42,15 +42,16 @@ from typing import Callable, Optional
 
 from glassroom.errors import GlassroomError
 from glassroom.folders import replace_file
+from glassroom.observe.buckets import downsample
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
-from glassroom.observe.store import StoreReader, downsample
+from glassroom.observe.store import StoreReader
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
-from glassroom.web.server import FRONTEND, render_page
 from glassroom.web.site_tiles import ChunkStore, SiteWriteError
+from glassroom.web.views import FRONTEND, render_page
 
 SERIES_POINTS = 2_000     # buckets per exported series: detail enough for a full-width chart
 VECTOR_POINTS = 400

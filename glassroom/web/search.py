@@ -3,7 +3,7 @@ the published site (data/<generation>/search.json, filtered in the page).
 
 A match is a case-insensitive substring of a metric name (scalar series, as StoreReader.names, less
 names that hold a secret) or of an event's text as the outside sees it: redacted, private notes out
-when public, a private base run named nowhere (glassroom.web.feeds.shown). The store is asked with
+when public, a private base run named nowhere (glassroom.web.views.shown). The store is asked with
 SQL (`instr(lower(text), q)`) so only candidate rows reach Python; each candidate is redacted and
 checked again, so a search never finds an event by a secret the page does not show. A query that
 could match inside the `<redacted>` marker itself (it holds `<`, `>` or is part of the word) scans
@@ -15,7 +15,6 @@ Python (SQLite's lower() knows ASCII only). At most MAX_HITS metrics and MAX_HIT
 from __future__ import annotations
 
 import math
-import sqlite3
 import time
 from pathlib import Path
 from typing import Optional
@@ -23,15 +22,13 @@ from typing import Optional
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
-from glassroom.web.feeds import TEXT_SQL, _parse, run_is_private, shown
+from glassroom.web.views import EVENT_TEXT_CHARS, run_is_private, shown
 
 MAX_HITS = 200
 MAX_QUERY_CHARS = 200
 SCAN_EVENTS = 5_000           # events of one run read for a query SQL cannot narrow down
 SITE_EVENTS = 1_000           # newest events per run in the published search.json
 BUDGET_SECONDS = 5.0          # a search still running after this stops, with truncated: true
-NAME_SQL = ("SELECT name FROM names WHERE {match} AND EXISTS (SELECT 1 FROM metrics WHERE name_id = names.id) "
-            "ORDER BY name LIMIT ?")
 
 
 def check_query(q: Optional[str]) -> str:
@@ -49,15 +46,6 @@ def _needs_scan(q: str) -> bool:
     return "<" in q or ">" in q or q in marker
 
 
-def _matcher(conn: sqlite3.Connection, q: str) -> tuple[str, tuple]:
-    """A SQL condition on `text`/`name` columns (as `{col}`) that holds for every row containing q."""
-    if q.isascii():
-        return "instr(lower({col}), ?) > 0", (q,)
-    conn.create_function("gr_contains", 2, lambda text, sub: isinstance(text, str) and sub in text.lower(),
-                         deterministic=True)
-    return "gr_contains({col}, ?)", (q,)
-
-
 def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: bool,
               want_names: int, want_events: int) -> tuple[list[dict], list[dict], bool]:
     """(metric hits, event hits, more) of one run, at most want_names + 1 / want_events + 1 looked at."""
@@ -67,20 +55,13 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
     with StoreReader(run_dir) as reader:
         if public and run_is_private(reader):
             return names, events, more
-        cond, args = _matcher(reader.conn, q)
         if want_names > 0:
-            rows = reader.conn.execute(NAME_SQL.format(match=cond.format(col="name")), (*args, want_names + 1 + 50))
-            found = [r[0] for r in rows if not looks_secret(r[0])]
+            found = [n for n in reader.metric_names_containing(q, want_names + 1 + 50) if not looks_secret(n)]
             more |= len(found) > want_names
             names = [{"run": run_id, "name": n} for n in found[:want_names]]
         if want_events > 0:
-            if _needs_scan(q):
-                candidates = _newest(reader.conn, SCAN_EVENTS)
-            else:
-                rows = reader.conn.execute(
-                    f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events WHERE {cond.format(col='text')} "
-                    "ORDER BY id DESC LIMIT ?", (*args, SCAN_EVENTS))
-                candidates = [_row(r) for r in rows]
+            candidates = reader.event_rows(limit=SCAN_EVENTS, containing=None if _needs_scan(q) else q,
+                                           text_chars=EVENT_TEXT_CHARS)
             for event in shown(candidates, reader, run_dir, root, public):
                 if q in (event.get("text") or "").lower():
                     if len(events) == want_events:
@@ -94,17 +75,6 @@ def _run_hits(run_id: str, run_dir: Path, q: str, root: Optional[Path], public: 
 def _json_safe(value):
     """A value as it was, but a float JSON cannot carry (1e999 in a hand-edited store) is None."""
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _row(row) -> dict:
-    id_, when, step, kind, text, data = row
-    return {"id": id_, "time": when, "step": step, "kind": kind, "text": text if isinstance(text, str) else "",
-            "data": _parse(data)}
-
-
-def _newest(conn: sqlite3.Connection, limit: int) -> list[dict]:
-    rows = conn.execute(f"SELECT id, time, step, kind, {TEXT_SQL}, data FROM events ORDER BY id DESC LIMIT ?", (limit,))
-    return [_row(r) for r in rows]
 
 
 def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = None,
@@ -140,9 +110,8 @@ def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
     for run_id, run_dir in sorted(runs.items()):
         try:
             with StoreReader(run_dir) as reader:
-                rows = reader.conn.execute(NAME_SQL.format(match="1"), (1_000_000,))
-                names = [r[0] for r in rows if not looks_secret(r[0])]
-                events = shown(_newest(reader.conn, SITE_EVENTS), reader, run_dir, root, True)
+                names = [n for n in reader.metric_names_containing(None, 1_000_000) if not looks_secret(n)]
+                events = shown(reader.event_rows(limit=SITE_EVENTS, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, True)
         except Exception:
             continue
         out[run_id] = {"names": names,

@@ -42,11 +42,12 @@ from starlette.staticfiles import StaticFiles
 
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error
-from glassroom.web import data, feeds, run_list, search as search_mod
+from glassroom.web import data, feeds, run_list
+from glassroom.web import search as search_mod
 from glassroom.web.atlas_page import atlas_routes
 from glassroom.web.ladder_page import ladder_routes
+from glassroom.web.views import FRONTEND, SECURITY_HEADERS, render_page
 
-FRONTEND = Path(__file__).parent / "frontend"
 POLL_SECONDS = 0.25
 KEEPALIVE_SECONDS = 15.0
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -55,24 +56,6 @@ MAX_RAW_NAMES = 2_000        # name= parameters in one query, repeats included
 MAX_WORK = 1_000_000         # distinct names x points in one series request
 REQUEST_SECONDS = 20.0       # a series request that takes longer than this is cut off with 503
 MAX_STREAMS = 64             # live streams open at once (one per open page)
-# Pages and data come from this server only; no inline script (the boot data is a JSON block).
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
-
-
-def render_page(page: str, boot: dict) -> str:
-    """A frontend page with its boot data (mode, base URL, run ids) filled in, safely escaped. A
-    static page also gets the Content-Security-Policy as a meta tag (no server sends the header)."""
-    text = (FRONTEND / f"{page}.html").read_text(encoding="utf-8")
-    payload = json.dumps(boot).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    base = boot.get("base", "/").replace('"', "%22").replace("<", "%3C")
-    if boot.get("mode") == "static":
-        meta_csp = CSP.replace("; frame-ancestors 'none'", "")
-        text = text.replace('<meta charset="utf-8">',
-                            f'<meta charset="utf-8">\n<meta http-equiv="Content-Security-Policy" content="{meta_csp}">', 1)
-    return text.replace("{{BOOT}}", payload).replace("{{BASE}}", base)
 
 
 def host_name(header: str) -> str:
