@@ -41,7 +41,7 @@ TASKS = {"multiple choice": ["glassroom_mc_prose", "glassroom_mc_code"], "rollin
 def prepare(tmp: Path, args) -> tuple[Path, Path]:
     from glassroom.data.build import build_dataset
     from glassroom.data.recipe import load_recipe
-    from glassroom.downstream.tasks import write_tasks
+    from glassroom.data.tasks import write_tasks
     from glassroom.hf.export import write_folder
     from glassroom.model.transformer import build_model
 

@@ -105,7 +105,7 @@ def backtest_pairs(spec_path: str, runs: list[tuple], out: Path, pair: int, offs
     """The ladder's fit and backtest on each group of `pair` consecutive seeds (the demo trains two):
     a ladder folder per group over those runs, `ladder backtest`'s numbers printed."""
     from glassroom.ladder.predict import backtest
-    from glassroom.ladder.run import write_ladder_folder
+    from glassroom.steps.ladder import write_ladder_folder
 
     raw = yaml.safe_load(Path(spec_path).read_text())
     seeds = sorted({k for _, k, _, _ in runs})

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from glassroom import __version__
+from glassroom.version import __version__
 from glassroom.errors import GlassroomError
 
 # Order is the order of `glassroom --help`.

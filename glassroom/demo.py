@@ -28,10 +28,10 @@ DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     """The demo's steps: the corpus and its atlas, the ladder's rungs, the fit and prediction, the hero."""
     from glassroom.config import load_yaml
-    from glassroom.ladder.run import ladder_steps
+    from glassroom.steps.ladder import ladder_steps
     from glassroom.ladder.spec import load_spec
-    from glassroom.pipeline.atlas_step import atlas_step
-    from glassroom.pipeline.steps import data_build_step, export_step
+    from glassroom.steps.atlas import atlas_step
+    from glassroom.steps.data import data_build_step, export_step
 
     spec_path = experiments / "ladder-demo.yaml"
     spec_raw = load_yaml(spec_path)
@@ -49,7 +49,7 @@ def posttrain_steps(experiments: Path, hero) -> list:
     """The hero made an assistant: the chat set, its SFT and DPO data (the hero's tokenizer plus the
     template tokens), SFT from the hero, DPO from the SFT run (experiments/posttrain-demo.yaml)."""
     from glassroom.config import load_yaml
-    from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
+    from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
 
     where = experiments / "posttrain-demo.yaml"
     spec = load_yaml(where)
@@ -185,7 +185,7 @@ def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
 
 
 def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict:
-    from glassroom.ladder.run import run_experiment
+    from glassroom.steps.ladder import run_experiment
     from glassroom.pipeline.experiment import load_experiment
     from glassroom.web.publish import publish
 

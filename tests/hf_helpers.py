@@ -49,7 +49,7 @@ def train_tiny_run(tmp: Path, arch: str, dataset: Path, *sets: str) -> Path:
 
 def export_folder(run: Path, out: Path, **options) -> Path:
     """`glassroom export` in process (options: step, dtype, max_shard_size, force)."""
-    from glassroom.hf.export import export_run
+    from glassroom.train.run_folder import export_run
 
     return export_run(run, out, **options)
 

@@ -1,4 +1,4 @@
-"""The atlas as a pipeline step (glassroom/pipeline/atlas_step.py): it writes the dataset's atlas
+"""The atlas as a pipeline step (glassroom/steps/atlas.py): it writes the dataset's atlas
 beside the dataset, is reused on a second run, `glassroom publish` of the workspace finds the dataset with its atlas,
 wrong options are one-line errors at load; and the demo's steps include it at k=40."""
 
@@ -29,8 +29,8 @@ tokenizer:
 """
 
 EXPERIMENT = """\
-from glassroom.pipeline import data_build_step
-from glassroom.pipeline.atlas_step import atlas_step
+from glassroom.steps import data_build_step
+from glassroom.steps.atlas import atlas_step
 
 data = data_build_step("two-data", "two.yaml")
 steps = [data, atlas_step("two-atlas", data, k={k})]
@@ -78,8 +78,8 @@ def test_demo_has_the_atlas_at_k40():
 def test_atlas_step_options_are_checked_at_load():
     import pytest
 
-    from glassroom.pipeline.atlas_step import atlas_step
-    from glassroom.pipeline.steps import data_build_step
+    from glassroom.steps.atlas import atlas_step
+    from glassroom.steps.data import data_build_step
 
     data = data_build_step("d", REPO_RECIPE)
     assert atlas_step("a", data).config["k"] == 40

@@ -13,7 +13,7 @@ import torch
 
 from glassroom.model.config import MoEConfig
 from glassroom.model.moe import MoEFeedForward, apply_capacity
-from glassroom.observe.probes import router_metrics
+from glassroom.train.probes import router_metrics
 from glassroom.observe.store import StoreReader
 from train_helpers import run_train
 
@@ -200,7 +200,7 @@ def test_the_dashboard_and_the_published_site_draw_the_drop_fraction(capped_run,
 
 def test_a_capped_run_exports_as_its_dropless_self_and_an_init_may_set_a_capacity(capped_run, tmp_path):
     import glassroom
-    from glassroom.hf.init import model_for_init
+    from glassroom.train.init import model_for_init
     from glassroom.train.config import InitSection
     from hf_helpers import export_folder, hf_model, real_text
 

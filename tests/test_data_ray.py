@@ -79,7 +79,7 @@ def test_a_ray_build_killed_midway_leaves_dir_as_it_was(tmp_path):
     import signal
     import time
 
-    from glassroom.data.staging import _clear_stale, build_lock
+    from glassroom.data.staging import clear_stale, build_lock
 
     make_corpus(tmp_path / "corpus")
     recipe = write_recipe(tmp_path / "corpus")
@@ -107,6 +107,6 @@ def test_a_ray_build_killed_midway_leaves_dir_as_it_was(tmp_path):
     assert list(tmp_path.glob(".out.building-*")), "the kill came too late to test anything"
     with build_lock(out.resolve()):  # no orphan holds the lock
         log = io.StringIO()
-        _clear_stale(out.resolve(), log)
+        clear_stale(out.resolve(), log)
     assert not list(tmp_path.glob(".out.building-*")) and "did not finish" in log.getvalue()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from downstream_helpers import glassroom
-from glassroom.downstream.tasks import _clean_stale
+from glassroom.data.tasks import _clean_stale
 
 
 @pytest.fixture()
@@ -83,7 +83,7 @@ def test_two_writers_at_once_leave_one_whole_tasks_folder_and_one_line(tmp_path,
     """Another `data tasks` renames its folder into place between this one's two renames."""
     import os
 
-    import glassroom.downstream.tasks as tasks
+    import glassroom.data.tasks as tasks
     from glassroom.errors import GlassroomError
 
     final, new = tmp_path / "tasks", tmp_path / ".tasks-tmp-1"

@@ -42,7 +42,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def test_tasks_are_passages_of_validation_documents_deterministic_and_replaced_whole(dataset, tmp_path):
     from glassroom.data.mixture import Dataset
-    from glassroom.downstream.tasks import ENDING_CHARS, LENGTH_RANGE, write_tasks
+    from glassroom.data.tasks import ENDING_CHARS, LENGTH_RANGE, write_tasks
 
     tasks = dataset / "tasks"
     manifest = json.loads((tasks / "manifest.json").read_text())
@@ -171,7 +171,7 @@ def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tm
     """eval_tasks_every picks the steps; torchrun with more than one process is refused; and a run
     with eval_tasks trains exactly as one without (lm-eval's seeding does not leak into training)."""
     from glassroom.data.mixture import Dataset
-    from glassroom.downstream.hook import TrainingTasks
+    from glassroom.train.eval_tasks import TrainingTasks
     from glassroom.errors import ConfigError
     from glassroom.train.config import load_run_config
     from train_helpers import TINY, losses

@@ -15,7 +15,7 @@ import yaml
 from downstream_helpers import glassroom
 from glassroom.data.mixture import Dataset
 from glassroom.downstream.adapter import GlassroomLM, encode
-from glassroom.downstream.tasks import bpb_document
+from glassroom.data.tasks import bpb_document
 from glassroom.model.config import ModelConfig
 from glassroom.model.transformer import build_model
 

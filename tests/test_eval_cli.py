@@ -184,7 +184,7 @@ def test_bpb_tasks_scored_with_another_window_than_written_say_so_and_are_not_st
 def test_a_checkpoint_pruned_while_it_is_read_is_chosen_again(run, tmp_path, monkeypatch, capsys):
     """A live trainer's retention removes the newest checkpoint just as eval reads it: eval takes the
     newest one left and scores that step, no traceback."""
-    import glassroom.hf.load as hf_load
+    import glassroom.train.run_folder as hf_load
     from glassroom.cli import main
 
     copy = tmp_path / "run"
@@ -216,7 +216,7 @@ def test_a_pruned_checkpoint_prints_no_traceback_from_the_checkpoint_reader(run,
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    script = ("import shutil, sys, glassroom.hf.load as h\nfrom glassroom.cli import main\n"
+    script = ("import shutil, sys, glassroom.train.run_folder as h\nfrom glassroom.cli import main\n"
               "orig, calls = h.run_state, []\n"
               "def pruned_first(found):\n    calls.append(1)\n"
               "    if len(calls) == 1:\n        shutil.rmtree(found.checkpoint)\n    return orig(found)\n"

@@ -95,7 +95,7 @@ def test_force_never_deletes_what_no_export_wrote(dense_run, tmp_path):
 
 def _pruned_while_read(monkeypatch, copy_of):
     """The next checkpoint read finds its folder removed by the trainer's retention mid-read."""
-    import glassroom.hf.load as load
+    import glassroom.train.run_folder as load
 
     real, pruned = load.run_state, []
 
@@ -111,7 +111,7 @@ def _pruned_while_read(monkeypatch, copy_of):
 
 def test_export_of_a_training_run_whose_checkpoint_is_pruned_while_read(dense_run, tmp_path, monkeypatch):
     from glassroom.errors import GlassroomError
-    from glassroom.hf.export import export_run
+    from glassroom.train.run_folder import export_run
 
     keep = tmp_path / "kept"
     pruned = _pruned_while_read(monkeypatch, keep)
@@ -261,6 +261,7 @@ def test_init_step_missing_or_no_checkpoint_is_named_and_nothing_is_left(dense_r
 
 def test_files_put_at_out_while_the_export_is_written_are_kept(dense_run, tmp_path, monkeypatch):
     import glassroom.hf.export as export
+    from glassroom.train.run_folder import export_run
     from glassroom.errors import GlassroomError
 
     out = tmp_path / "hf"
@@ -272,7 +273,7 @@ def test_files_put_at_out_while_the_export_is_written_are_kept(dense_run, tmp_pa
         return real(folder, tensors, max_bytes)
     monkeypatch.setattr(export, "_write_weights", write_weights)
     with pytest.raises(GlassroomError, match="notes.txt|not empty"):
-        export.export_run(dense_run, out)
+        export_run(dense_run, out)
     assert (out / "notes.txt").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hf")] == []  # no temporary folder left
 

@@ -97,7 +97,7 @@ def test_bad_seeds_are_one_line_errors(tmp_path, seeds, message):
 
 
 def test_the_pipeline_trains_every_seed_before_the_fit():
-    from glassroom.ladder.run import ladder_steps
+    from glassroom.steps.ladder import ladder_steps
 
     raw = seeded(2)
     rung_steps, (fit, hero) = ladder_steps(spec_from_mapping(raw), raw, with_hero=True)
@@ -117,7 +117,7 @@ def test_the_pipeline_trains_every_seed_before_the_fit():
 def seeded_ladder(tiny_dataset, tmp_path_factory):
     """The tiny spec with seeds: 2, each run trained for real (in this process, as a rung step trains it)
     into DIR/rungs/<step name>/, and DIR/spec.yaml + ladder.json as `ladder run` writes them."""
-    from glassroom.ladder.run import write_ladder_folder
+    from glassroom.steps.ladder import write_ladder_folder
     from glassroom.train.config import run_config_from_mapping
     from glassroom.train.trainer import Trainer
 

@@ -122,7 +122,7 @@ def test_tensorboard_event_files_hold_every_step_of_the_store(tiny_dataset, tmp_
 
 def test_wandb_offline_run_holds_the_store_history_and_no_environment(tiny_dataset, tmp_path):
     pytest.importorskip("wandb")
-    from glassroom.observe.sinks import wandb_run_id
+    from glassroom.train.sinks import wandb_run_id
 
     out = tmp_path / "wb"
     env = wandb_env(tmp_path)
@@ -158,7 +158,7 @@ def test_resume_after_a_failed_run_continues_both_mirrors(tiny_dataset, tmp_path
     tensorboard = pytest.importorskip("tensorboard")
     wandb = pytest.importorskip("wandb")
     del tensorboard, wandb
-    from glassroom.observe.sinks import wandb_run_id
+    from glassroom.train.sinks import wandb_run_id
 
     out = tmp_path / "resumed"
     sets = ("observe.tensorboard=true", "observe.wandb=true", "train.max_bad_steps=1")
@@ -203,7 +203,7 @@ def test_a_missing_package_names_the_extra_before_the_run_folder_is_made(tiny_da
 
 
 def test_missing_package_errors_in_process(monkeypatch, tmp_path):
-    from glassroom.observe import sinks
+    from glassroom.train import sinks
     from glassroom.train.config import load_run_config
     from train_helpers import TINY
 
@@ -218,7 +218,7 @@ def test_missing_package_errors_in_process(monkeypatch, tmp_path):
 
 
 def test_wandb_run_id_is_stable_per_folder(tmp_path):
-    from glassroom.observe.sinks import wandb_run_id
+    from glassroom.train.sinks import wandb_run_id
 
     a, b = tmp_path / "runs" / "ladder rung:1", tmp_path / "other" / "ladder rung:1"
     assert wandb_run_id(a) == wandb_run_id(tmp_path / "runs" / "." / "ladder rung:1")

@@ -20,7 +20,7 @@ tokenizer:
 """
 
 EXPERIMENT = """\
-from glassroom.pipeline import data_build_step
+from glassroom.steps import data_build_step
 
 steps = [data_build_step("code-data", "code.yaml", "tokenizer.vocab_size={vocab}")]
 """

@@ -1,4 +1,4 @@
-"""The post-training pipeline steps through `glassroom run` (glassroom/pipeline/posttrain.py): a tiny
+"""The post-training pipeline steps through `glassroom run` (glassroom/steps/posttrain.py): a tiny
 pretraining run, a chat set from one source, its SFT and DPO data with the base run's tokenizer, SFT
 from the base and DPO from the SFT run; every step cached on a second run, an edited SFT config reruns
 SFT and DPO but not the chat set; the demo's summary helpers read the runs."""
@@ -20,9 +20,9 @@ SMALL = {"steps": 4, "batch_size": 4, "micro_batch_size": 4, "seq_len": 64, "war
          "checkpoint_every": 2, "eval_every": 2, "eval_sequences": 4, "device": "cpu"}
 
 EXPERIMENT = '''
-from glassroom.ladder.run import train_rung
+from glassroom.steps.ladder import train_rung
 from glassroom.pipeline import Step
-from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
+from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
 
 BASE = {base!r}
 SFT = {sft!r}
@@ -183,7 +183,7 @@ def test_an_edited_posttrain_demo_spec_is_one_line(tmp_path, capsys, case):
 
 def test_step_arguments_a_user_gets_wrong_are_caught_at_load():
     from glassroom.pipeline import Step
-    from glassroom.pipeline.posttrain import chat_data_step, chatset_step, finetune_step
+    from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
 
     assert chatset_step("chat", sources="man").config["sources"] == ["man"]   # was ['m', 'a', 'n']
     chat = chatset_step("chat", sources=("python",), max_per_source=10)

@@ -150,7 +150,7 @@ def test_wandb_mirror_uploads_the_redacted_config(monkeypatch, tmp_path):
     import sys
     import types
 
-    from glassroom.observe.sinks import WandbSink
+    from glassroom.train.sinks import WandbSink
 
     captured = {}
     fake = types.ModuleType("wandb")

@@ -207,7 +207,7 @@ def test_a_missing_folder_and_a_damaged_checkpoint_are_one_line(run_dir, tmp_pat
 
 
 def test_a_damaged_exported_folder_and_a_missing_gpu_are_one_line(run_dir, tmp_path, capsys):
-    from glassroom.hf.export import export_run
+    from glassroom.train.run_folder import export_run
 
     folder = export_run(run_dir, tmp_path / "export")
     assert _cli(capsys, folder, "--prompt", "hi", "--max-new-tokens", 3)[0] == 0

@@ -102,7 +102,7 @@ def test_sft_run_records_lineage_packing_counts_mask_share_and_samples(setup, sf
 
 
 def test_template_token_rows_start_at_the_mean_of_the_base_rows(setup):
-    from glassroom.hf.load import read_run_state
+    from glassroom.train.run_folder import read_run_state
 
     start = setup["root"] / "step0"
     if not start.exists():
@@ -284,8 +284,8 @@ def test_overlong_drop_counts_the_dropped_conversations(setup, tmp_path):
 
 
 def test_sft_from_a_hugging_face_folder_grows_the_vocabulary_and_records_lineage(setup, tmp_path):
-    from glassroom.hf.export import export_run
-    from glassroom.hf.load import read_run_state
+    from glassroom.train.run_folder import export_run
+    from glassroom.train.run_folder import read_run_state
 
     folder = export_run(setup["base"], tmp_path / "hf")
     out = tmp_path / "from-hf"

@@ -12,7 +12,7 @@ import math
 import sys
 
 from glassroom.commands import new_command, positive_count
-from glassroom.data.chatset.command import register_chatset, run_chatset
+from glassroom.commands.chatset import register_chatset, run_chatset
 from glassroom.errors import GlassroomError
 from glassroom.units import format_count
 
@@ -322,7 +322,7 @@ def register_tasks(sub) -> None:
 
 def run_tasks(args: argparse.Namespace) -> int:
     from glassroom.data.build import require_dataset
-    from glassroom.downstream.tasks import write_tasks
+    from glassroom.data.tasks import write_tasks
 
     require_dataset(args.dataset)
     manifest = write_tasks(args.dataset, seq_len=args.seq_len, windows=args.windows, items=args.items,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -66,9 +67,21 @@ def _check(args: argparse.Namespace) -> list[str]:
     return names
 
 
+def run_tasks_dir(run_dir: Path) -> Path:
+    """DATASET/tasks of the dataset a run folder trained on (its config.yaml's data.path)."""
+    from glassroom.train.run_dir import saved_config
+
+    saved = saved_config(Path(run_dir))
+    data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
+    if not isinstance(data.get("path"), str):
+        raise GlassroomError(f"{Path(run_dir) / 'config.yaml'}: no data.path; give the tasks folder with --tasks-dir")
+    return Path(os.path.expanduser(data["path"])) / "tasks"
+
+
 def run(args: argparse.Namespace) -> int:
     names = _check(args)
-    from glassroom.hf.load import is_hf_folder, load
+    from glassroom.hf.load import is_hf_folder
+    from glassroom.train.run_folder import load
 
     path = Path(args.path).expanduser()
     if not path.is_dir():
@@ -77,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     step, max_length, special, seq_len = None, args.max_length, (None, None), None
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer
-        from glassroom.hf.load import build_from_state, read_run_state, run_tokenizer_path
+        from glassroom.hf.load import build_from_state
+        from glassroom.train.run_folder import read_run_state, run_tokenizer_path
 
         # The checkpoint, verified once; chosen again if a live trainer's retention prunes it meanwhile.
         found, state, _ = read_run_state(path, args.step)
@@ -96,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tasks_dir:
         tasks_dir = Path(args.tasks_dir).expanduser()
     elif is_run:
-        tasks_dir = downstream.run_tasks_dir(path)
+        tasks_dir = run_tasks_dir(path)
         if not tasks_dir.exists() and not any(n.startswith("glassroom") for n in names):
             tasks_dir = None  # tasks lm-eval ships only: the dataset needs no tasks folder
     else:
@@ -105,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
                              "(or give another with --tasks-dir)")
     try:
-        run_dataset = downstream.run_tasks_dir(path).parent if is_run else None
+        run_dataset = run_tasks_dir(path).parent if is_run else None
     except GlassroomError:  # no data.path in its config.yaml: --tasks-dir was given
         run_dataset = None
     _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len, run_dataset)
@@ -142,7 +156,7 @@ def _note_windows(names: list[str], tasks_dir: Path | None, max_length: int, run
     """A note when the bits-per-byte tasks were written for another window than the one scored, or
     from another build of the data than the run trained on: their number is then not comparable to
     the trainer's eval/<domain>/bpb."""
-    from glassroom.downstream.tasks import build_of, read_task_manifest
+    from glassroom.data.tasks import build_of, read_task_manifest
 
     if tasks_dir is None or not any(n.startswith("glassroom_bpb") or n == "glassroom" for n in names):
         return

@@ -42,7 +42,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassroom.hf.export import export_run, parse_size
+    from glassroom.hf.export import parse_size
+    from glassroom.train.run_folder import export_run
 
     out = export_run(args.run_dir, args.out, step=args.step, dtype=args.dtype,
                      max_shard_size=parse_size(args.max_shard_size), force=args.force)

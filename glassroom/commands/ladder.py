@@ -426,7 +426,7 @@ def run_run(args: argparse.Namespace) -> int:
 
     from glassroom.config import load_yaml
     from glassroom.data.shards import read_manifest
-    from glassroom.ladder.run import ladder_steps, run_experiment, write_experiment, write_ladder_folder
+    from glassroom.steps.ladder import ladder_steps, run_experiment, write_experiment, write_ladder_folder
     from glassroom.ladder.spec import load_spec
 
     if args.jobs < 1:

@@ -41,7 +41,7 @@ from glassroom.data.sources import SourceReport, iter_source
 from glassroom.data.stages import BATCH_BYTES, Corpus, Stats, decontaminate, quality_scores, write_jsonl
 from glassroom.data.stages import choose_encoder as _encoder, tokenizer_stage as _tokenizer
 from glassroom.data.staging import (  # noqa: F401  (re-exported: readers import them from here)
-    DATASET_ENTRIES, FORMAT, FORMAT_RE, _check_out, _check_parent, _check_sources, _clear_stale,
+    DATASET_ENTRIES, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
     build_lock, dataset_format, require_dataset,
 )
 from glassroom.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, save_tokenizer, token_dtype
@@ -86,11 +86,11 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
         raise GlassroomError(f"{out.name[:40]}...: the --out folder name is too long ({len(os.fsencode(out.name))} bytes); "
                              "choose a name under 220 bytes")
     try:
-        _check_parent(out)
-        _check_out(out, force)  # early, before sources are read; again under the lock
+        check_parent(out)
+        check_out(out, force)  # early, before sources are read; again under the lock
     except OSError as exc:
         raise GlassroomError(f"{out}: cannot be checked as --out ({exc.strerror}); choose another --out") from None
-    _check_sources(recipe, out)
+    check_sources(recipe, out)
     if recipe.decontaminate.enabled and recipe.task == "pretrain":  # before hours of extraction, not after
         for i, f in enumerate(recipe.decontaminate.files):
             if not Path(f).expanduser().exists():
@@ -104,8 +104,8 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
             except GlassroomError as exc:
                 raise GlassroomError(f"tokenizer {recipe.tokenizer.path}: {exc}") from None
     with build_lock(out):
-        _clear_stale(out, log)
-        _check_out(out, force)
+        clear_stale(out, log)
+        check_out(out, force)
         with make_executor(workers, ray) as ex:  # Ray missing or unreachable: an error before DIR is touched
             tmp = out.parent / f".{out.name}.building-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)

@@ -14,20 +14,18 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
-from glassroom.data.dedup import Deduplicator, StreamingDeduplicator, shingle_set  # noqa: F401 (re-exported)
+from glassroom.data.dedup import Deduplicator, Signer, StreamingDeduplicator, shingle_set  # noqa: F401 (re-exported)
 from glassroom.data.recipe import CleanConfig, DedupConfig, SplitConfig
 
 STAGES = ("extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split", "tokenize")
 
 _LETTERS = re.compile(r"[^\W\d_]+")
 _GARBAGE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
-_WORDS = re.compile(r"\w+")
 
 class Stats:
     """Per stage and domain: docs/bytes in and out and removals by reason (stats.json)."""
@@ -103,35 +101,6 @@ class Cleaned:
     reason: str | None  # None when it passed the filters
     digest: bytes = b""
     signature: np.ndarray | None = None
-
-
-class Signer:
-    """datasketch MinHash signatures of word shingles (crc32 of each shingle, 32-bit affine scheme)."""
-
-    SCHEME = "affine32"
-
-    def __init__(self, num_perm: int, shingle_words: int) -> None:
-        from datasketch import MinHash
-
-        self.num_perm = num_perm
-        self.k = shingle_words
-        self.permutations = MinHash(num_perm=num_perm, seed=1, scheme=self.SCHEME).permutations
-
-    def minhash(self, hashvalues=None):
-        from datasketch import MinHash
-
-        return MinHash(num_perm=self.num_perm, seed=1, hashfunc=zlib.crc32, permutations=self.permutations,
-                       hashvalues=hashvalues, scheme=self.SCHEME)
-
-    def shingles(self, text: str) -> set[bytes]:
-        words = _WORDS.findall(text.lower())
-        k = min(self.k, max(len(words), 1))
-        return {" ".join(words[i: i + k]).encode() for i in range(max(len(words) - k + 1, 1))}
-
-    def signature(self, text: str) -> np.ndarray:
-        mh = self.minhash()
-        mh.update_batch(self.shingles(text))
-        return mh.hashvalues
 
 
 _SIGNERS: dict[tuple[int, int], Signer] = {}

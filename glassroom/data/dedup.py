@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import zlib
 from collections import defaultdict
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -37,6 +38,35 @@ TEXT_CUT = 64 * 1024
 MAX_NUM_PERM = 1024
 VERIFY_CHUNK = 4096  # candidate pairs whose texts are read back at a time
 CACHE_DOCS = 20_000  # shingle sets kept between chunks
+
+
+class Signer:
+    """datasketch MinHash signatures of word shingles (crc32 of each shingle, 32-bit affine scheme)."""
+
+    SCHEME = "affine32"
+
+    def __init__(self, num_perm: int, shingle_words: int) -> None:
+        from datasketch import MinHash
+
+        self.num_perm = num_perm
+        self.k = shingle_words
+        self.permutations = MinHash(num_perm=num_perm, seed=1, scheme=self.SCHEME).permutations
+
+    def minhash(self, hashvalues=None):
+        from datasketch import MinHash
+
+        return MinHash(num_perm=self.num_perm, seed=1, hashfunc=zlib.crc32, permutations=self.permutations,
+                       hashvalues=hashvalues, scheme=self.SCHEME)
+
+    def shingles(self, text: str) -> set[bytes]:
+        words = WORDS.findall(text.lower())
+        k = min(self.k, max(len(words), 1))
+        return {" ".join(words[i: i + k]).encode() for i in range(max(len(words) - k + 1, 1))}
+
+    def signature(self, text: str) -> np.ndarray:
+        mh = self.minhash()
+        mh.update_batch(self.shingles(text))
+        return mh.hashvalues
 
 
 def words(text: str) -> list[str]:
@@ -436,10 +466,9 @@ _EMPTY: dict[tuple[int, int], np.ndarray] = {}
 
 
 def _empty_signature(num_perm: int, shingle_words: int) -> np.ndarray:
-    """The signature clean.Signer gives a text without words."""
+    """The signature Signer gives a text without words."""
     key = (num_perm, shingle_words)
     if key not in _EMPTY:
-        from glassroom.data.clean import Signer
         _EMPTY[key] = Signer(num_perm, shingle_words).signature("")
     return _EMPTY[key]
 
@@ -498,8 +527,6 @@ class StreamingDeduplicator:
 def benchmark(texts: Sequence[str], cfg) -> dict:
     """Documents/s of signatures + LSH + verification over `texts` (one process), for bench/data.py."""
     import hashlib
-
-    from glassroom.data.clean import Signer
 
     signer = Signer(cfg.num_perm, cfg.shingle_words)
     t0 = time.perf_counter()

@@ -68,7 +68,7 @@ class Executor(abc.ABC):
         while pending:
             yield pending.popleft().get()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: a pool that holds nothing has nothing to release
         pass
 
     def __enter__(self):
@@ -118,11 +118,11 @@ class RayExecutor(Executor):
     """Tasks on a Ray cluster (one CPU each); `local` starts a private Ray on this machine."""
 
     def __init__(self, address: str) -> None:
-        from glassroom.pipeline.runner_ray import _check_reachable
+        from glassroom.pipeline.runner_ray import check_reachable
 
         ray = self.ray = _import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        _check_reachable(address)
+        check_reachable(address)
         self.address = address
         self.name = f"ray:{address}"
         started_here = not ray.is_initialized()

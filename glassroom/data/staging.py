@@ -69,7 +69,7 @@ def require_dataset(folder: str | Path) -> Path:
     return path
 
 
-def _check_parent(out: Path) -> None:
+def check_parent(out: Path) -> None:
     if not out.name:
         raise GlassroomError(f"{out}: --out cannot be the root folder; choose a new folder")
     if not out.parent.exists():
@@ -78,7 +78,7 @@ def _check_parent(out: Path) -> None:
         raise GlassroomError(f"{out.parent}: is a file, not a folder for --out")
 
 
-def _check_out(out: Path, force: bool) -> None:
+def check_out(out: Path, force: bool) -> None:
     """DIR may be new, an empty folder, or (with --force) a glassroom dataset; nothing else."""
     if not out.exists() and not out.is_symlink():
         return
@@ -97,7 +97,7 @@ def _check_out(out: Path, force: bool) -> None:
                              f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
     if not force:
         raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
-    from glassroom.downstream.tasks import written_here  # DIR/tasks of `data tasks`: derived from the dataset
+    from glassroom.data.tasks import written_here  # DIR/tasks of `data tasks`: derived from the dataset
 
     foreign = sorted(p.name for p in out.iterdir()
                      if p.name not in DATASET_ENTRIES and not (p.name == "tasks" and written_here(p)))
@@ -107,7 +107,7 @@ def _check_out(out: Path, force: bool) -> None:
                              "write; not replacing it, even with --force: move them out or choose another --out")
 
 
-def _check_sources(recipe: Recipe, out: Path) -> None:
+def check_sources(recipe: Recipe, out: Path) -> None:
     """Every source is there to read, and none reads from inside DIR nor DIR from inside a source
     folder (a rebuild would read its own output, and --force would delete the source)."""
     for domain, dcfg in recipe.domains.items():
@@ -176,7 +176,7 @@ def build_lock(out: Path):
         os.close(fd)
 
 
-def _clear_stale(out: Path, log: TextIO) -> None:
+def clear_stale(out: Path, log: TextIO) -> None:
     """Under the lock, remove what killed builds left beside DIR: `.DIR.building-<pid>` (a build
     killed before it finished) and `.DIR.old-<pid>` (a previous dataset whose removal was cut
     short). A build killed between its two renames leaves DIR missing and `.DIR.old-<pid>` holding

@@ -15,7 +15,7 @@ Two tasks per domain, both over the held-out (validation) split, both offline:
   eval/<domain>/bpb for the same L and eval_sequences = N.
 
 The folder holds one YAML per task and group, one JSONL of documents per task, utils.py (a copy of
-glassroom/downstream/task_utils.py, which finds the JSONL beside itself: the dataset may move) and
+glassroom/data/task_utils.py, which finds the JSONL beside itself: the dataset may move) and
 manifest.json. It is written into a temporary folder and renamed over DATASET/tasks at the end.
 
 lm-eval executes the Python a task YAML names with `!function` (here utils.py), so a tasks folder
@@ -130,7 +130,7 @@ def bpb_document(dataset, domain: str, tok, seq_len: int, windows: int) -> dict 
 def _roundtrip_differs(tok, text: str, ids: list[int]) -> int:
     """Positions where encoding `text` (the EOS text as the special token, as Hugging Face does)
     differs from `ids`, plus the length difference: 0 when lm-eval sees the trainer's tokens."""
-    from glassroom.downstream.adapter import encode
+    from glassroom.data.tokenizer import encode
 
     again = encode(tok, text)
     return sum(a != b for a, b in zip(again, ids)) + abs(len(again) - len(ids))

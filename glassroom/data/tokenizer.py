@@ -104,3 +104,25 @@ def encode_documents(tok, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray
         ids[start: start + n] = enc.ids
         ids[start + n] = eos
     return ids, offsets
+
+
+_ENCODERS: dict[int, object] = {}
+
+
+def hf_encoder(tok):
+    """A copy of a `tokenizers.Tokenizer` that matches special-token text, as `transformers` does."""
+    key = id(tok)
+    enc = _ENCODERS.get(key)
+    if enc is None or enc[0] is not tok:
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(tok.to_str())
+        copy.encode_special_tokens = False
+        _ENCODERS[key] = enc = (tok, copy)
+    return enc[1]
+
+
+def encode(tok, text: str) -> list[int]:
+    """Token ids of `text` as lm-eval's HFLM gets them from the exported tokenizer (special-token text
+    matched, no special tokens added)."""
+    return hf_encoder(tok).encode(text, add_special_tokens=False).ids

@@ -21,29 +21,8 @@ import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from glassroom.data.tokenizer import EOS_TOKEN
+from glassroom.data.tokenizer import EOS_TOKEN, encode, hf_encoder  # noqa: F401  (encode: re-exported)
 from glassroom.errors import GlassroomError
-
-_ENCODERS: dict[int, object] = {}
-
-
-def hf_encoder(tok):
-    """A copy of a `tokenizers.Tokenizer` that matches special-token text, as `transformers` does."""
-    key = id(tok)
-    enc = _ENCODERS.get(key)
-    if enc is None or enc[0] is not tok:
-        from tokenizers import Tokenizer
-
-        copy = Tokenizer.from_str(tok.to_str())
-        copy.encode_special_tokens = False
-        _ENCODERS[key] = enc = (tok, copy)
-    return enc[1]
-
-
-def encode(tok, text: str) -> list[int]:
-    """Token ids of `text` as lm-eval's HFLM gets them from the exported tokenizer."""
-    return hf_encoder(tok).encode(text, add_special_tokens=False).ids
-
 
 def special_ids(folder, tokenizer) -> tuple[int | None, int | None]:
     """(eos, prefix) of a Hugging Face folder as lm-eval's HFLM takes them: EOS is <|endoftext|>, else

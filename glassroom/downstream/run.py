@@ -18,21 +18,10 @@ import os
 import time
 from pathlib import Path
 
-from glassroom.downstream.tasks import verify_folder
+from glassroom.data.tasks import verify_folder
 from glassroom.errors import GlassroomError
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-def run_tasks_dir(run_dir: Path) -> Path:
-    """DATASET/tasks of the dataset a run folder trained on (its config.yaml's data.path)."""
-    from glassroom.train.run_dir import saved_config
-
-    saved = saved_config(Path(run_dir))
-    data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
-    if not isinstance(data.get("path"), str):
-        raise GlassroomError(f"{Path(run_dir) / 'config.yaml'}: no data.path; give the tasks folder with --tasks-dir")
-    return Path(os.path.expanduser(data["path"])) / "tasks"
 
 
 @contextlib.contextmanager
@@ -78,7 +67,7 @@ def task_manager(tasks_dir: Path | None, names: list[str] | None = None):
 def local_names(tasks_dir: Path | None) -> list[str]:
     if tasks_dir is None or not Path(tasks_dir).is_dir():
         return []
-    from glassroom.downstream.tasks import read_task_manifest
+    from glassroom.data.tasks import read_task_manifest
 
     manifest = read_task_manifest(Path(tasks_dir))
     return sorted(list(manifest["tasks"]) + list(manifest.get("groups", {})))

@@ -1,8 +1,8 @@
 """Writing a Hugging Face folder: config.json, model.safetensors (sharded with an index above a size),
 tokenizer files, generation_config.json, the model card and a marker that says glassroom wrote it.
 
-`export_run(run_dir, out, step=None, dtype="fp32")` exports a run's checkpoint (newest intact, or
-`step`); `write_folder` writes any glassroom model section + state dict. The folder is written into
+`write_folder` writes any glassroom model section + state dict (glassroom/train/run_folder.py's
+`export_run` exports a run's checkpoint with it). The folder is written into
 a temporary folder beside `out` and renamed into place: it is complete or absent. `out` must not
 exist, be empty, or (with `force`) be an earlier glassroom export, which is replaced.
 """
@@ -178,25 +178,3 @@ def _replace(tmp: Path, out: Path, force: bool) -> None:
     if out.exists() or out.is_symlink():
         check_out(out, force)
     swap_into_place(tmp, out)
-
-
-def export_run(run_dir: str | Path, out: str | Path, step: Optional[int] = None, dtype: str = "fp32",
-               max_shard_size: int = DEFAULT_SHARD, force: bool = False) -> Path:
-    """Export a run's checkpoint (newest intact, or `step`) as a Hugging Face folder at `out`."""
-    from glassroom.hf.card import model_card
-    from glassroom.hf.load import read_run_state, run_tokenizer_path
-    from glassroom.hf.record import record_export
-
-    run_dir, out = Path(run_dir), Path(out)
-    if dtype not in DTYPES:
-        raise GlassroomError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-    check_out(out, force, inside=run_dir)
-    run, state, trainer = read_run_state(run_dir, step)  # a run training now: a whole checkpoint
-    tokenizer = run_tokenizer_path(run)
-    train_state = trainer.get("train_state") if isinstance(trainer.get("train_state"), dict) else {}
-    folder = write_folder(
-        out, run.config["model"], state, tokenizer, dtype, max_shard_size, force=force,
-        card=lambda arch_class: model_card(run_dir, run.config, run.step, arch_class, train_state),
-        provenance={"run": run_dir.name, "step": run.step})
-    record_export(run_dir, folder, run.step, dtype)
-    return folder

@@ -44,7 +44,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from glassroom.errors import ConfigError, GlassroomError
-from glassroom.ladder.spec import LadderSpec, PlannedRun, _plan_run, dial_values, expand
+from glassroom.ladder.spec import LadderSpec, PlannedRun, plan_run, dial_values, expand
 
 PUBLISHED_MIN_PARAMS = 70e6  # smallest model of Hoffmann et al.'s fits (and so Besiroglu et al.'s refit)
 MAX_DIAL_VALUES = 8  # possible dial values a search considers (log-spaced when the spec allows more)
@@ -194,7 +194,7 @@ def resolve_hero(spec: LadderSpec, hero: Optional[str]) -> LadderSpec:
         """The hero's FLOPs at d_model k * head_dim; None where the rules give no valid model."""
         h = dataclasses.replace(spec.hero, d_model=k * step)
         try:
-            return _plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
+            return plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
                              h.tokens_per_param or spec.tokens_per_param, h.model, h.train).flops
         except ConfigError:
             return None
@@ -262,7 +262,7 @@ def _subset(values: list[int], flops: dict[int, float], k: int) -> Optional[tupl
 def plan_hero(spec: LadderSpec) -> PlannedRun:
     h = spec.hero
     try:
-        return _plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
+        return plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
                          h.tokens_per_param or spec.tokens_per_param, h.model, h.train)
     except ConfigError as exc:
         raise GlassroomError(f"hero: {exc}") from None
@@ -278,7 +278,7 @@ def candidates(spec: LadderSpec, domains: int, eval_noise: float,
     for d in values:
         tokens = None if spec.tokens is None else float(spec.tokens[own.index(d)])
         try:
-            planned[d] = _plan_run(spec, "rung", d, tokens, spec.tokens_per_param)
+            planned[d] = plan_run(spec, "rung", d, tokens, spec.tokens_per_param)
         except ConfigError:
             continue  # not a valid model at this dial value (the rules' rounding); skip it
     values = [d for d in values if d in planned and planned[d].flops < hero.flops]
@@ -492,6 +492,6 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
 def expand_own(spec: LadderSpec) -> list[PlannedRun]:
     """The spec's own rungs below the hero (for the report)."""
     hero = plan_hero(spec)
-    return [r for r in (_plan_run(spec, "rung", d, None if spec.tokens is None else float(spec.tokens[i]),
+    return [r for r in (plan_run(spec, "rung", d, None if spec.tokens is None else float(spec.tokens[i]),
                                   spec.tokens_per_param) for i, d in enumerate(dial_values(spec)))
             if r.flops < hero.flops]

@@ -348,7 +348,7 @@ def downstream_prediction(rungs: Sequence, fit_cfg, hero_loss: float, hero_inter
     rungs: objects with name, steps, metrics() and series(metric) (glassroom.ladder.rungs.RungData);
     fit_cfg: the spec's fit section (metric, confidence, bootstrap, seed); hero_loss, hero_interval:
     step 1's final loss and its interval; curve: step 1's predicted curve {steps, mean, lo, hi}
-    (predict.predict_curve), for a band per score at up to BAND_POINTS of its steps.
+    (curve.predict_curve), for a band per score at up to BAND_POINTS of its steps.
 
     Returns {"method", "sources", "loss_metric", "confidence", "replicates", "scores": {"<task>/<metric>":
     {"predicted", "lower", "upper", "link": {...}, "extrapolated", "warnings", "at_steps"?}}, "skipped": {key: why},
@@ -430,8 +430,8 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
     """Hold out the largest size (every seed of it), fit the links on the rest, predict its final scores.
 
     held_loss: step 1 for the held-out size, as the loss backtest made it ({"final_loss",
-    "final_interval"}, e.g. predict.predict_curve's band fitted without it); None fits it here with
-    the curve law on the other rungs (predict.fit_curves). Each score is compared with the mean of
+    "final_interval"}, e.g. curve.predict_curve's band fitted without it); None fits it here with
+    the curve law on the other rungs (curve.fit_curves). Each score is compared with the mean of
     the held-out seeds' final scores; `link_only` is the link at their actual mean final loss (the
     error step 2 alone makes).
     """
@@ -442,7 +442,7 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
                 "reason": f"a backtest needs at least 3 sizes (fit on 2, predict 1), have {len(sizes)}"}
     held, train = sizes[-1], [r for g in sizes[:-1] for r in g]
     if held_loss is None:
-        from glassroom.ladder.predict import fit_curves, predict_curve
+        from glassroom.ladder.curve import fit_curves, predict_curve
 
         fit = fit_curves(train, metric, fit_cfg)
         held_loss = predict_curve(fit, held[0].law_size(getattr(fit_cfg, "size_term", "active")), held[0].config["train"],

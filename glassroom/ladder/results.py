@@ -22,7 +22,7 @@ linear, wsd), `warmup_steps` (default 0), `total_steps` (default: the run's last
 `min_lr_ratio` (0.1), `decay_fraction` (0.2), `decay_shape` (linear) with the meaning of the same
 keys of a `train:` section (glassroom.train.optim.lr_multiplier gives the lr multiplier of every
 step). A run is the rows of one name and seed; its last row (at total_steps) is its endpoint point,
-and every row feeds the schedule-aware curve law of glassroom.ladder.predict (CURVE_LAW).
+and every row feeds the schedule-aware curve law of glassroom.ladder.curve (CURVE_LAW).
 
 Lines that are blank or start with `#` are skipped (a citation can head the file). Anything no fit
 can use is refused as one line naming the file, the line and the column (GlassroomError, exit 2).
@@ -441,7 +441,7 @@ def read_source(results: Optional[str], ladder_dir: Optional[str], flag: str = "
 
 def curve_data(curves: list[Curve], skip_fraction: float = 0.1, momentum: float = 0.999):
     """X (N, S1, S2), y and run groups of every curve row after skip_fraction of its run."""
-    from glassroom.ladder.predict import curve_features
+    from glassroom.ladder.curve import curve_features
 
     X, y, groups = {"N": [], "S1": [], "S2": []}, [], []
     for g, c in enumerate(curves):
@@ -456,10 +456,10 @@ def curve_data(curves: list[Curve], skip_fraction: float = 0.1, momentum: float 
 
 def fit_curve_law(curves: list[Curve], bootstrap: int = 200, noise: float = 0.003, confidence: float = 0.95,
                   seed: int = 0, skip_fraction: float = 0.1, momentum: float = 0.999):
-    """The schedule-aware curve law (predict.CURVE_LAW) fitted jointly on the curves, with intervals."""
+    """The schedule-aware curve law (curve.CURVE_LAW) fitted jointly on the curves, with intervals."""
     from glassroom.ladder.fit import bootstrap as run_bootstrap
     from glassroom.ladder.fit import fit_law
-    from glassroom.ladder.predict import CURVE_LAW
+    from glassroom.ladder.curve import CURVE_LAW
 
     if len({c.params for c in curves}) < 2:
         raise GlassroomError("the curve law needs curves of at least two sizes (params)")
@@ -477,7 +477,7 @@ def predict_curve_final(fit, curve: Curve, params: float, tokens: float, confide
     """The curve law's final loss for a run of `params` and `tokens` trained like `curve` (its schedule,
     warmup share and tokens per step; the number of steps follows from the tokens)."""
     from glassroom.ladder.fit import predict_interval
-    from glassroom.ladder.predict import curve_features
+    from glassroom.ladder.curve import curve_features
 
     steps = max(1, round(tokens / curve.tokens_per_step))
     warmup = round(curve.train.warmup_steps * steps / curve.train.steps)

@@ -30,15 +30,19 @@ import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional, Union
 
 import numpy as np
 import yaml
 from scipy import stats
 
 from glassroom import yaml_io
-from glassroom.errors import GlassroomError
+from glassroom.config import build_section, load_yaml, require_positive
+from glassroom.errors import ConfigError, GlassroomError
 from glassroom.ladder.noise import seed_noise
+from glassroom.model.accounting import count_params, flops_per_token
+from glassroom.model.config import model_config_from_mapping
+from glassroom.units import model_name
 
 RUNGS_DIR = "rungs"
 # No loss (nats or bits) a fit can mean is this large; such a value is an edited or broken store,
@@ -48,6 +52,8 @@ LOSS_MIN = 1e-6  # likewise below: the bootstrap's perturbed values underflow to
 SPEC_FILE = "spec.yaml"
 LISTING_FILE = "ladder.json"  # {"rungs": [run dirs]}: the current rungs when DIR/rungs/ holds old versions
 PREDICTION_FILE = "prediction.json"  # the hero's prediction (ladder run --hero, the demo)
+MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
+PARAM_COUNTS = ("active", "non_embedding_active")  # the spec's param_count: the N of the laws
 NO_PREDICTION_FILE = "no-prediction.json"  # instead of it when the fit failed: {metric, reason, way_forward}
 
 
@@ -184,24 +190,74 @@ class RungData:
                 "version": self.version, "params": self.params, "tokens": self.tokens, "flops": self.flops}
 
 
-def read_spec_settings(ladder_dir: str | Path):
-    """(FitSection, param_count) from DIR/spec.yaml, or the defaults when there is none."""
-    from glassroom.ladder.spec import FitSection, load_spec
+@dataclass(frozen=True)
+class FitSection:
+    metric: str = "eval/macro/loss"  # the loss the laws fit and the prediction is about
+    irreducible: Union[float, Literal["free"]] = "free"  # E free, or pinned to a number
+    noise_floor: float = 0.003  # assumed rung-to-rung (seed) noise, as a fraction of the loss
+    bootstrap: int = 200
+    seed: int = 0
+    confidence: float = 0.95
+    skip_fraction: float = 0.1  # curve law: ignore each rung's points before this fraction of its run
+    momentum: float = 0.999  # lambda of the annealing area S2 (Tissue et al. 2024)
+    allow_nonmonotone: bool = False  # fit rungs whose loss does not fall with compute, marked unreliable
+    # the N of the curve law's size term: the spec's param_count count (active), or that plus the
+    # experts a token does not use (total; MoE); docs/ladder-foresight.md, "The demo's MoE ladder"
+    size_term: Literal["active", "total"] = "active"
 
+    def check(self, path: str) -> None:
+        if self.irreducible != "free" and not (math.isfinite(self.irreducible) and self.irreducible >= 0):
+            raise ConfigError(f"{path}.irreducible: must be free or a number >= 0, got {self.irreducible}")
+        require_positive(path, bootstrap=self.bootstrap)
+        if self.seed < 0:
+            raise ConfigError(f"{path}.seed: must be zero or more, got {self.seed}")
+        if self.bootstrap > MAX_BOOTSTRAP:
+            raise ConfigError(f"{path}.bootstrap: at most {MAX_BOOTSTRAP} replicates, got {self.bootstrap}")
+        if not (math.isfinite(self.noise_floor) and 0 <= self.noise_floor < 1):
+            raise ConfigError(f"{path}.noise_floor: must be zero or more and below 1, got {self.noise_floor}")
+        for key, lo, hi in (("confidence", 0, 1), ("skip_fraction", -1e-12, 1), ("momentum", -1e-12, 1)):
+            if not lo < getattr(self, key) < hi:
+                raise ConfigError(f"{path}.{key}: must be in ({max(lo, 0)}, {hi}), got {getattr(self, key)}")
+
+
+def read_spec_settings(ladder_dir: str | Path) -> tuple[FitSection, str]:
+    """(FitSection, param_count) from DIR/spec.yaml, or the defaults when there is none. Only those
+    two settings are read (`ladder run` validated the whole spec when it trained the rungs), so a
+    ladder folder is read without the run config and its training code (the web's ladder page)."""
     path = Path(ladder_dir) / SPEC_FILE
     if path.exists() and not path.is_file():
         raise GlassroomError(f"{path}: not a file, expected the ladder's spec (or no spec.yaml for the defaults)")
     if not path.is_file():
         return FitSection(), "active"
-    spec = load_spec(path)
-    return spec.fit, spec.param_count
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a ladder spec (a mapping of keys)")
+    try:
+        fit = build_section(FitSection, raw.get("fit"), "fit")
+    except GlassroomError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    param_count = raw.get("param_count", "active")
+    if param_count not in PARAM_COUNTS:
+        raise ConfigError(f"{path}: param_count: expected one of {', '.join(PARAM_COUNTS)}, got {param_count!r}")
+    return fit, param_count
+
+
+def _rung_train(raw: dict[str, Any]) -> dict[str, int]:
+    """steps, batch_size, seq_len and seed of a rung's train: section: its size and compute."""
+    train = raw.get("train")
+    if not isinstance(train, dict):
+        raise ConfigError("missing the train: section")
+    out = {}
+    for key, default in (("steps", None), ("batch_size", None), ("seq_len", None), ("seed", 0)):
+        value = train.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise ConfigError(f"train.{key}: expected {'an integer >= 0' if key == 'seed' else 'a positive integer'}, "
+                              f"got {value!r}")
+        out[key] = value
+    return out
 
 
 def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
-    from glassroom.model.accounting import count_params, flops_per_token
-    from glassroom.train.config import run_config_from_mapping
-    from glassroom.units import model_name
-
     config_path = run_dir / "config.yaml"
     if not config_path.is_file() or not (run_dir / "store.sqlite").is_file():
         raise GlassroomError(f"{run_dir}: not a rung (needs config.yaml and store.sqlite)")
@@ -214,12 +270,11 @@ def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
     if not isinstance(raw, dict):
         raise GlassroomError(f"{config_path}: expected a run config (a mapping of model:, data:, train:)")
     try:
-        cfg = run_config_from_mapping(raw, str(config_path))
+        model, tc = model_config_from_mapping(raw, str(config_path)), _rung_train(raw)
     except GlassroomError as exc:
         raise GlassroomError(f"{config_path}: {exc}") from None
-    counts = count_params(cfg.model)
-    tc = cfg.train
-    tokens_per_step = tc.batch_size * tc.seq_len
+    counts = count_params(model)
+    tokens_per_step = tc["batch_size"] * tc["seq_len"]
     canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
     version = None
     step_file = run_dir / "step.json"
@@ -233,9 +288,9 @@ def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
     return RungData(
         name=model_name(counts.total, counts.active), run_dir=run_dir, config=raw, total_params=counts.total,
         active_params=counts.active, params=counts.active if param_count == "active" else counts.non_embedding_active,
-        steps=tc.steps, tokens_per_step=tokens_per_step, tokens=tc.steps * tokens_per_step,
-        flops=float(flops_per_token(cfg.model, tc.seq_len)) * tc.steps * tokens_per_step,
-        config_sha256=hashlib.sha256(canonical.encode()).hexdigest(), version=version, seed=int(tc.seed))
+        steps=tc["steps"], tokens_per_step=tokens_per_step, tokens=tc["steps"] * tokens_per_step,
+        flops=float(flops_per_token(model, tc["seq_len"])) * tc["steps"] * tokens_per_step,
+        config_sha256=hashlib.sha256(canonical.encode()).hexdigest(), version=version, seed=int(tc["seed"]))
 
 
 def load_rungs(ladder_dir: str | Path, param_count: Optional[str] = None) -> list[RungData]:

@@ -34,6 +34,7 @@ from typing import Any, Literal, Optional, Union
 
 from glassroom.config import build_section, load_yaml, require_positive
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.ladder.rungs import FitSection
 from glassroom.model.accounting import count_params, flops_per_token
 from glassroom.pipeline.step import NAME_RE
 from glassroom.train.config import run_config_from_mapping
@@ -50,7 +51,6 @@ PRESETS = {
     ("lr", "olmo"): (0.0047, "params", 108e6, -1.0 / 3.0, 0.5),
     ("batch_tokens", "olmo"): (2048 * 160, "params", 108e6, 2.0 / 3.0, 1.0),
 }
-MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
 MAX_SEEDS = 1000  # runs of one rung; a ladder repeats each size a handful of times
 MAX_SEED = 2**63 - 1  # train.seed's range (glassroom.train.config)
 MAX_LAYERS = 10_000  # layers a dial value may give (shape.aspect); parameter counting walks each layer
@@ -145,36 +145,6 @@ class HeroSection:
 
     def check(self, path: str) -> None:
         require_positive(path, d_model=self.d_model, tokens=self.tokens, tokens_per_param=self.tokens_per_param)
-
-
-@dataclass(frozen=True)
-class FitSection:
-    metric: str = "eval/macro/loss"  # the loss the laws fit and the prediction is about
-    irreducible: Union[float, Literal["free"]] = "free"  # E free, or pinned to a number
-    noise_floor: float = 0.003  # assumed rung-to-rung (seed) noise, as a fraction of the loss
-    bootstrap: int = 200
-    seed: int = 0
-    confidence: float = 0.95
-    skip_fraction: float = 0.1  # curve law: ignore each rung's points before this fraction of its run
-    momentum: float = 0.999  # lambda of the annealing area S2 (Tissue et al. 2024)
-    allow_nonmonotone: bool = False  # fit rungs whose loss does not fall with compute, marked unreliable
-    # the N of the curve law's size term: the spec's param_count count (active), or that plus the
-    # experts a token does not use (total; MoE); docs/ladder-foresight.md, "The demo's MoE ladder"
-    size_term: Literal["active", "total"] = "active"
-
-    def check(self, path: str) -> None:
-        if self.irreducible != "free" and not (math.isfinite(self.irreducible) and self.irreducible >= 0):
-            raise ConfigError(f"{path}.irreducible: must be free or a number >= 0, got {self.irreducible}")
-        require_positive(path, bootstrap=self.bootstrap)
-        if self.seed < 0:
-            raise ConfigError(f"{path}.seed: must be zero or more, got {self.seed}")
-        if self.bootstrap > MAX_BOOTSTRAP:
-            raise ConfigError(f"{path}.bootstrap: at most {MAX_BOOTSTRAP} replicates, got {self.bootstrap}")
-        if not (math.isfinite(self.noise_floor) and 0 <= self.noise_floor < 1):
-            raise ConfigError(f"{path}.noise_floor: must be zero or more and below 1, got {self.noise_floor}")
-        for key, lo, hi in (("confidence", 0, 1), ("skip_fraction", -1e-12, 1), ("momentum", -1e-12, 1)):
-            if not lo < getattr(self, key) < hi:
-                raise ConfigError(f"{path}.{key}: must be in ({max(lo, 0)}, {hi}), got {getattr(self, key)}")
 
 
 @dataclass(frozen=True)
@@ -314,7 +284,7 @@ def model_mapping(spec: LadderSpec, d_model: int, overrides: Optional[dict] = No
     return model
 
 
-def _plan_run(spec: LadderSpec, role: str, d_model: int, tokens: Optional[float], tokens_per_param: Optional[float],
+def plan_run(spec: LadderSpec, role: str, d_model: int, tokens: Optional[float], tokens_per_param: Optional[float],
               model_overrides: Optional[dict] = None, train_overrides: Optional[dict] = None) -> PlannedRun:
     from glassroom.model.config import ModelConfig
 
@@ -372,7 +342,7 @@ def _dial_for_budget(spec: LadderSpec, budget: float, i: int) -> int:
     for k in range(1, 4097):
         d = k * step
         tokens = None if spec.tokens is None else spec.tokens[i]
-        run = _plan_run(spec, "rung", d, tokens, spec.tokens_per_param)
+        run = plan_run(spec, "rung", d, tokens, spec.tokens_per_param)
         gap = abs(math.log(run.flops / budget))
         if best is None or gap < best[0]:
             best = (gap, d)
@@ -396,13 +366,13 @@ def expand(spec: LadderSpec) -> tuple[list[PlannedRun], PlannedRun]:
     rungs = []
     for i, d in enumerate(dial_values(spec)):
         tokens = None if spec.tokens is None else float(spec.tokens[i])
-        rungs.append(_plan_run(spec, "rung", d, tokens, spec.tokens_per_param))
+        rungs.append(plan_run(spec, "rung", d, tokens, spec.tokens_per_param))
     names = [r.name for r in rungs]
     for i, name in enumerate(names):
         if names.index(name) != i:
             raise ConfigError(f"rungs: two rungs are both named {name}; spread the dial values further apart")
     h = spec.hero
-    hero = _plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
+    hero = plan_run(spec, "hero", h.d_model, None if h.tokens is None else float(h.tokens),
                      h.tokens_per_param or spec.tokens_per_param, h.model, h.train)
     if hero.flops <= rungs[-1].flops:
         raise ConfigError(f"hero: {hero.flops:.3g} FLOPs is not more than the largest rung's ({rungs[-1].flops:.3g})")

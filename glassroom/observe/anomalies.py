@@ -20,7 +20,9 @@ import math
 from collections import deque
 from typing import Optional
 
-from glassroom.observe.probes import KINDS, NOT_TRAINED_BY_GRADIENT
+# The parameter groups whose norms glassroom/train/probes.py measures (kept here: the watchers are torch-free).
+KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "router_bias", "norms", "head")
+NOT_TRAINED_BY_GRADIENT = {"router_bias": "the MoE router bias, which the load balancer sets, not the gradient"}
 
 WATCHED = {
     "train/loss": ("loss", "level"),

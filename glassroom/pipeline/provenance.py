@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import glassroom
 from glassroom.errors import GlassroomError
 from glassroom.pipeline.status import PROVENANCE, RESULT, STATUS, STEP
 from glassroom.pipeline.step import function_ref
+from glassroom.version import PACKAGE_DIR, __version__
 
 
 def git_state(folder: Path) -> dict:
@@ -39,14 +39,14 @@ def git_state(folder: Path) -> dict:
 
 def run_context(experiment_path: Path, experiment_sha256: str, source: str) -> dict:
     """What every step of one `glassroom run` records alike (computed once, by the run)."""
-    project = git_state(Path(glassroom.__file__).parent)
+    project = git_state(PACKAGE_DIR)
     exp_git = git_state(experiment_path.parent)
     return {
         "experiment": {"path": str(experiment_path), "sha256": experiment_sha256,
                        "git": exp_git if exp_git.get("root") != project.get("root") else "project",
                        # the file itself, so an uncommitted or since-edited experiment can be read back
                        "source": source},
-        "glassroom": {"version": glassroom.__version__, **project},
+        "glassroom": {"version": __version__, **project},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "argv": sys.argv,

@@ -49,7 +49,7 @@ def execute_in_task(spec: dict) -> int:
     return proc.returncode
 
 
-def _check_reachable(address: str) -> None:
+def check_reachable(address: str) -> None:
     """A one-line error at once for a HOST:PORT nobody listens on (Ray itself retries for minutes)."""
     import socket
 
@@ -86,7 +86,7 @@ class RayBackend:
         self.ray = _import_ray()
         ray = self.ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        _check_reachable(address)
+        check_reachable(address)
         init_ray(ray, address)
         self.remote = ray.remote(max_retries=0)(execute_in_task)
         self.refs: dict[str, object] = {}  # step name -> ObjectRef

@@ -50,11 +50,11 @@ def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, samp
 
 def make_atlas(ctx: StepContext) -> dict:
     from glassroom.data.atlas import build_atlas
-    from glassroom.pipeline.steps import _LogLines
+    from glassroom.steps.data import LogLines
 
     cfg = ctx.config
     atlas = build_atlas(cfg["dataset"], k=cfg["k"], sample=cfg["sample"], sampling=cfg["sampling"], method=cfg["method"],
-                        seed=cfg["seed"], max_tokens=cfg["max_tokens"], log=_LogLines(ctx), progress_interval=5.0)
+                        seed=cfg["seed"], max_tokens=cfg["max_tokens"], log=LogLines(ctx), progress_interval=5.0)
     return {"atlas": str(Path(cfg["dataset"]) / "atlas" / "atlas.json"),
             "k": atlas["k"], "sampled": atlas["sampling"]["sampled"], "domain_purity": atlas["domain_purity"],
             "embed_docs_per_s": atlas["timings"]["embed_docs_per_s"],

@@ -57,14 +57,14 @@ def export_step(name: str, run: Step, dtype: str = "fp32", deps: tuple = ()) -> 
 
 
 def export_model(ctx: StepContext) -> dict:
-    from glassroom.hf.export import export_run
+    from glassroom.train.run_folder import export_run
 
     folder = export_run(ctx.config["run"], ctx.output / "model", dtype=ctx.config["dtype"], force=True)
     config = json.loads((folder / "config.json").read_text())
     return {"model": str(folder), "architecture": (config.get("architectures") or [None])[0]}
 
 
-class _LogLines:
+class LogLines:
     """A text stream for the data layer's log: passes lines on to stderr (log.txt) and shows the
     latest one as the step's progress in `glassroom run`."""
 
@@ -94,13 +94,13 @@ def build_into(ctx: StepContext, recipe) -> dict:
         shutil.rmtree(stale, ignore_errors=True)
     shutil.rmtree(ctx.output / "dataset" / "tasks", ignore_errors=True)  # derived from the dataset rebuilt below
     return build_dataset(recipe, ctx.output / "dataset", force=True, workers=max(1, int(ctx.cpus)),
-                         log=_LogLines(ctx), progress_interval=5.0)
+                         log=LogLines(ctx), progress_interval=5.0)
 
 
 def build_data(ctx: StepContext) -> dict:
     manifest = build_into(ctx, ctx.config["recipe"])
     if ctx.config.get("tasks"):
-        from glassroom.downstream.tasks import write_tasks
+        from glassroom.data.tasks import write_tasks
 
         ctx.note("writing the downstream tasks", every=0)
         write_tasks(ctx.output / "dataset", **ctx.config["tasks"])

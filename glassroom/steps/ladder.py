@@ -160,7 +160,7 @@ EXPERIMENT_TEMPLATE = """\
 # Written by `glassroom ladder run`: this ladder as an experiment file, so that
 #   glassroom run {name} --workspace .
 # reruns it (cached: finished rungs are reused).
-from glassroom.ladder.run import ladder_experiment
+from glassroom.steps.ladder import ladder_experiment
 
 steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r})
 """

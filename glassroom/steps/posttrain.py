@@ -82,7 +82,7 @@ def make_chatset(ctx: StepContext) -> dict:
 
 def build_chat_data(ctx: StepContext) -> dict:
     from glassroom.data.recipe import load_recipe
-    from glassroom.pipeline.steps import build_into
+    from glassroom.steps.data import build_into
 
     recipe = load_recipe(Path(ctx.config["set"]) / f"{ctx.config['task']}.yaml",
                          [f"tokenizer.path={ctx.config['tokenizer']}"])
@@ -92,6 +92,6 @@ def build_chat_data(ctx: StepContext) -> dict:
 
 
 def finetune(ctx: StepContext) -> dict:
-    from glassroom.ladder.run import train_in_step
+    from glassroom.steps.ladder import train_in_step
 
     return train_in_step(ctx, ctx.config["run"], ctx.output)

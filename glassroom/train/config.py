@@ -243,7 +243,7 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
     init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
     model_raw = raw
     if init is not None:  # the model section comes from init.from (or must agree with it)
-        from glassroom.hf.init import grow_vocab, model_for_init
+        from glassroom.train.init import grow_vocab, model_for_init
 
         # vocab_size alone may grow to the data's tokenizer (template tokens appended to the base's)
         model_raw = {"model": grow_vocab(model_for_init(init, raw.get("model")), raw.get("data"))}
@@ -255,7 +255,7 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
         init=init,
     )
     if init is not None:
-        from glassroom.hf.init import check_tokenizer
+        from glassroom.train.init import check_tokenizer
 
         check_tokenizer(init, cfg.data.path)
     elif cfg.train.task != "pretrain":
@@ -276,7 +276,7 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
 def load_run_config(path: str | Path, overrides: list[str] | None = None, resume_dir: Path | None = None) -> RunConfig:
     raw = apply_overrides(load_yaml(path), overrides or [])
     if resume_dir is not None:  # an init folder deleted since the start: the run's own model: section
-        from glassroom.hf.init import resume_model
+        from glassroom.train.init import resume_model
 
         raw = resume_model(raw, resume_dir)
     try:

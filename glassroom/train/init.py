@@ -233,7 +233,8 @@ def load_init_weights(model, init, cfg, data_path: Optional[str] = None) -> dict
     rows (ids the data's tokenizer has: `data_path`). Returns the lineage (see `lineage`)."""
     import torch
 
-    from glassroom.hf.load import copy_state, read_hf_folder, read_run_state
+    from glassroom.hf.load import copy_state, read_hf_folder
+    from glassroom.train.run_folder import read_run_state
 
     folder = Path(init.source).expanduser()
     base_step = None

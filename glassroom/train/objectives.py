@@ -13,7 +13,7 @@ parallelism and over micro-batches by the trainer, is that loss's gradient.
   and divided by the number of mask-1 targets in the GLOBAL batch (every micro-batch and rank), so
   a token outside the mask contributes nothing and the batch's loss is the mean over its trained
   tokens whatever the split into micro-batches and ranks.
-- dpo: glassroom/train/dpo.py, registered in OBJECTIVES by `objective_for`.
+- dpo: glassroom/train/dpo.py (dpo_objective.DPO); trainer.OBJECTIVES maps train.task to its objective.
 """
 
 from __future__ import annotations
@@ -73,10 +73,10 @@ class Objective(ABC):
     def batch(self, step: int) -> StepBatch:
         """See the module doc."""
 
-    def start(self, trainer) -> None:
+    def start(self, trainer) -> None:  # noqa: B027 - an optional hook, a no-op unless a task needs it
         """Once per process, after the resume and before any step or evaluation (dpo: the reference)."""
 
-    def begin(self, batch: StepBatch) -> None:
+    def begin(self, batch: StepBatch) -> None:  # noqa: B027 - an optional hook, a no-op unless a task needs it
         """Before the micro-batches of a step (e.g. global counts)."""
 
     @abstractmethod
@@ -159,7 +159,7 @@ class SFT(Objective):
     def start(self, trainer) -> None:
         """A resumed run's data still has the tokenizer the run started with (RUN_DIR/tokenizer.json):
         data rebuilt with another one would feed the model other ids under the same numbers."""
-        from glassroom.hf.init import same_tokenizer
+        from glassroom.train.init import same_tokenizer
 
         kept = Path(trainer.run_dir) / "tokenizer.json"
         data = Path(self.cfg.data.path).expanduser() / "tokenizer.json"
@@ -213,19 +213,3 @@ class SFT(Objective):
         from glassroom.train.evaluate import evaluate_masked
 
         return evaluate_masked(model, self.validation, micro_batch, self.device, autocast_dtype, self.info)
-
-
-# train.task -> its objective (the DPO engineer adds "dpo").
-OBJECTIVES: dict[str, type[Objective]] = {"pretrain": Pretrain, "sft": SFT}
-
-
-def objective_for(cfg, dataset, info, device) -> Objective:
-    """The objective of train.task."""
-    task = cfg.train.task
-    if task == "dpo" and task not in OBJECTIVES:
-        from glassroom.train.dpo_objective import DPO  # it imports this module: registered here
-
-        OBJECTIVES["dpo"] = DPO
-    if task not in OBJECTIVES:
-        raise GlassroomError(f"train.task: {task} is not available in this version (it has {', '.join(OBJECTIVES)})")
-    return OBJECTIVES[task](cfg, dataset, info, device)

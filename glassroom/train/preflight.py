@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.memory import available_memory
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -136,19 +137,6 @@ def parameter_count(model) -> int:
         total += dense * (count_params(one).total - base)
     one = dataclasses.replace(model, n_layers=1, moe=dataclasses.replace(model.moe, first_dense_layers=0))
     return total + (model.n_layers - dense) * (count_params(one).total - base)
-
-
-def available_memory(device) -> int | None:
-    """Bytes free for training on `device` (None when unknown)."""
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-        return sum(int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "SwapFree") if k in fields)
-    except (OSError, ValueError):
-        return None
 
 
 def check_memory(cfg, device, world_size: int = 1, sharded: bool = False, env=None) -> None:

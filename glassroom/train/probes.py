@@ -17,10 +17,6 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-
-KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "router_bias", "norms", "head")
-NOT_TRAINED_BY_GRADIENT = {"router_bias": "the MoE router bias, which the load balancer sets, not the gradient"}
-
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 

@@ -31,7 +31,9 @@ from glassroom.observe.store import StoreWriter
 from glassroom.train import checkpoint as ckpt
 from glassroom.train import parallel
 from glassroom.train.config import RunConfig
+from glassroom.train.dpo_objective import DPO
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
+from glassroom.train.objectives import SFT, Objective, Pretrain
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
 from glassroom.train.resume import ResumeMixin, TrainState
 from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, prepare_run_dir, undo_start
@@ -58,13 +60,26 @@ def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
     return faults
 
 
+
+# train.task -> its objective.
+OBJECTIVES: dict[str, type[Objective]] = {"pretrain": Pretrain, "sft": SFT, "dpo": DPO}
+
+
+def objective_for(cfg, dataset, info, device) -> Objective:
+    """The objective of train.task."""
+    task = cfg.train.task
+    if task not in OBJECTIVES:
+        raise GlassroomError(f"train.task: {task} is not available in this version (it has {', '.join(OBJECTIVES)})")
+    return OBJECTIVES[task](cfg, dataset, info, device)
+
+
 class Trainer(ResumeMixin):
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False):
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
         tc = cfg.train
         self.device = resolve_device(tc.device)
         self.info = parallel.setup(self.device.type)
-        from glassroom.observe.sinks import mirrors
+        from glassroom.train.sinks import mirrors
 
         self.mirrors = mirrors(cfg, self.run_dir, self.info.is_main)  # a missing package fails before RUN_DIR is made
         if self.device.type == "cuda":
@@ -84,8 +99,6 @@ class Trainer(ResumeMixin):
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
 
         from glassroom.train import preflight
-        from glassroom.train.objectives import objective_for
-
         # Every input is checked before RUN_DIR is created or touched (glassroom.train.preflight).
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         self.dataset = preflight.open_dataset(cfg)
@@ -100,9 +113,9 @@ class Trainer(ResumeMixin):
             from glassroom.train.samples import CheckpointSamples
 
             self.samples = CheckpointSamples(cfg, self.dataset.tokenizer(), self.manifest.get("chat_template"))
-        self.downstream = None  # train.eval_tasks (glassroom/downstream/hook.py), checked before RUN_DIR is touched
+        self.downstream = None  # train.eval_tasks (glassroom/train/eval_tasks.py), checked before RUN_DIR is touched
         if tc.eval_tasks:
-            from glassroom.downstream.hook import TrainingTasks
+            from glassroom.train.eval_tasks import TrainingTasks
 
             self.downstream = TrainingTasks(cfg, self.dataset, self.info.world_size)
         self.start_record = before_start(self.run_dir)
@@ -141,7 +154,7 @@ class Trainer(ResumeMixin):
         use_fsdp_bf16 = self.info.enabled and tc.parallel_strategy == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
         fresh_init = cfg.init is not None and not ckpt.list_checkpoints(self.run_dir)  # init at step 0 only
         if fresh_init:
-            from glassroom.hf.init import check_init_weights, load_init_weights
+            from glassroom.train.init import check_init_weights, load_init_weights
 
             check_init_weights(cfg.init)  # before a model of that size is allocated
         self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
@@ -309,7 +322,7 @@ class Trainer(ResumeMixin):
     # ------------------------------------------------------------------ one step
 
     def train_step(self) -> None:
-        from glassroom.observe.probes import norms_by_group, router_metrics, snapshot
+        from glassroom.train.probes import norms_by_group, router_metrics, snapshot
 
         tc, step = self.cfg.train, self.step
         started = time.perf_counter()
