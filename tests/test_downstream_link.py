@@ -303,3 +303,44 @@ def test_a_damaged_downstream_section_is_refused(tmp_path, damage, why):
     assert why in band_problem(_prediction(downstream))
     with pytest.raises(GlassroomError, match="damaged prediction"):
         preregister(tmp_path / "hero", _prediction(downstream))
+
+
+def rising(loss):
+    """A score that rises with the loss (lower is better, like bits per byte): a > 0."""
+    return sigmoid(loss, a=0.6, b=0.2)
+
+
+@pytest.mark.parametrize("score, key", [(sigmoid, "t/acc"), (rising, "t/bpb")], ids=["falling", "rising"])
+def test_a_skewed_band_maps_each_steps_loss_interval_through_the_link_as_computed_by_hand(score, key):
+    """Noise-free pairs on a known monotone link f (falling, and rising), and a predicted loss curve
+    whose interval at each step is skewed, up at one step and down at the next: the score interval at
+    every band step and at the final one is f(mean) plus and minus the wider of |f(lo) - f(mean)| and
+    |f(hi) - f(mean)| (the side reaching lo is drawn to lo, the side reaching hi to hi). Swapping the
+    two sides of the loss draws gives f(mean) +- the wider of |f(2 mean - lo) - f(mean)| and
+    |f(2 mean - hi) - f(mean)|: the test checks that this differs clearly at many steps, so it can fail."""
+    cfg = SimpleNamespace(**{**vars(CFG), "bootstrap": 500})
+    steps = list(range(100, 3100, 100))
+    mean = np.linspace(3.6, 2.8, len(steps))
+    up = np.arange(len(steps)) % 2 == 0
+    lo = np.where(up, mean - 0.04, mean - 0.35)
+    hi = np.where(up, mean + 0.35, mean + 0.04)
+    curve = {"steps": steps, "mean": mean.tolist(), "lo": lo.tolist(), "hi": hi.tolist()}
+    out = downstream_prediction(ladder(noise=0.0, score=score, tasks=(key,)), cfg, float(mean[-1]),
+                                (float(lo[-1]), float(hi[-1])), curve=curve)
+    s = out["scores"][key]
+    assert s["link"]["form"] == "sigmoid"
+    band = s["at_steps"]
+    assert band["steps"] == steps
+
+    f = score
+    half = np.maximum(np.abs(f(hi) - f(mean)), np.abs(f(lo) - f(mean)))
+    swapped = np.maximum(np.abs(f(2 * mean - lo) - f(mean)), np.abs(f(2 * mean - hi) - f(mean)))
+    tolerance = 0.08 * half + 2e-3
+    assert np.sum(np.abs(swapped - half) > 3 * tolerance) >= 8   # the hand computation tells the two apart
+    got_center = np.asarray(band["mean"])
+    np.testing.assert_allclose(got_center, f(mean), atol=2e-3)
+    for name, got in (("upper", np.asarray(band["hi"]) - got_center), ("lower", got_center - np.asarray(band["lo"]))):
+        bad = np.flatnonzero(np.abs(got - half) > tolerance)
+        assert bad.size == 0, (name, [(steps[i], float(got[i]), float(half[i]), float(swapped[i])) for i in bad])
+    assert s["upper"] - s["predicted"] == pytest.approx(half[-1], abs=tolerance[-1])
+    assert s["predicted"] - s["lower"] == pytest.approx(half[-1], abs=tolerance[-1])
