@@ -5,7 +5,7 @@ throughput in documents/s, on the demo corpus and on five-domain corpora the met
   python bench/atlas.py --heldout            # the demo's sources and held-out corpora a and b at 2 KB and 8 KB documents
   python bench/atlas.py DATASET --heldout --methods fast
 
-Targets (issue 17): purity >= 0.85 at k=5 for seeds 0, 1, 2 on the demo corpus and on the held-out
+Targets (docs/data-atlas.md): purity >= 0.85 at k=5 for seeds 0, 1, 2 on the demo corpus and on the held-out
 corpora at 2 KB and 8 KB documents; >= 1,000 documents/s on 2 cores for `fast`.
 
 A built dataset is sampled as `glassroom data atlas` samples it and its documents decoded as the

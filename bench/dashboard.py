@@ -1,5 +1,5 @@
 """Dashboard speed at the scale of a real run, measured in one run against references from the same
-machine and moment. Each figure is printed with its target (issue 16):
+machine and moment. Each figure is printed with its target (docs/serve.md, Speed):
 
 1. view   A 1M-point series, whole range, 1,500 buckets: glassroom's series function (the tiles of
           observe/tiles.py) and the HTTP endpoint of `glassroom serve` (target p95 <= 50 ms), against

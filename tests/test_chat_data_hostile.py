@@ -1,6 +1,6 @@
-"""Red-team tests of conversation data: what a careless or hostile user feeds `glassroom data build`
-(task sft/dpo), the chat template and `glassroom data chatset`. Each test pins a hole that was found
-and fixed: it fails without the fix."""
+"""Conversation data as a careless or hostile user feeds it to `glassroom data build` (task sft/dpo),
+the chat template and `glassroom data chatset`. Each test pins a failure these once had: it fails
+without the fix."""
 
 from __future__ import annotations
 

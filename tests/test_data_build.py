@@ -233,7 +233,7 @@ def test_shard_quality_arrays_are_optional_and_checked(tmp_path):
     assert index.read_bytes() == first
     with np.load(index) as z:
         old = {k: z[k] for k in ("doc_offsets", "doc_bytes", "doc_source")}
-    np.savez(index, **old)  # an index from before issue 17
+    np.savez(index, **old)  # an index from before quality and decontamination: no doc_quality/bucket/flags
     shard = Shard(tmp_path, "d", "train", "uint16")
     assert shard.doc_quality is None and shard.doc_bucket is None and shard.doc_flags is None
     np.savez(index, **old, doc_bucket=np.zeros(3, dtype=np.int8))

@@ -1,4 +1,4 @@
-"""Issue 18's acceptance on synthetic truth: the fitter against least squares on the true formula, and coverage.
+"""The ladder fit's acceptance on synthetic truth: the fitter against least squares on the true formula, and coverage.
 
 Two published laws (Hoffmann et al. 2022, arXiv 2203.15556; Besiroglu et al. 2024, arXiv 2404.10102),
 5-rung ladders over 34x and 820x of compute at 20 tokens per parameter and at 10 and 40 (L(N, D)

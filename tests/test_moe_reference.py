@@ -2,8 +2,8 @@
 scores from the router (softmax or sigmoid), the top-k experts chosen on score + router bias, their
 combine weights taken from the scores alone (renormalised when k > 1), each chosen expert's SwiGLU
 weighted and summed, plus the shared experts; the switch balance loss and the router z-loss.
-The grouped, sorted, batched implementation must give the same numbers (a mutation audit found that
-dividing by the combine weight, or a wrong loss term, went unnoticed by the other tests)."""
+The grouped, sorted, batched implementation must give the same numbers (dividing by the combine
+weight, or a wrong loss term, is caught here and by no other test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests written against the bugs a mutation audit planted and the suite let through (issue #12).
+"""Tests against deliberate bugs (mutants) that the rest of the suite let through.
 
 Each test here fails on one deliberate bug that survived the older tests, and passes on correct
 code: feed-forward output projections without the depth scaling, a sliding window one position

@@ -1,5 +1,5 @@
-"""Post-training runs attacked as a careless user would (issue 14, red team): each test is a hole that
-was found and fixed, and fails without its fix. Tiny base pretrained through the real CLI, chat and
+"""Post-training runs attacked as a careless user would: each test pins a failure that post-training
+once had, and fails without its fix. Tiny base pretrained through the real CLI, chat and
 preference data from real text (tests/sft_helpers.py, tests/dpo_helpers.py)."""
 
 from __future__ import annotations

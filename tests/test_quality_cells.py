@@ -137,7 +137,7 @@ def test_bad_cell_keys_are_one_line_errors(celled, weights, message):
 
 
 def without_cells(src, dst):
-    """A copy of a dataset as built before issue 17: no cells in the manifest."""
+    """A copy of a dataset as built before builds had quality buckets: no cells in the manifest."""
     shutil.copytree(src, dst)
     manifest = json.loads((dst / "manifest.json").read_text())
     for entry in manifest["domains"].values():

@@ -1,4 +1,4 @@
-"""`glassroom train` with train.task: sft (issue 14 point 3): from a pretrained tiny base, on
+"""`glassroom train` with train.task: sft: from a pretrained tiny base, on
 conversations made from real text, through the real CLI; the masked loss against conversations run
 one by one; lineage, template rows, resume after SIGKILL, bad inputs."""
 

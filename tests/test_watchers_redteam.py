@@ -1,4 +1,4 @@
-"""Red-team checks of what outside watchers get (issue 16): Atom feeds, search, incidents.json and the
+"""What outside watchers get: Atom feeds, search, incidents.json and the
 incidents CLI, at the edges a careless or hostile store or user reaches: a private note whose data
 cannot be parsed, a token hidden behind invisible characters, a run marked private a moment ago,
 huge texts and long words (bounded time and memory), infinite times and steps, undecodable bytes,

@@ -1,4 +1,4 @@
-"""Review attacks on redaction, `serve`, `publish` and `note` that once got through: a password
+"""Attacks on redaction, `serve`, `publish` and `note` that once got through: a password
 holding `@` in a URL, `KEY: two words`, a secret in a metric name, a dataset's source name or a run's
 folder name, a config with YAML dates or binary values (a 500 and a skipped run), and `note` with a
 step past SQLite's integers or a megabyte of text. Values are random, made here."""

@@ -1,4 +1,4 @@
-"""Red-team check in headless Chromium (issue 16): feed and search links of a run whose id holds `#`,
+"""In headless Chromium: feed and search links of a run whose id holds `#`,
 `%`, a space and non-ASCII letters open that run's page at the linked step, live and published."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ bound to a non-loopback address); --private-run does the same for the whole run,
 undoes that.
 
 examples:
-  glassroom note lab/runs/hero "raised the router bias rate to 2e-3 from here; see issue 12"
+  glassroom note lab/runs/hero "raised the router bias rate to 2e-3 from here; see the spike at step 41000"
   glassroom note lab/runs/hero --private "rerun after the cluster outage; ask ops about node 7"
   glassroom note lab/runs/scratch --private-run
 """

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from glassroom.data.shards import Shard, check_manifest, read_manifest
 from glassroom.errors import GlassroomError
 
 BLOCK = 65536  # domain slots per schedule block: shares exact to 1/65536 over every block
+BLOCKS_KEPT = 4  # schedule blocks each mixture (and packer) keeps computed: a step reads one, rarely two
 _CELL = re.compile(r"q(0|[1-9][0-9]?)")  # q0..q99, no leading zeros: one spelling per cell
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -279,10 +279,12 @@ class Mixture:
                 raise GlassroomError(f"{s.paths['tokens']}: {what} {d} has {b - a} train tokens, fewer than "
                                      f"seq_len + 1 = {seq_len + 1}; lower seq_len or give {d} weight 0")
         self.counts = block_counts([self.weights[d] for d in self.domains])
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # this mixture's last BLOCKS_KEPT blocks
 
-    @lru_cache(maxsize=4)
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(domain index, occurrence rank within the block) for each slot of block b."""
+        if b in self._blocks:
+            return self._blocks[b]
         slots = np.repeat(np.arange(len(self.domains), dtype=np.int64), self.counts)
         rng = np.random.default_rng([self.seed, b, 0x6D6978])
         slots = rng.permutation(slots)
@@ -290,6 +292,9 @@ class Mixture:
         order = np.argsort(slots, kind="stable")
         starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         rank[order] = np.arange(BLOCK) - np.repeat(starts, self.counts)
+        if len(self._blocks) >= BLOCKS_KEPT:
+            del self._blocks[next(iter(self._blocks))]
+        self._blocks[b] = (slots, rank)
         return slots, rank
 
     def locate(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,11 +23,10 @@ function of (dataset, weights, seed, s), and a resumed run gets exactly the rows
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
-from glassroom.data.mixture import BLOCK, block_counts, check_weights, hash_key
+from glassroom.data.mixture import BLOCK, BLOCKS_KEPT, block_counts, check_weights, hash_key
 from glassroom.errors import GlassroomError
 
 OVERLONG = ("truncate", "drop")
@@ -188,6 +187,7 @@ class Packer:
                 raise GlassroomError(f"data.weights.{d}: domain {d} has no usable train conversation; give it weight 0")
         self.counts = block_counts([self.weights[d] for d in self.domains])
         self._epochs: dict[int, list[list[list[tuple[int, int]]]]] = {i: [] for i in range(len(self.domains))}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # this packer's last BLOCKS_KEPT blocks
 
     def epoch_rows(self, d: int, epoch: int) -> list[list[tuple[int, int]]]:
         """Rows of domain d (index into self.domains) in `epoch`: its conversations in an order
@@ -209,14 +209,18 @@ class Packer:
             epoch += 1
         return self.epoch_rows(d, epoch)[k]
 
-    @lru_cache(maxsize=4)
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if b in self._blocks:
+            return self._blocks[b]
         slots = np.random.default_rng([self.seed, b, 0x736674]).permutation(
             np.repeat(np.arange(len(self.domains), dtype=np.int64), self.counts))
         order = np.argsort(slots, kind="stable")
         starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
         rank = np.empty(BLOCK, dtype=np.int64)
         rank[order] = np.arange(BLOCK) - np.repeat(starts, self.counts)
+        if len(self._blocks) >= BLOCKS_KEPT:
+            del self._blocks[next(iter(self._blocks))]
+        self._blocks[b] = (slots, rank)
         return slots, rank
 
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> PackedRows:

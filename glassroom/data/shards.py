@@ -5,10 +5,11 @@ each followed by EOS, as raw little-endian uint16 (vocabulary below 65,536) or u
   `<split>.idx.npz`   doc_offsets (int64, documents + 1: document i is tokens [off[i], off[i+1])),
                       doc_bytes (int64, UTF-8 bytes of each cleaned document), doc_source (int32,
                       index into the domain's `sources` list in manifest.json), and in datasets built
-                      since issue 17: doc_quality (float32 classifier score, NaN without quality),
-                      doc_bucket (int8 quality bucket, -1 without quality), doc_flags (uint8; bit 1:
-                      flagged by decontamination). Documents are ordered by bucket (q0 first), so
-                      each (domain, bucket) cell is one contiguous range (manifest "cells").
+                      with the quality and decontamination stages: doc_quality (float32 classifier
+                      score, NaN without quality), doc_bucket (int8 quality bucket, -1 without
+                      quality), doc_flags (uint8; bit 1: flagged by decontamination). Documents are
+                      ordered by bucket (q0 first), so each (domain, bucket) cell is one contiguous
+                      range (manifest "cells").
   `<split>.ids.txt`   the document ids, one a line, in shard order
   `<split>.mask.bin`  conversation data only (manifest task sft/dpo): the loss mask, uint8, one byte
                       per token (glassroom/data/chat.py)
@@ -237,8 +238,8 @@ def _read_index(path: Path, n_tokens: int) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def _read_extras(path: Path, docs: int) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """doc_quality, doc_bucket, doc_flags of an index (each None when absent: datasets built before
-    issue 17); a present one of the wrong length or type is a one-line error naming the file."""
+    """doc_quality, doc_bucket, doc_flags of an index (each None when absent: datasets built before the
+    quality and decontamination stages); a present one of the wrong length or type is a one-line error naming the file."""
     out = []
     with np.load(path, allow_pickle=False) as index:
         for name, kind in (("doc_quality", np.floating), ("doc_bucket", np.integer), ("doc_flags", np.integer)):

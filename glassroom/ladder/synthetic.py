@@ -11,7 +11,7 @@ r a rung of compute C has N = sqrt(C / (6 r)), D = r N (C = 6 N D). A sequence o
 rung at each of them (the IsoFLOP-style ladder on which L(N, D) is identifiable). Each of `seeds`
 runs per size has loss = truth * exp(N(0, noise)): multiplicative lognormal run-to-run noise.
 
-`least_squares_reference` is the yardstick of the acceptance (issue 18): least squares of log loss
+`least_squares_reference` is the yardstick of the acceptance (docs/ladder-foresight.md, Figures): least squares of log loss
 (maximum likelihood under that noise) with the TRUE formula L(N, D), all five parameters free, from
 a fine grid of exponent pairs with the exact non-negative coefficients at each and the 8 best
 refined (engine.fit_batch). On a fixed-ratio ladder N and D move together, so only the sum
@@ -89,7 +89,8 @@ def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: flo
             tokens_per_param: Union[float, Sequence[float]] = 20, noise_seeds: int = 20, factor: float = 100.0,
             stated_noise: Optional[float] = None, bootstrap: int = 200, law: str = "auto",
             smallest_flops: float = 1e18, first_seed: int = 0, huber: bool = False) -> dict:
-    """The acceptance measurement (issue 18) on one truth and ladder, over `noise_seeds` noise draws.
+    """The acceptance measurement (fitter against least squares on the truth, and coverage) on one truth and
+    ladder, over `noise_seeds` noise draws.
 
     Per draw: fit_points (stated noise = the true noise unless given), prediction at `factor` x the
     largest rung's compute at 20 tokens per parameter, least_squares_reference at the same size.

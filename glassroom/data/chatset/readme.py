@@ -66,7 +66,7 @@ def readme(info: dict, made: dict) -> str:
         if example:
             lines += [f"{name}:", "", "```json", example, "```", ""]
     lines += ["## Skipped", ""]
-    for name, e in info["sources"].items():
+    for e in info["sources"].values():  # each reason names its source ("gcide: entry without ...")
         for reason, n in e["skipped"].items():
             lines.append(f"- {reason}: {n:,}")
     return "\n".join(lines) + "\n"
