@@ -269,7 +269,7 @@ def test_capacity_rounds_a_fractional_share_up_and_each_expert_keeps_exactly_tha
         assert layer.capacity(tokens) == expected, (tokens, top_k, n_experts, factor)
 
         seen = {}
-        layer.experts.register_forward_pre_hook(lambda m, args: seen.update(chosen=args[1], counts=args[3]))
+        layer.experts.register_forward_pre_hook(lambda m, args, seen=seen: seen.update(chosen=args[1], counts=args[3]))
         x = torch.randn(tokens, 8)
         layer.train()
         with torch.no_grad():
