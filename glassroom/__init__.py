@@ -1,7 +1,8 @@
 """glassroom: train language models in public.
 
-Layers (see docs/design.md): model, data and observe are leaves; train uses them; ladder runs
-training through pipeline; web reads only observe.store.
+Layers, bottom first: the ```layers block of docs/design.md (tests/test_layers.py checks every
+import against it). A module imports only from its own level or below, and observe, web and
+pipeline never reach torch. `glassroom.load` is the notebook entry point (docs/python.md).
 """
 
 from glassroom.version import __version__

@@ -1,2 +1,3 @@
-"""Downstream evaluation with lm-evaluation-harness: local tasks written into a dataset (tasks.py),
-a glassroom model as an lm-eval model (adapter.py), running tasks and storing their scores (run.py)."""
+"""Downstream evaluation with lm-evaluation-harness: a glassroom model as an lm-eval model
+(adapter.py), running tasks and storing their scores (run.py). The local tasks it runs are written
+into a dataset by glassroom/data/tasks.py."""

@@ -1,9 +1,9 @@
-"""Step kinds for the layers of glassroom: adapters that make a layer's function a pipeline step.
+"""The data build and export step kinds: adapters that make a layer's function a pipeline step.
 
 A step kind is a small function that returns a Step: it validates its config when the experiment
 loads (so a bad recipe is a one-line error before anything runs) and names a top-level function
-that calls the layer with the step's output folder. Adding the training or ladder step takes the
-same few lines:
+that calls the layer with the step's output folder. A training step would take the same few
+lines:
 
     def train_step(name, config, data: Step, *, gpus=1, deps=()) -> Step:
         cfg = build_section(TrainConfig, config, "train")        # fail early, in the experiment

@@ -13,7 +13,7 @@ parallelism and over micro-batches by the trainer, is that loss's gradient.
   and divided by the number of mask-1 targets in the GLOBAL batch (every micro-batch and rank), so
   a token outside the mask contributes nothing and the batch's loss is the mean over its trained
   tokens whatever the split into micro-batches and ranks.
-- dpo: glassroom/train/dpo.py (dpo_objective.DPO); trainer.OBJECTIVES maps train.task to its objective.
+- dpo: glassroom/train/dpo_objective.py (DPO), its losses in dpo.py; trainer.OBJECTIVES maps train.task to its objective.
 """
 
 from __future__ import annotations
