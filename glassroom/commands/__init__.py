@@ -1,4 +1,6 @@
-"""One module per `glassroom` subcommand: `register(subparsers)` and `run(args)`."""
+"""One module per `glassroom` subcommand (cli.py lists them): `register(subparsers)` and `run(args)`;
+chatset.py and ladder_design.py are sub-subcommands their parent registers, sample_chat.py a helper of
+sample.py. Shared here: the subcommand parser and count options."""
 
 from __future__ import annotations
 
