@@ -10,6 +10,7 @@ from pathlib import Path
 
 from glassroom.commands import new_command
 from glassroom.errors import GlassroomError
+from glassroom.observe.run_folder import has_config
 
 DESCRIPTION = """\
 Score a model on lm-evaluation-harness tasks, in-process, through glassroom's model adapter
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.path).expanduser()
     if not path.is_dir():
         raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
-    is_run = (path / "config.yaml").is_file() or not is_hf_folder(path)
+    is_run = has_config(path) or not is_hf_folder(path)
     step, max_length, special, seq_len = None, args.max_length, (None, None), None
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer

@@ -17,6 +17,7 @@ from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
 from glassroom.ladder.laws import KEYS, NAMES
 from glassroom.ladder.rungs import NO_PREDICTION_FILE
+from glassroom.observe.run_folder import store_path
 
 DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
@@ -490,7 +491,7 @@ def run_verify(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: {'is a file' if run_dir.exists() else 'no such folder'}, expected a run folder")
-    store = run_dir / "store.sqlite"
+    store = store_path(run_dir)
     if store.exists() and not store.is_file():  # a folder, a FIFO (which would block), a device
         raise GlassroomError(f"{store}: not a regular file, expected the run's SQLite store")
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.run_folder import has_config
 
 NO_TEMPLATE = ("--chat: {path} has no chat template ({why}); it is a pretrained model: drop --chat to continue "
                "text, or tune it on conversations (train.task: sft) and sample that run")
@@ -29,7 +30,7 @@ def chat_encoder(path: Path, tok, eos: int | None) -> tuple[Callable[[list[dict]
     from glassroom.data.chat import IM_END, IM_START, JINJA, ChatTemplate
 
     has_tokens = tok.token_to_id(IM_START) is not None and tok.token_to_id(IM_END) is not None
-    if (path / "config.yaml").is_file():   # a run folder
+    if has_config(path):   # a run folder
         template = _manifest_template(path)
         if template is not None:
             try:

@@ -9,6 +9,7 @@ import signal
 import threading
 
 from glassroom.commands import new_command
+from glassroom.observe.run_folder import CONFIG_FILE, config_path, has_config
 
 DESCRIPTION = """\
 Train the model of a run config on a dataset built by `glassroom data build`, on a CPU, one GPU, or
@@ -61,13 +62,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: is a file, not a folder")
-    if args.resume and not (out / "config.yaml").is_file():
-        raise GlassroomError(f"--out {out}: nothing to resume (no config.yaml); start it without --resume")
+    if args.resume and not has_config(out):
+        raise GlassroomError(f"--out {out}: nothing to resume (no {CONFIG_FILE}); start it without --resume")
     config = args.config
     if config is None:
         if not args.resume:
             raise GlassroomError("train: give a RUN.yaml config (or --resume to continue RUN_DIR with its own config)")
-        config = out / "config.yaml"
+        config = config_path(out)
     cfg = load_run_config(config, args.set, out if args.resume else None)
     check_launch()
     if not args.resume:

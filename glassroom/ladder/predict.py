@@ -47,6 +47,7 @@ from glassroom.ladder.curve import (  # noqa: F401  (re-exported: the curve law 
 from glassroom.ladder.downstream_link import downstream_backtest, downstream_prediction
 from glassroom.ladder.rungs import group_sizes
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
+from glassroom.observe.run_folder import checkpoints_path
 from glassroom.pipeline.provenance import git_state
 from glassroom.version import PACKAGE_DIR, __version__
 
@@ -235,7 +236,7 @@ def _refuse_started(conn, run_dir: Path) -> None:
     if started:
         raise GlassroomError(f"{run_dir}: the run has already started (event {started[0]}, {started[1]} at step "
                              f"{started[2]}); a prediction must be sealed before it starts (use a new run folder)")
-    folder = run_dir / "checkpoints"  # glassroom.train.checkpoint.checkpoint_dir (not imported: no torch here)
+    folder = checkpoints_path(run_dir)
     if folder.is_dir() and any(folder.iterdir()):
         raise GlassroomError(f"{run_dir}: holds checkpoints ({folder}); a prediction must be sealed before the "
                              "first step (use a new run folder)")

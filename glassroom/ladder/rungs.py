@@ -42,6 +42,7 @@ from glassroom.errors import ConfigError, GlassroomError
 from glassroom.ladder.noise import seed_noise
 from glassroom.model.accounting import count_params, flops_per_token
 from glassroom.model.config import model_config_from_mapping
+from glassroom.observe import run_folder
 from glassroom.units import model_name
 
 RUNGS_DIR = "rungs"
@@ -258,9 +259,9 @@ def _rung_train(raw: dict[str, Any]) -> dict[str, int]:
 
 
 def load_rung(run_dir: Path, param_count: str = "active") -> RungData:
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file() or not (run_dir / "store.sqlite").is_file():
-        raise GlassroomError(f"{run_dir}: not a rung (needs config.yaml and store.sqlite)")
+    config_path = run_folder.config_path(run_dir)
+    if not config_path.is_file() or not run_folder.has_store(run_dir):
+        raise GlassroomError(f"{run_dir}: not a rung (needs {run_folder.CONFIG_FILE} and {run_folder.STORE_FILE})")
     try:
         raw = yaml_io.load_file(config_path)
     except (OSError, UnicodeDecodeError) as exc:

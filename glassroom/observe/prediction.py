@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 from glassroom.observe.journal import canonical, sha256_hex, verify_chain
+from glassroom.observe.run_folder import STORE_FILE, config_path
 
 SEAL_ALGORITHM = "sha256"
 
@@ -119,7 +120,7 @@ class BandWatcher:
     from and returns into the band. A damaged band (an edited store) is refused before the first
     step: training against it would log deviations from numbers nobody predicted."""
 
-    def __init__(self, prediction: dict, where: str = "store.sqlite"):
+    def __init__(self, prediction: dict, where: str = STORE_FILE):
         problem = band_problem(prediction)
         if problem:
             from glassroom.errors import GlassroomError
@@ -376,7 +377,7 @@ def check_hero_config(prediction: dict, run_dir: Path, started: bool) -> Optiona
     expected = hero.get("config_sha256")
     if not isinstance(expected, str):
         return None
-    path = run_dir / "config.yaml"
+    path = config_path(run_dir)
     if not path.is_file():
         return f"{path} was removed: the run has started, so it should name the hero it trains" if started else None
     try:

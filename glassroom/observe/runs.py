@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom.observe.redact import REDACTED, key_is_secret, redact, redact_text  # noqa: F401 (re-exported)
-from glassroom.observe.store import STORE_FILE, StoreReader
+from glassroom.observe.run_folder import CHECKPOINTS_DIR, STORE_FILE, config_path
+from glassroom.observe.store import StoreReader
 
 # Folders never searched for runs: checkpoints can hold thousands of files, and hidden folders
 # (.git, .cache) or installed front-end packages hold no runs.
-SKIP_DIRS = {"checkpoints", "node_modules", "__pycache__"}
+SKIP_DIRS = {CHECKPOINTS_DIR, "node_modules", "__pycache__"}
 
 # Values on the run list, in this order (the first one present of each tuple is shown).
 SUMMARY_METRICS = {
@@ -169,7 +170,7 @@ def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[An
     from glassroom import yaml_io
 
     run_dir = Path(run_dir)
-    path = inside(root if root is not None else run_dir, run_dir / "config.yaml")
+    path = inside(root if root is not None else run_dir, config_path(run_dir))
     tree: Any = None
     if path is not None and path.is_file():
         try:

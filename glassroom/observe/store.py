@@ -41,8 +41,8 @@ import numpy as np
 
 from glassroom.observe import journal, tiles
 from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, downsample, finite, fold
+from glassroom.observe.run_folder import STORE_FILE, store_path
 
-STORE_FILE = "store.sqlite"
 WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
 
 SCHEMA = """
@@ -58,10 +58,6 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL, text TEXT NOT NULL, data TEXT, digest TEXT);
 CREATE TABLE IF NOT EXISTS artifacts (name TEXT PRIMARY KEY, time REAL NOT NULL, value TEXT NOT NULL);
 """
-
-
-def store_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / STORE_FILE
 
 
 def _finite_or_none(value: float) -> Optional[float]:

@@ -25,6 +25,7 @@ from glassroom.errors import GlassroomError
 from glassroom.ladder.predict import backtest, make_prediction, preregister
 from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
                                     load_rungs)
+from glassroom.observe.run_folder import has_config
 from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.step import Input, Resources, Step
@@ -53,7 +54,7 @@ def train_in_step(ctx: StepContext, config: dict[str, Any], run_dir: Path) -> di
     from glassroom.train.trainer import Trainer
 
     cfg = run_config_from_mapping(config, ctx.name)
-    trainer = Trainer(cfg, run_dir, resume=(run_dir / "config.yaml").is_file())
+    trainer = Trainer(cfg, run_dir, resume=has_config(run_dir))
     trainer.observers.append(_Progress(ctx, cfg.train.steps))
     final = trainer.run()
     return {"run_dir": str(run_dir), "steps": trainer.step, **final}

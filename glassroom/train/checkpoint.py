@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.run_folder import checkpoints_path
 
 _NAME = re.compile(r"^step_(\d{7,})$")
 MANIFEST = "manifest.json"
@@ -44,7 +45,7 @@ DAMAGED_DIR = "damaged"  # under checkpoints/: damaged checkpoints set aside by 
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return checkpoints_path(run_dir)
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.observe.run_folder import has_config
 
 # Settings of the model: section that only steer training; an init's folder does not fix them.
 TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef", "moe.capacity_factor")
@@ -29,7 +30,7 @@ TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>")
 
 
 def _kind(folder: Path) -> str:
-    if (folder / "config.yaml").is_file():
+    if has_config(folder):
         return "run"
     if (folder / "config.json").is_file():
         return "hf"

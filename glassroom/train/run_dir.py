@@ -23,10 +23,8 @@ import yaml
 
 from glassroom import yaml_io
 from glassroom.errors import GlassroomError
+from glassroom.observe.run_folder import CONFIG_FILE, RUN_TOKENIZER, STORE_FILE, is_store_file
 
-CONFIG_FILE = "config.yaml"
-RUN_TOKENIZER = "tokenizer.json"  # the tokenizer the run trained with, copied from its dataset at the start
-STORE_FILE = "store.sqlite"  # glassroom.observe.store.STORE_FILE (not imported: that pulls in the store)
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
                 "train.optimizer", "init", "train.task", "train.overlong")
 
@@ -77,10 +75,6 @@ def saved_config(run_dir: Path) -> dict[str, Any]:
     return saved
 
 
-def _is_store_file(name: str) -> bool:
-    return name == STORE_FILE or (name.startswith(STORE_FILE + "-") and name[len(STORE_FILE) + 1:] in ("wal", "shm", "journal"))
-
-
 def check_new_run_dir(run_dir: Path) -> None:
     """A one-line error unless `run_dir` may receive a new run (see the module doc)."""
     run_dir = Path(run_dir)
@@ -100,7 +94,7 @@ def check_new_run_dir(run_dir: Path) -> None:
         raise GlassroomError(
             f"--out {run_dir}: already holds a run; add --resume to continue it, or choose a new folder"
         )
-    others = sorted(p.name for p in run_dir.iterdir() if not _is_store_file(p.name) and p.name != f".{CONFIG_FILE}.tmp")
+    others = sorted(p.name for p in run_dir.iterdir() if not is_store_file(p.name) and p.name != f".{CONFIG_FILE}.tmp")
     if others:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise GlassroomError(
@@ -145,7 +139,7 @@ def undo_start(record: StartRecord) -> None:
         return
     keep_store = STORE_FILE in record.existing
     for path in run_dir.iterdir():
-        if path.name in record.existing or (keep_store and _is_store_file(path.name)):
+        if path.name in record.existing or (keep_store and is_store_file(path.name)):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)

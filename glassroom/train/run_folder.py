@@ -28,6 +28,7 @@ from glassroom.hf.export import DEFAULT_SHARD, DTYPES, check_out, write_folder
 from glassroom.hf.load import build_from_state, is_hf_folder, model_config_of, read_hf_folder, read_tokenizer
 from glassroom.hf.record import record_export
 from glassroom.model.transformer import Transformer
+from glassroom.observe.run_folder import CHECKPOINTS_DIR, has_config
 from glassroom.train import checkpoint as ckpt
 from glassroom.train.run_dir import RUN_TOKENIZER, saved_config
 
@@ -49,9 +50,9 @@ def read_run(run_dir: Path, step: Optional[int] = None, warn=None) -> RunFolder:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: no such run folder")
-    if not (run_dir / "config.yaml").is_file():
+    if not has_config(run_dir):
         parent = run_dir.resolve().parent
-        if parent.name == "checkpoints" and (parent.parent / "config.yaml").is_file() and run_dir.name.startswith("step_"):
+        if parent.name == CHECKPOINTS_DIR and has_config(parent.parent) and run_dir.name.startswith("step_"):
             step_text = run_dir.name[len("step_"):].lstrip("0") or "0"
             raise GlassroomError(f"{run_dir}: a checkpoint folder; give its run folder {parent.parent} "
                                  f"with step {step_text}")
@@ -164,7 +165,7 @@ def load(path: str | Path, step: Optional[int] = None):
     path = Path(path).expanduser()
     if not path.is_dir():
         raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
-    if is_hf_folder(path) and not (path / "config.yaml").is_file():
+    if is_hf_folder(path) and not has_config(path):
         if step is not None:
             raise GlassroomError(f"{path}: a Hugging Face folder has one set of weights; step applies to run folders")
         tok_path = path / "tokenizer.json"

@@ -35,13 +35,14 @@ from typing import Any, Optional
 
 from glassroom.folders import replace_file
 from glassroom.observe.redact import redact_text
+from glassroom.observe.run_folder import CHECKPOINTS_DIR
 from glassroom.observe.runs import find_folders, inside
 from glassroom.web.atlas_docs import BrowseError
 from glassroom.web.atlas_docs_serve import Browser, parse_request, publish_docs
 from glassroom.web.views import FRONTEND, render_page
 
 MAX_DEPTH = 5
-SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__"}
+SKIP_DIRS = {"node_modules", "shards", CHECKPOINTS_DIR, "atlas", "site", "__pycache__"}
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024    # a manifest is a few KB; anything this big is not one
 MAX_ATLAS_BYTES = 256 * 1024 * 1024      # an atlas of 20,000 sampled documents is a few MB
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from glassroom.observe.run_folder import CONFIG_FILE
+
 
 def _positive_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -33,7 +35,7 @@ def run_compute(config: Any) -> dict:
             from glassroom.model.accounting import flops_per_token
             from glassroom.model.config import model_config_from_mapping
 
-            cfg = model_config_from_mapping({"model": model}, "config.yaml")
+            cfg = model_config_from_mapping({"model": model}, CONFIG_FILE)
             out["flops_per_token"] = float(flops_per_token(cfg, min(seq_len or cfg.max_seq_len, cfg.max_seq_len)))
         except Exception:   # a config from another version, a redacted value: no FLOPs axis for this run
             out["flops_per_token"] = None

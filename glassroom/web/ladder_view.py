@@ -45,10 +45,11 @@ from typing import Any, Optional
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.redact import redact_text
+from glassroom.observe.run_folder import CHECKPOINTS_DIR, config_path, store_path
 from glassroom.observe.runs import find_folders, find_runs, inside, is_private, looks_secret
 
 MAX_DEPTH = 6
-SKIP_DIRS = {"node_modules", "shards", "checkpoints", "atlas", "site", "__pycache__", "rungs"}
+SKIP_DIRS = {"node_modules", "shards", CHECKPOINTS_DIR, "atlas", "site", "__pycache__", "rungs"}
 MAX_FILE_BYTES = 64 * 1024 * 1024   # a prediction.json is a few hundred KB (its band: 500 steps)
 CURVE_POINTS = 160
 PAST_HERO = 2.0                     # the law is drawn up to this factor beyond the hero's (or largest rung's) compute
@@ -265,7 +266,7 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
             raise GlassroomError(f"rung {folder.name}: its run folder is not below the served folder")
         reals.append(real)
     key = (str(ladder_dir.resolve()), *(_stamp(ladder_dir / n) for n in ("spec.yaml", "ladder.json")),
-           *((str(r), _stamp(r / "config.yaml"), _stamp(r / "store.sqlite")) for r in reals))
+           *((str(r), _stamp(config_path(r)), _stamp(store_path(r))) for r in reals))
     with _band_lock:
         if key in _refit_cache:
             return _refit_cache[key]

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
+from glassroom.observe.run_folder import STORE_FILE
 from glassroom.observe.runs import summarize
-from glassroom.observe.store import STORE_FILE
 
 MAX_AGE_S = 10.0
 MAX_ENTRIES = 20_000
