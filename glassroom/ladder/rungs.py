@@ -56,6 +56,7 @@ PREDICTION_FILE = "prediction.json"  # the hero's prediction (ladder run --hero,
 MAX_BOOTSTRAP = 10_000  # replicates; each is a refit
 PARAM_COUNTS = ("active", "non_embedding_active")  # the spec's param_count: the N of the laws
 NO_PREDICTION_FILE = "no-prediction.json"  # instead of it when the fit failed: {metric, reason, way_forward}
+BACKTEST_FILE = "backtest.json"  # the backtest of the ladder's law on its held-out size (ladder backtest)
 
 
 def rung_dirs(ladder_dir: Path) -> list[Path]:
@@ -100,7 +101,7 @@ class RungData:
     seed: int = 0  # train.seed of the run (config.yaml); seeds of one size differ only in it
 
     def _read(self, read):
-        from glassroom.observe.store import StoreReader
+        from glassroom.observe.store import StoreReader  # lazy: keeps `glassroom --help` fast
 
         try:
             with StoreReader(self.run_dir) as reader:

@@ -39,6 +39,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from glassroom.errors import GlassroomError
 from glassroom.observe import journal, tiles
 from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, downsample, finite, fold
 from glassroom.observe.run_folder import STORE_FILE, store_path
@@ -91,8 +92,6 @@ def event_data(data: Optional[str]) -> Any:
 def write_failure(path: Path, exc: sqlite3.DatabaseError, nothing: str = "nothing was written") -> Exception:
     """A failed write to a run store (`glassroom note`, `glassroom incident`) as one line for the user:
     busy, read-only or damaged; `nothing` says what was left undone."""
-    from glassroom.errors import GlassroomError
-
     text = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
         return GlassroomError(f"{path}: busy (another process held it for over 30 s); {nothing}, try again")
@@ -213,8 +212,6 @@ class StoreWriter:
             try:
                 self.conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", (name, time.time(), json.dumps(value)))
             except sqlite3.IntegrityError:
-                from glassroom.errors import GlassroomError
-
                 raise GlassroomError(f"{self.path}: artifact {name!r} is sealed and never replaced "
                                      "(preregister into a new run folder instead)") from None
             return

@@ -41,6 +41,10 @@ from typing import Any, Optional
 
 import numpy as np
 
+from glassroom.data.mixture import Dataset
+from glassroom.data.shards import shard_paths
+from glassroom.data.tokenizer import load_tokenizer
+from glassroom.errors import GlassroomError
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import inside
 
@@ -369,10 +373,6 @@ class DatasetDocs:
         """(Dataset, tokenizer) of this folder, opened once; every file checked to lie inside root."""
         with self._lock:
             if self._dataset is None:
-                from glassroom.data.mixture import Dataset
-                from glassroom.data.tokenizer import load_tokenizer
-                from glassroom.errors import GlassroomError
-
                 for rel in ("manifest.json", "tokenizer.json"):
                     if inside(self.root, self.folder / rel) is None:
                         raise BrowseError(503, f"dataset {shown_field(self.ds_id, 200)!r}: {rel} is missing or outside the served folder")
@@ -391,9 +391,6 @@ class DatasetDocs:
         return self._shards[(d, s)]
 
     def _open_shard(self, d: int, s: int):
-        from glassroom.data.shards import shard_paths
-        from glassroom.errors import GlassroomError
-
         ds, _ = self._data()
         if self.domains[d] not in ds.manifest["domains"]:
             return None

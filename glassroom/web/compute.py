@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from glassroom.model.accounting import flops_per_token
+from glassroom.model.config import model_config_from_mapping
 from glassroom.observe.run_folder import CONFIG_FILE
 
 
@@ -32,9 +34,6 @@ def run_compute(config: Any) -> dict:
         out["tokens_per_step"] = float(seq_len * batch)
     if isinstance(model, dict):
         try:
-            from glassroom.model.accounting import flops_per_token
-            from glassroom.model.config import model_config_from_mapping
-
             cfg = model_config_from_mapping({"model": model}, CONFIG_FILE)
             out["flops_per_token"] = float(flops_per_token(cfg, min(seq_len or cfg.max_seq_len, cfg.max_seq_len)))
         except Exception:   # a config from another version, a redacted value: no FLOPs axis for this run

@@ -43,13 +43,31 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
+from glassroom import yaml_io
 from glassroom.errors import GlassroomError
+from glassroom.ladder.fit import LAW_C, evaluate, fit_endpoints, predict_interval
+from glassroom.ladder.rungs import (
+    BACKTEST_FILE,
+    LISTING_FILE,
+    PREDICTION_FILE,
+    RUNGS_DIR,
+    SPEC_FILE,
+    check_rungs,
+    group_sizes,
+    load_rung,
+    measure_noise,
+    read_spec_settings,
+    rung_dirs,
+)
 from glassroom.observe.redact import redact_text
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, config_path, store_path
 from glassroom.observe.runs import find_folders, find_runs, inside, is_private, looks_secret
+from glassroom.observe.store import StoreReader
 
 MAX_DEPTH = 6
-SKIP_DIRS = {"node_modules", "shards", CHECKPOINTS_DIR, "atlas", "site", "__pycache__", "rungs"}
+SKIP_DIRS = {"node_modules", "shards", CHECKPOINTS_DIR, "atlas", "site", "__pycache__", RUNGS_DIR}
 MAX_FILE_BYTES = 64 * 1024 * 1024   # a prediction.json is a few hundred KB (its band: 500 steps)
 CURVE_POINTS = 160
 PAST_HERO = 2.0                     # the law is drawn up to this factor beyond the hero's (or largest rung's) compute
@@ -60,7 +78,7 @@ MAX_RUNGS = 200                     # a ladder has a handful; more is not one (a
 # ---- finding ladders and runs ----
 
 def is_ladder(folder: Path) -> bool:
-    return (folder / "spec.yaml").is_file() and ((folder / "ladder.json").is_file() or (folder / "rungs").is_dir())
+    return (folder / SPEC_FILE).is_file() and ((folder / LISTING_FILE).is_file() or (folder / RUNGS_DIR).is_dir())
 
 
 def find_ladders(root: str | Path) -> dict[str, Path]:
@@ -166,10 +184,6 @@ def _finite(node: Any, depth: int = 0) -> Any:
 
 def law_curve(params: dict, c_min: float, c_max: float, points: int = CURVE_POINTS) -> tuple[list, list]:
     """(compute values, L(C)) sampled log-uniformly from c_min to c_max, with fit.py's formula."""
-    import numpy as np
-
-    from glassroom.ladder.fit import LAW_C, evaluate
-
     xs = np.geomspace(c_min, c_max, points)
     return xs.tolist(), evaluate(LAW_C, params, {"C": xs}).tolist()
 
@@ -185,8 +199,6 @@ def law_band(key: tuple, C: list, L: list, law: dict, settings: dict, confidence
     with _band_lock:
         if key in _band_cache:
             return _band_cache[key]
-    from glassroom.ladder.fit import fit_endpoints, predict_interval
-
     band = None
     try:
         pinned = (law.get("pinned") or {}).get("E")
@@ -212,8 +224,6 @@ def law_band(key: tuple, C: list, L: list, law: dict, settings: dict, confidence
 
 def hero_runs(root: Path, runs: dict[str, Path]) -> list[tuple[str, dict]]:
     """(run id, prediction artifact) of every run below root that holds a preregistered prediction."""
-    from glassroom.observe.store import StoreReader
-
     out = []
     for run_id, run_dir in sorted(runs.items()):
         try:
@@ -234,8 +244,6 @@ def _same_prediction(a: dict, b: dict) -> bool:
 
 
 def _hero_actual(run_dir: Path, metric: str, steps: Any) -> Optional[dict]:
-    from glassroom.observe.store import StoreReader
-
     try:
         with StoreReader(run_dir) as reader:
             latest = reader.latest(metric)
@@ -250,9 +258,6 @@ def _hero_actual(run_dir: Path, metric: str, steps: Any) -> Optional[dict]:
 
 def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
     """The ladder fitted here (no prediction.json): the rungs inside root, L(C) as `ladder fit` fits it."""
-    from glassroom.ladder.fit import fit_endpoints
-    from glassroom.ladder.rungs import check_rungs, group_sizes, load_rung, measure_noise, read_spec_settings, rung_dirs
-
     folders = rung_dirs(ladder_dir)
     if len(folders) > MAX_RUNGS:
         raise GlassroomError(f"{len(folders)} rungs, more than the {MAX_RUNGS} a ladder page draws")
@@ -265,7 +270,7 @@ def _refit(ladder_dir: Path, root: Path, runs: dict[str, Path]) -> dict:
         if real is None:
             raise GlassroomError(f"rung {folder.name}: its run folder is not below the served folder")
         reals.append(real)
-    key = (str(ladder_dir.resolve()), *(_stamp(ladder_dir / n) for n in ("spec.yaml", "ladder.json")),
+    key = (str(ladder_dir.resolve()), *(_stamp(ladder_dir / n) for n in (SPEC_FILE, LISTING_FILE)),
            *((str(r), _stamp(config_path(r)), _stamp(store_path(r))) for r in reals))
     with _band_lock:
         if key in _refit_cache:
@@ -303,9 +308,7 @@ def _stamp(path: Path) -> tuple:
 
 
 def spec_name(ladder_dir: Path, root: Path) -> Optional[str]:
-    from glassroom import yaml_io
-
-    real = inside(root, ladder_dir / "spec.yaml")
+    real = inside(root, ladder_dir / SPEC_FILE)
     if real is None or real.stat().st_size > 1_000_000:
         return None
     try:
@@ -319,12 +322,10 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 runs: Optional[dict[str, Path]] = None, heroes: Optional[list] = None) -> dict:
     """Everything one ladder page draws (module docstring). GlassroomError / ValueError / OSError when
     the ladder's files cannot be read."""
-    import numpy as np
-
     root = Path(root)
     runs = shown_runs(root, public) if runs is None else runs
-    prediction = _read_json(root, ladder_dir / "prediction.json")
-    backtest = _read_json(root, ladder_dir / "backtest.json")
+    prediction = _read_json(root, ladder_dir / PREDICTION_FILE)
+    backtest = _read_json(root, ladder_dir / BACKTEST_FILE)
     if prediction is not None and not isinstance(prediction, dict):
         raise ValueError("prediction.json: not a prediction (expected a JSON object)")
     if backtest is not None and not isinstance(backtest, dict):
@@ -359,7 +360,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
             rungs.append({"name": str(r.get("name")), "run_dir": r.get("run_dir"), "params": _num(r.get("params")),
                           "tokens": _num(r.get("tokens")), "flops": _compute(r.get("flops")), "final": _num(final.get(metric)),
                           "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None})
-        source = "prediction.json"
+        source = PREDICTION_FILE
         hero_flops = _compute(check.get("compute"))
         noise = prediction.get("noise") if isinstance(prediction.get("noise"), dict) else None
         sigma = _num((noise or {}).get("sigma"))
@@ -393,13 +394,11 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
     curve: dict[str, Any] = {"flops": xs, "mean": mean, "lo": None, "hi": None}
     if prediction is not None:
         C, L = [r["flops"] for r in usable], [r["final"] for r in usable]
-        real = inside(root, ladder_dir / "prediction.json")
+        real = inside(root, ladder_dir / PREDICTION_FILE)
         st = real.stat() if real is not None else None
         key = (str(real), st.st_mtime_ns if st else 0, st.st_size if st else 0, len(xs), c_max)
         band = law_band(key, C, L, law, settings, confidence, xs)
     else:
-        from glassroom.ladder.fit import predict_interval
-
         _, lo, hi = predict_interval(fit, {"C": np.asarray(xs)}, confidence)
         band = {"lo": lo.tolist(), "hi": hi.tolist(), "replicates": len(fit.boot), "confidence": confidence}
     if band is not None:
@@ -420,7 +419,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 "predicted": _num(chosen.get("final_loss")),
                 "interval": [_num(v) for v in interval[:2]] + [None] * (2 - len(interval[:2])),
                 "confidence": _level(chosen.get("confidence"), confidence),
-                "source": "the hero run's sealed prediction" if sealed is not None else "prediction.json",
+                "source": "the hero run's sealed prediction" if sealed is not None else PREDICTION_FILE,
                 "seal": seal.get("digest") if isinstance(seal.get("digest"), str) else None,
                 "created_iso": chosen.get("created_iso"),
                 "law_at_hero": _num(check.get("final_loss")),
