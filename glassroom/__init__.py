@@ -1,8 +1,10 @@
 """glassroom: train language models in public.
 
-Layers, bottom first: the ```layers block of docs/design.md (tests/test_layers.py checks every
-import against it). A module imports only from its own level or below, and observe, web and
-pipeline never reach torch. `glassroom.load` is the notebook entry point (docs/python.md).
+Layers (docs/design.md; tests/test_layers.py enforces them): core modules, then observe (the run
+record) and pipeline (the engine), model, data, hf, downstream, train, ladder, steps (the step
+kinds), web, and the commands on top; each imports only its own layer and those below. observe,
+pipeline and web never import torch or glassroom.train; web reads observe, data, model accounting
+and the ladder's torch-free modules.
 """
 
 from glassroom.version import __version__

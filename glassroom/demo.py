@@ -18,8 +18,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.rungs import NO_PREDICTION_FILE, PREDICTION_FILE
+from glassroom.ladder.spec import load_spec
+from glassroom.observe.store import StoreReader
+from glassroom.pipeline.experiment import load_experiment
+from glassroom.steps.atlas import atlas_step
+from glassroom.steps.data import data_build_step, export_step
+from glassroom.steps.ladder import ladder_steps, run_experiment
+from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
+from glassroom.web.publish import publish
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
@@ -27,12 +36,6 @@ DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them 
 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     """The demo's steps: the corpus and its atlas, the ladder's rungs, the fit and prediction, the hero."""
-    from glassroom.config import load_yaml
-    from glassroom.steps.ladder import ladder_steps
-    from glassroom.ladder.spec import load_spec
-    from glassroom.steps.atlas import atlas_step
-    from glassroom.steps.data import data_build_step, export_step
-
     spec_path = experiments / "ladder-demo.yaml"
     spec_raw = load_yaml(spec_path)
     # The downstream tasks' bits-per-byte windows are the hero's own evaluation windows.
@@ -48,9 +51,6 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
 def posttrain_steps(experiments: Path, hero) -> list:
     """The hero made an assistant: the chat set, its SFT and DPO data (the hero's tokenizer plus the
     template tokens), SFT from the hero, DPO from the SFT run (experiments/posttrain-demo.yaml)."""
-    from glassroom.config import load_yaml
-    from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
-
     where = experiments / "posttrain-demo.yaml"
     spec = load_yaml(where)
     for key in ("chatset", "sft", "dpo"):   # an edited file: one line naming it, not a KeyError
@@ -86,8 +86,6 @@ def _start_dashboard(out: Path, port: int) -> tuple[subprocess.Popen, int]:
 
 
 def _final(run_dir: Path, metric: str) -> Optional[float]:
-    from glassroom.observe.store import StoreReader
-
     with StoreReader(run_dir) as reader:
         latest = reader.latest(metric)
     return None if latest is None else latest[1]
@@ -95,8 +93,6 @@ def _final(run_dir: Path, metric: str) -> Optional[float]:
 
 def _sealed(run_dir: Path) -> dict:
     """The hero's sealed prediction as its store holds it: {digest, created_iso} (empty if none)."""
-    from glassroom.observe.store import StoreReader
-
     with StoreReader(run_dir) as reader:
         stored = reader.artifact("prediction") or {}
     seal = stored.get("seal") if isinstance(stored.get("seal"), dict) else {}
@@ -106,8 +102,6 @@ def _sealed(run_dir: Path) -> dict:
 def _watch(run_dir: Path) -> dict:
     """What an outside watcher would look at first: the hero's anomalies (count, and the first one's
     step and text), for the summary's `watch:` line."""
-    from glassroom.observe.store import StoreReader
-
     with StoreReader(run_dir) as reader:
         anomalies = reader.events(kinds=["anomaly"])
     first = anomalies[0] if anomalies else None
@@ -117,8 +111,6 @@ def _watch(run_dir: Path) -> dict:
 
 def _downstream(run_dir: Path) -> dict:
     """The hero's final downstream scores of the two task groups: {name: (step, value)}."""
-    from glassroom.observe.store import StoreReader
-
     out = {}
     with StoreReader(run_dir) as reader:
         for name in ("downstream/glassroom_mc/acc", "downstream/glassroom_mc/acc_norm",
@@ -134,8 +126,6 @@ def _experts(run_dir: Path) -> dict:
     expert, 1 = even) and the router bias's range; empty for a dense hero or a store without them."""
     import math
     import re
-
-    from glassroom.observe.store import StoreReader
 
     with StoreReader(run_dir) as reader:
         layers = sorted({int(m.group(1)) for n in reader.names() if (m := re.fullmatch(r"moe/layer_(\d+)/imbalance", n))})
@@ -167,8 +157,6 @@ def _first_sample(event: dict) -> Optional[dict]:
 def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
     """The SFT run's held-out assistant loss at step 0 (the hero) and at its end, its first sample
     then and now; the DPO run's held-out accuracy and margin at its end."""
-    from glassroom.observe.store import StoreReader
-
     out: dict = {"sft": str(sft_dir), "dpo": str(dpo_dir)}
     with StoreReader(sft_dir) as reader:
         steps, values = reader.series("eval/macro/loss")
@@ -185,10 +173,6 @@ def _posttrain(sft_dir: Path, dpo_dir: Path) -> dict:
 
 
 def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict:
-    from glassroom.steps.ladder import run_experiment
-    from glassroom.pipeline.experiment import load_experiment
-    from glassroom.web.publish import publish
-
     experiment = EXPERIMENTS / "demo.py"
     if not experiment.is_file():
         raise GlassroomError(f"{experiment}: missing; run the demo from a glassroom checkout")
@@ -275,7 +259,7 @@ def run_settings(graph) -> dict:
     import os
     import platform
 
-    import torch
+    import torch  # lazy: torch loads only when this runs
 
     seeds = {node.step.name: node.step.config["run"]["train"].get("seed", 0) for node in graph
              if node.step.kind in ("rungs", "runs") and isinstance(node.step.config, dict)

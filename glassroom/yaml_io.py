@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from glassroom.errors import GlassroomError
+
 MAX_BYTES = 4 * 1024 * 1024        # a config is a few KB; a ladder spec or recipe a few tens
 MAX_NODES = 200_000                # nodes after alias expansion
 MAX_DEPTH = 64                     # nesting of mappings and sequences
@@ -119,8 +121,6 @@ def read_user_file(path: str | Path, what: str) -> Any:
     one GlassroomError naming the path: missing, a folder, a device or pipe (never read: a FIFO
     would block), unreadable, not text, not YAML, or past the limits. `what` is how the messages
     name the expected file ("a YAML config file")."""
-    from glassroom.errors import GlassroomError
-
     p = Path(path)
     if not p.exists():
         raise GlassroomError(f"{path}: no such file")

@@ -29,17 +29,18 @@ from typing import TextIO
 
 import numpy as np
 
-from glassroom.data import clean as cleaning
-from glassroom.data import fast_tokens
+from glassroom.data import clean as cleaning, fast_tokens
 from glassroom.data.chat import ChatTemplate
 from glassroom.data.conversation_sources import SKIP_REASONS, encode_chat
+from glassroom.data.dedup import Deduplicator
 from glassroom.data.executor import Executor, make_executor
 from glassroom.data.progress import Progress
 from glassroom.data.recipe import Recipe, recipe_dict, recipe_hash
 from glassroom.data.shards import SPLITS, ShardWriter, write_json
 from glassroom.data.sources import SourceReport, iter_source
-from glassroom.data.stages import BATCH_BYTES, Corpus, Stats, decontaminate, quality_scores, write_jsonl
-from glassroom.data.stages import choose_encoder as _encoder, tokenizer_stage as _tokenizer
+from glassroom.data.stages import (
+    BATCH_BYTES, choose_encoder as _encoder, Corpus, decontaminate, quality_scores, Stats,
+    tokenizer_stage as _tokenizer, write_jsonl)
 from glassroom.data.staging import (  # noqa: F401  (re-exported: readers import them from here)
     DATASET_ENTRIES, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
     build_lock, dataset_format, require_dataset,
@@ -150,7 +151,6 @@ def _build(recipe: Recipe, tmp: Path, ex: Executor, recipe_file: str | None, log
             dedup=dataclasses.replace(recipe.dedup, fuzzy=False),
             quality=dataclasses.replace(recipe.quality, enabled=False),
             decontaminate=dataclasses.replace(recipe.decontaminate, enabled=False))
-    from glassroom.data.dedup import Deduplicator
 
     stats = Stats()
     staging = tmp / "staging"

@@ -100,7 +100,7 @@ def order_by_size(labels: np.ndarray, centroids: np.ndarray, weights: np.ndarray
 def distinctive_terms(texts: list[str], labels: np.ndarray, k: int, top: int = 10) -> list[list[str]]:
     """Class-based TF-IDF (BERTopic's c-TF-IDF): a cluster's documents are one class; a term scores
     tf(term, class) * log(1 + mean words per class / frequency of the term over all classes)."""
-    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.feature_extraction.text import CountVectorizer  # lazy: sklearn loads only when this runs
 
     vectorizer = CountVectorizer(token_pattern=r"(?u)\b[^\W\d_][^\W\d]{2,}\b", stop_words="english",
                                  min_df=2 if len(texts) > 20 else 1, max_features=50_000, dtype=np.float64)
@@ -128,7 +128,7 @@ def map_2d(x: np.ndarray, seed: int = 0) -> np.ndarray:
     """PCA to two dimensions, scaled into [-1, 1]; float32 (n, 2)."""
     if len(x) < 2:
         return np.zeros((len(x), 2), dtype=np.float32)
-    from sklearn.decomposition import PCA
+    from sklearn.decomposition import PCA  # lazy: sklearn loads only when this runs
 
     xy = PCA(n_components=min(2, x.shape[1]), random_state=seed, svd_solver="full" if len(x) < 5_000 else "randomized").fit_transform(x)
     if xy.shape[1] < 2:

@@ -97,7 +97,7 @@ def tfidf_svd(texts: list[str], seed: int, tick: Callable[[int], None], profile:
     """Hashed word counts -> sublinear TF-IDF -> truncated SVD -> unit rows (len(texts), <= SVD_DIMS).
     With `profile` (a list), the texts' function_profile is appended to it."""
     import scipy.sparse as sp
-    from sklearn.decomposition import TruncatedSVD
+    from sklearn.decomposition import TruncatedSVD  # lazy: sklearn loads only when this runs
     from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
     hasher = HashingVectorizer(n_features=HASH_FEATURES, alternate_sign=False, norm=None,
@@ -190,7 +190,9 @@ _MODEL = None
 def prepare(method: str) -> None:
     """Import the libraries and load the model now, so embedding timings count embedding only."""
     global _MODEL
+    # lazy: sklearn loads only when this runs
     import sklearn.decomposition  # noqa: F401
+    # lazy: sklearn loads only when this runs
     import sklearn.feature_extraction.text  # noqa: F401
 
     if method == "better" and _MODEL is None:

@@ -29,6 +29,7 @@ from collections import deque
 from typing import Callable, Iterable, Iterator
 
 from glassroom.errors import GlassroomError
+from glassroom.pipeline.runner_ray import check_reachable, init_ray
 
 _LOCK_FD: list[int | None] = [None]  # the build lock's descriptor (set by staging.build_lock)
 
@@ -104,7 +105,7 @@ class LocalExecutor(Executor):
 
 def _import_ray():
     try:
-        import ray
+        import ray  # lazy: ray loads only when this runs
     except ImportError:
         raise GlassroomError("--ray needs Ray, an optional extra: pip install -e '.[ray]'") from None
     return ray
@@ -118,8 +119,6 @@ class RayExecutor(Executor):
     """Tasks on a Ray cluster (one CPU each); `local` starts a private Ray on this machine."""
 
     def __init__(self, address: str) -> None:
-        from glassroom.pipeline.runner_ray import check_reachable
-
         ray = self.ray = _import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         check_reachable(address)
@@ -127,8 +126,6 @@ class RayExecutor(Executor):
         self.name = f"ray:{address}"
         started_here = not ray.is_initialized()
         if started_here:
-            from glassroom.pipeline.runner_ray import init_ray
-
             init_ray(ray, address)
         self.started_here = started_here
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))

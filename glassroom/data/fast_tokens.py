@@ -24,6 +24,8 @@ import json
 
 import numpy as np
 
+from glassroom.data.tokenizer import EOS_TOKEN
+
 # The pattern `tokenizers` ByteLevel(use_regex=True) splits with (GPT-2's), in tiktoken's regex syntax.
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _CACHE: dict[str, object] = {}
@@ -129,7 +131,6 @@ def _encoder(kind: str, tok_json: str):
                 raise RuntimeError(f"the tokenizer cannot be mirrored in this process: {why}")
         else:
             enc = tok
-        from glassroom.data.tokenizer import EOS_TOKEN
 
         _CACHE.clear()  # one build's tokenizer at a time
         _CACHE[key] = enc = (enc, tok.token_to_id(EOS_TOKEN))

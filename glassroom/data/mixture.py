@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from glassroom.data.shards import Shard, check_manifest, read_manifest
+from glassroom.data.tokenizer import load_tokenizer
 from glassroom.errors import GlassroomError
 
 BLOCK = 65536  # domain slots per schedule block: shares exact to 1/65536 over every block
@@ -74,8 +75,6 @@ class Dataset:
         return self.manifest["domains"][domain][split]["bytes_per_token"]
 
     def tokenizer(self):
-        from glassroom.data.tokenizer import load_tokenizer
-
         return load_tokenizer(self.path / "tokenizer.json")
 
     def validation_batches(self, domain: str, seq_len: int, batch_size: int, max_sequences: int | None = None):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from glassroom.data.chat import Conversations
 from glassroom.data.mixture import BLOCK, BLOCKS_KEPT, block_counts, check_weights, hash_key
 from glassroom.errors import GlassroomError
 
@@ -34,8 +35,6 @@ OVERLONG = ("truncate", "drop")
 
 def open_conversations(path, domain: str, split: str):
     """glassroom.data.chat.Conversations of one shard: .tokens, .mask, .offsets."""
-    from glassroom.data.chat import Conversations
-
     return Conversations(path, domain, split)
 
 

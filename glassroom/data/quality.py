@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from glassroom.errors import GlassroomError
+from glassroom.data.recipe import QualityConfig
 from glassroom.data.shards import savez_fixed
+from glassroom.errors import GlassroomError
 
 FORMAT = 1
 WORD_FEATURES = 2**20  # hashed word 1-2-grams
@@ -170,7 +171,7 @@ def boilerplate_lines(texts: list[str]) -> set[str]:
 # --- the model -------------------------------------------------------------------------------------------
 
 def _features(texts: list[str]):
-    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.feature_extraction.text import HashingVectorizer  # lazy: sklearn loads only when this runs
 
     words = HashingVectorizer(n_features=WORD_FEATURES, ngram_range=(1, 2), lowercase=True, alternate_sign=False,
                               norm="l2", token_pattern=r"(?u)\b\w+\b", dtype=np.float64)
@@ -357,7 +358,7 @@ def training_set(sample: list[dict], cfg) -> tuple[list[str], np.ndarray, np.nda
 
 
 def _fit(x, y) -> tuple[np.ndarray, float]:
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # lazy: sklearn loads only when this runs
 
     if len(set(y.tolist())) < 2:
         raise GlassroomError("quality: the training set has one class only; add data or set quality.enabled: false")
@@ -442,8 +443,6 @@ def assign(scores, cuts) -> np.ndarray:
 
 def benchmark(texts: list[str], seed: int = 0) -> dict:
     """Train on (up to 2000 of) `texts` and score all of them in one process: documents/s and MB/s."""
-    from glassroom.data.recipe import QualityConfig
-
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if len(texts) < 2:
         raise GlassroomError("quality benchmark: give at least 2 non-empty texts")

@@ -174,7 +174,7 @@ class DedupConfig:
         if self.examples < 0:
             raise ConfigError(f"{path}.examples: must be 0 or more, got {self.examples}")
         if self.fuzzy:  # bands x rows must reach `recall` at the threshold (names num_perm when not)
-            from glassroom.data.dedup import choose_bands
+            from glassroom.data.dedup import choose_bands  # lazy: numpy loads only when this runs
 
             choose_bands(self.threshold, self.num_perm, self.recall, path=path)
 

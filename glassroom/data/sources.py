@@ -428,7 +428,7 @@ def iter_source(cfg: SourceConfig, domain: str, report: SourceReport | None = No
     report = report or SourceReport(cfg.label)
     label = cfg.label
     if cfg.kind in ("conversations", "preferences"):  # documents that keep their messages: see that module
-        from glassroom.data.conversation_sources import iter_conversations
+        from glassroom.data.conversation_sources import iter_conversations  # lazy: numpy loads only when this runs
 
         yield from iter_conversations(cfg, _match_files(cfg.path, cfg.exclude), domain, report)
         return

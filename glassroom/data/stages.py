@@ -21,7 +21,7 @@ from typing import TextIO
 import numpy as np
 
 from glassroom.data import clean as cleaning
-from glassroom.data import fast_tokens
+from glassroom.data import decontam, eval_files, fast_tokens, quality
 from glassroom.data.conversation_sources import tokenizer_texts
 from glassroom.data.executor import Executor
 from glassroom.data.recipe import Recipe
@@ -122,11 +122,6 @@ def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: 
     cfg = recipe.decontaminate
     if not cfg.enabled:
         return None, set(), set()
-    try:
-        from glassroom.data import decontam, eval_files
-    except ImportError:  # the stage's module is not in this checkout yet: said, never pretended
-        print("decontaminate: skipped (glassroom.data.decontam is not available)", file=log)
-        return None, set(), set()
 
     def eval_texts():
         if cfg.validation:
@@ -164,11 +159,6 @@ def quality_scores(recipe: Recipe, corpus: Corpus, train: list[int], kept: list[
     the classifier learns from at most sample_docs train documents, chosen by their sample key."""
     cfg = recipe.quality
     if not cfg.enabled:
-        return None, {}, {}
-    try:
-        from glassroom.data import quality
-    except ImportError:  # the stage's module is not in this checkout yet: said, never pretended
-        print("quality: skipped (glassroom.data.quality is not available)", file=log)
         return None, {}, {}
 
     chosen = sorted(sorted(train, key=lambda i: (sample_key[i], i))[: cfg.sample_docs])

@@ -97,6 +97,7 @@ def check_out(out: Path, force: bool) -> None:
                              f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
     if not force:
         raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
+    # lazy: numpy loads only when this runs
     from glassroom.data.tasks import written_here  # DIR/tasks of `data tasks`: derived from the dataset
 
     foreign = sorted(p.name for p in out.iterdir()

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from glassroom.data.mixture import Dataset
+from glassroom.data.tokenizer import encode
 from glassroom.errors import GlassroomError
 
 FORMAT = "glassroom-tasks/1"
@@ -130,8 +132,6 @@ def bpb_document(dataset, domain: str, tok, seq_len: int, windows: int) -> dict 
 def _roundtrip_differs(tok, text: str, ids: list[int]) -> int:
     """Positions where encoding `text` (the EOS text as the special token, as Hugging Face does)
     differs from `ids`, plus the length difference: 0 when lm-eval sees the trainer's tokens."""
-    from glassroom.data.tokenizer import encode
-
     again = encode(tok, text)
     return sum(a != b for a, b in zip(again, ids)) + abs(len(again) - len(ids))
 
@@ -185,8 +185,6 @@ def _sources(manifest: dict, domain: str) -> list[dict]:
 def write_tasks(dataset_dir: str | Path, seq_len: int = 512, windows: int = 32, items: int = 200,
                 choices: int = 4, seed: int = 0) -> dict:
     """Write DATASET/tasks (see the module doc); returns its manifest."""
-    from glassroom.data.mixture import Dataset
-
     for key, value, least in (("--seq-len", seq_len, 1), ("--windows", windows, 1), ("--items", items, 1),
                               ("--choices", choices, 2)):
         if value < least:

@@ -18,8 +18,9 @@ import os
 import time
 from pathlib import Path
 
-from glassroom.data.tasks import verify_folder
+from glassroom.data.tasks import read_task_manifest, verify_folder
 from glassroom.errors import GlassroomError
+from glassroom.observe.store import StoreWriter, store_path
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -47,7 +48,7 @@ def task_manager(tasks_dir: Path | None, names: list[str] | None = None):
     """lm-eval's TaskManager over `tasks_dir`, and over lm-eval's own task files unless every one of
     `names` is local (indexing lm-eval's thousands of files takes seconds). Kept per folder (and the
     folder's manifest.json time) for the process: training reuses it."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lazy: lm_eval loads only when this runs
 
     if tasks_dir is not None and not Path(tasks_dir).is_dir():
         raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
@@ -67,7 +68,6 @@ def task_manager(tasks_dir: Path | None, names: list[str] | None = None):
 def local_names(tasks_dir: Path | None) -> list[str]:
     if tasks_dir is None or not Path(tasks_dir).is_dir():
         return []
-    from glassroom.data.tasks import read_task_manifest
 
     manifest = read_task_manifest(Path(tasks_dir))
     return sorted(list(manifest["tasks"]) + list(manifest.get("groups", {})))
@@ -106,7 +106,7 @@ def _quiet_lm_eval():
     import functools
     import importlib.metadata
 
-    import lm_eval.api.task as task_module
+    import lm_eval.api.task as task_module  # lazy: lm_eval loads only when this runs
     import lm_eval.evaluator as evaluator
 
     def git_hash():
@@ -178,9 +178,9 @@ def evaluate(model, tokenizer, names: list[str], tasks_dir: Path | None, limit: 
              eos_id: int | None = None, prefix_id: int | None = None) -> dict:
     """Run `names` on (model, tokenizer); returns {"scores": {task: {metric: v}}, "items": n, "seconds": s,
     "cut": {task: (scored, total)} for the tasks `limit` scored only in part}."""
-    import lm_eval
+    import lm_eval  # lazy: lm_eval loads only when this runs
 
-    from glassroom.downstream.adapter import GlassroomLM
+    from glassroom.downstream.adapter import GlassroomLM  # lazy: lm_eval, torch load only when this runs
 
     with lm_eval_call(names, tasks_dir):
         manager = manager or task_manager(tasks_dir, names)
@@ -219,8 +219,6 @@ def store_results(run_dir: Path, step: int, scores: dict[str, dict[str, float]],
     """Write into a run's store from another process: SQLite serialises this writer with a live
     trainer's (WAL, 30 s busy timeout); the event joins the journal's chain in its own transaction."""
     import sqlite3
-
-    from glassroom.observe.store import StoreWriter, store_path
 
     if not store_path(run_dir).is_file():
         raise GlassroomError(f"{run_dir}: no run store ({store_path(run_dir).name}); is it a run folder?")

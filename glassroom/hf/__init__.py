@@ -1,3 +1,3 @@
-"""The Hugging Face format: folders written (export.py, with the model card of card.py, remembered by
-the run through record.py) and read (load.py), for the architectures of architectures.py with the
-tensor layouts of tensors.py. A run that starts from such a folder is glassroom/train/init.py."""
+"""The Hugging Face format only: folders written (export.py, card.py, record.py) and read (load.py) for
+the architectures of architectures.py with the tensor layouts of tensors.py; never imports train
+(run folders and `init: {from:}` are glassroom/train/run_folder.py and init.py)."""

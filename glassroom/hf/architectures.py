@@ -205,7 +205,7 @@ _CONFIG_CLASSES = {name: cls.replace("ForCausalLM", "Config") for name, cls in C
 
 
 def _with_defaults(hf: dict, arch: str) -> dict:
-    import transformers
+    import transformers  # lazy: transformers loads only when this runs
 
     default = getattr(transformers, _CONFIG_CLASSES[arch])()
     out = dict(hf)

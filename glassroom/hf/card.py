@@ -18,7 +18,11 @@ from typing import Any, Optional
 
 import yaml
 
+from glassroom.config import build_section
+from glassroom.model.accounting import count_params
+from glassroom.model.config import ModelConfig
 from glassroom.observe.redact import redact, redact_text
+from glassroom.units import format_count, model_name
 
 
 Value = tuple[int, float]  # (the step it was measured at, the value)
@@ -26,7 +30,7 @@ Value = tuple[int, float]  # (the step it was measured at, the value)
 
 def _store_values(run_dir: Path, step: int) -> tuple[dict[str, Value], dict[str, Value], Optional[dict]]:
     """(eval/<domain>/bpb, downstream/* (step, value) last at or before `step`, the prediction artifact)."""
-    from glassroom.observe.store import store_path
+    from glassroom.observe.store import store_path  # lazy: numpy loads only when this runs
 
     if not store_path(run_dir).is_file():
         return {}, {}, None
@@ -37,7 +41,7 @@ def _store_values(run_dir: Path, step: int) -> tuple[dict[str, Value], dict[str,
 
 
 def _read_store(run_dir: Path, step: int) -> tuple[dict[str, Value], dict[str, Value], Optional[dict]]:
-    from glassroom.observe.store import StoreReader
+    from glassroom.observe.store import StoreReader  # lazy: numpy loads only when this runs
 
     bpb, downstream = {}, {}
     with StoreReader(run_dir) as reader:
@@ -77,11 +81,6 @@ def _commit(run_dir: Path, prediction: Optional[dict]) -> Optional[str]:
 
 
 def model_card(run_dir: Path, config: dict[str, Any], step: int, arch_class: str, train_state: dict) -> str:
-    from glassroom.config import build_section
-    from glassroom.model.accounting import count_params
-    from glassroom.model.config import ModelConfig
-    from glassroom.units import format_count, model_name
-
     cfg = build_section(ModelConfig, config["model"], "model")
     counts = count_params(cfg)
     bpb, downstream, prediction = _store_values(run_dir, step)

@@ -18,7 +18,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from glassroom.config import build_section
+from glassroom.data.chat import IM_END, IM_START, JINJA
+from glassroom.data.tokenizer import load_tokenizer
 from glassroom.errors import GlassroomError
+from glassroom.folders import swap_into_place
+from glassroom.hf.architectures import CLASSES, choose, hf_config
+from glassroom.hf.tensors import to_hf
+from glassroom.model.config import ModelConfig
 
 MARKER = "glassroom-export.json"
 DTYPES = {"fp32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
@@ -109,12 +116,6 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
                  force: bool = False, provenance: Optional[dict] = None) -> Path:
     """Export `model` (a model: mapping) with weights `state` (glassroom names) to `out`, atomically.
     `card(arch_class)` returns README.md's text. Returns `out`."""
-    from glassroom.config import build_section
-    from glassroom.data.tokenizer import load_tokenizer
-    from glassroom.hf.architectures import CLASSES, choose, hf_config
-    from glassroom.hf.tensors import to_hf
-    from glassroom.model.config import ModelConfig
-
     out = Path(out)
     if dtype not in DTYPES:
         raise GlassroomError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
@@ -164,8 +165,6 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
 def _chat_template(tok) -> dict:
     """tokenizer_config.json's `chat_template` when the tokenizer carries the chat template's tokens
     (a conversation dataset added them: glassroom/data/chat.py), so apply_chat_template renders alike."""
-    from glassroom.data.chat import IM_END, IM_START, JINJA
-
     has = all(tok.token_to_id(t) is not None for t in (IM_START, IM_END))
     return {"chat_template": JINJA} if has else {}
 
@@ -173,8 +172,6 @@ def _chat_template(tok) -> dict:
 def _replace(tmp: Path, out: Path, force: bool) -> None:
     """Rename `tmp` to `out`; an existing `out` (empty, or an export with --force) goes only after,
     checked again: files put at `out` while the export was written are never deleted."""
-    from glassroom.folders import swap_into_place
-
     if out.exists() or out.is_symlink():
         check_out(out, force)
     swap_into_place(tmp, out)

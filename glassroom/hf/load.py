@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
+from glassroom.config import build_section
 from glassroom.errors import GlassroomError
+from glassroom.hf.architectures import model_config
+from glassroom.hf.tensors import from_hf
+from glassroom.memory import available_memory
+from glassroom.model.config import ModelConfig
+from glassroom.model.transformer import Transformer
 
 SAFETENSORS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -42,10 +48,6 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
 def model_section(folder: Path, weights: bool = True) -> dict[str, Any]:
     """The `model:` mapping a Hugging Face folder's config.json describes (validated; with `weights`,
     also against the shapes in the weights' headers: check_weights)."""
-    from glassroom.config import build_section
-    from glassroom.hf.architectures import model_config
-    from glassroom.model.config import ModelConfig
-
     where = str(Path(folder) / "config.json")
     try:
         mapping = model_config(read_hf_config(folder), where)
@@ -89,10 +91,6 @@ def check_weights(folder: Path, cfg) -> None:
     and of a floating type: checked before a model of `cfg` is built, so a config.json claiming
     10**9 layers or a vocabulary of 10**12 is one line, not an allocation."""
     import re
-
-    from glassroom.hf.tensors import from_hf
-    from glassroom.model.transformer import Transformer
-    from glassroom.memory import available_memory
 
     where = str(Path(folder) / "config.json")
     tensors = _header_tensors(folder)
@@ -158,8 +156,6 @@ def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 def read_hf_folder(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(model mapping, glassroom state dict in fp32) of a Hugging Face folder."""
-    from glassroom.hf.tensors import from_hf
-
     mapping = model_section(folder)
     cfg = model_config_of(mapping)
     arch = read_hf_config(folder)["model_type"]
@@ -174,16 +170,11 @@ def read_hf_folder(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor
 
 
 def model_config_of(mapping: dict[str, Any]):
-    from glassroom.config import build_section
-    from glassroom.model.config import ModelConfig
-
     return build_section(ModelConfig, mapping, "model")
 
 
 def build_from_state(cfg, state: dict[str, torch.Tensor], where: str):
     """A Transformer for `cfg` holding exactly `state` (fp32, CPU); shapes are checked by name."""
-    from glassroom.model.transformer import Transformer
-
     model = Transformer(cfg)
     copy_state(model, state, where)
     return model.eval()

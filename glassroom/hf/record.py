@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def record_export(run_dir: Path, folder: Path, step: int, dtype: str) -> None:
-    from glassroom.observe.store import StoreWriter, store_path
+    from glassroom.observe.store import StoreWriter, store_path  # lazy: numpy loads only when this runs
 
     if not store_path(run_dir).is_file():
         return

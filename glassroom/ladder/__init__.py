@@ -1,4 +1,4 @@
-"""Scaling ladders: a spec of rungs from one size dial (spec), their cost (plan), scaling-law fits
-with intervals (fit), and the hero's preregistered loss-curve prediction (predict). Also: fits of any
-ladder's final losses (foresight, laws), which ladder to run (design), downstream scores predicted
-from the rungs (downstream_link), and synthetic ladders to check the fitter against (synthetic)."""
+"""Scaling ladders: a spec of rungs from one size dial (spec), their cost (plan), scaling-law fits with
+intervals (fit, laws, curve), and the hero's preregistered loss-curve prediction (predict). fit.py and
+rungs.py (with what they import) are torch-free and train-free: the web's ladder page reads them.
+Running a ladder as pipeline steps is glassroom/steps/ladder.py."""

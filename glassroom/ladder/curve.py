@@ -10,8 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from glassroom.config import build_section
 from glassroom.errors import GlassroomError
 from glassroom.ladder.fit import Fit, Law, Term, bootstrap, fit_law, percentile_interval
+from glassroom.train.config import TrainSection
 
 CURVE_LAW = Law("L(N,s)", "E + B * N^-beta + A * S1^-alpha - C * S2",
                 (Term("E"), Term("B", "power", "N", "beta"), Term("A", "power", "S1", "alpha"),
@@ -21,9 +23,7 @@ BAND_POINTS = 500
 
 def lr_multipliers(train: Any) -> np.ndarray:
     """m_i for i in 0..steps-1 of a `train:` section (TrainSection or mapping)."""
-    from glassroom.config import build_section
-    from glassroom.train.config import TrainSection
-    from glassroom.train.optim import lr_multiplier
+    from glassroom.train.optim import lr_multiplier  # lazy: torch loads only when this runs
 
     if isinstance(train, dict):
         train = build_section(TrainSection, train, "train")

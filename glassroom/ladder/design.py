@@ -43,8 +43,14 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from glassroom.data.shards import read_manifest
 from glassroom.errors import ConfigError, GlassroomError
-from glassroom.ladder.spec import LadderSpec, PlannedRun, plan_run, dial_values, expand
+from glassroom.ladder.foresight import fit_points, point_fits
+from glassroom.ladder.noise import NoiseEstimate
+from glassroom.ladder.results import read_ladder, read_results
+from glassroom.ladder.spec import LadderSpec, PlannedRun, dial_values, expand, plan_run
+from glassroom.ladder.synthetic import TRUTHS, truth_loss
+from glassroom.units import parse_count
 
 PUBLISHED_MIN_PARAMS = 70e6  # smallest model of Hoffmann et al.'s fits (and so Besiroglu et al.'s refit)
 MAX_DIAL_VALUES = 8  # possible dial values a search considers (log-spaced when the spec allows more)
@@ -97,8 +103,6 @@ def parse_fraction(text: str, option: str) -> float:
 
 def published_truth(name: str, spec_smallest_params: float) -> tuple[Callable, dict]:
     """(truth(N, D, C) -> loss, description) of a published law, N and D scaled (module docstring)."""
-    from glassroom.ladder.synthetic import TRUTHS, truth_loss
-
     if name not in TRUTHS:
         raise GlassroomError(f"--law {name}: unknown; use {', '.join(sorted(TRUTHS))}, a ladder folder or a results file")
     law = TRUTHS[name]
@@ -115,9 +119,6 @@ def published_truth(name: str, spec_smallest_params: float) -> tuple[Callable, d
 def fitted_truth(source: str, stated_noise: float, irreducible: Optional[float]) -> tuple[Callable, dict, object]:
     """(truth, description, NoiseEstimate) from a ladder folder or results file, fitted by foresight."""
     from pathlib import Path
-
-    from glassroom.ladder.foresight import fit_points
-    from glassroom.ladder.results import read_ladder, read_results
 
     results = read_ladder(source) if Path(source).is_dir() else read_results(source)
     ffit = fit_points(results.points, law="auto", stated_noise=stated_noise, irreducible=irreducible, bootstrap=0)
@@ -146,8 +147,6 @@ def _spec_seeds(spec: LadderSpec) -> Union[int, tuple[int, ...]]:
 def eval_domains(spec: LadderSpec, data: Optional[str] = None) -> tuple[int, str]:
     """Domains each evaluation covers (each gets eval_sequences): from the dataset's manifest, else the
     spec's data.weights, else 1 (said so: the evaluations' compute is then a lower bound)."""
-    from glassroom.data.shards import read_manifest
-
     section = spec.base.get("data", {})
     path = data or section.get("path", "")
     try:
@@ -175,7 +174,6 @@ def resolve_hero(spec: LadderSpec, hero: Optional[str]) -> LadderSpec:
     """The spec with --hero applied: a d_model (a multiple of head_dim), or FLOPs (the nearest d_model)."""
     if hero is None:
         return spec
-    from glassroom.units import parse_count
 
     try:
         value = parse_count(hero)
@@ -329,8 +327,6 @@ def simulate(cand: Candidate, hero: PlannedRun, truth: Callable, noise, eval_noi
              rng: np.random.Generator, irreducible: Optional[float] = None, law: str = "auto") -> np.ndarray:
     """Signed relative errors of the hero's prediction over `simulations` simulated ladders, all fitted
     in one batch by foresight.point_fits (the fitter of `ladder predict`, no bootstrap)."""
-    from glassroom.ladder.foresight import point_fits
-
     k, sizes = cand.counts, len(cand.runs)
     params = np.repeat([float(r.params) for r in cand.runs], k)
     tokens = np.repeat([float(r.tokens) for r in cand.runs], k)
@@ -366,8 +362,6 @@ def summarise(errors: np.ndarray) -> dict:
 
 
 def _noise_estimate(sigma: float, source: str = "stated"):
-    from glassroom.ladder.noise import NoiseEstimate
-
     return NoiseEstimate(sigma=float(sigma), source=source, dof=0, sizes=0, stated=float(sigma))
 
 
@@ -406,8 +400,6 @@ def design(spec: LadderSpec, hero: Optional[str] = None, target: float = 0.005, 
            noise: Optional[float] = None, law: str = "chinchilla", simulations: int = 400, seed: int = 0,
            eval_noise: float = 0.0, data: Optional[str] = None, smallest: Optional[int] = None) -> dict:
     """Everything `glassroom ladder design` reports, as one JSON-ready mapping (module docstring)."""
-    from glassroom.ladder.synthetic import TRUTHS
-
     spec = resolve_hero(spec, hero)
     domains, domains_note = eval_domains(spec, data)
     cands, hero_run, values = candidates(spec, domains, eval_noise, smallest)

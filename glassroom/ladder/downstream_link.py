@@ -46,6 +46,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from glassroom.errors import GlassroomError
+from glassroom.ladder.curve import fit_curves, predict_curve
 
 PREFIX = "downstream/"
 SOURCES = ("Bhagia et al. 2024, arXiv 2412.04403 (two-step task scaling laws); "
@@ -442,8 +443,6 @@ def downstream_backtest(rungs: Sequence, fit_cfg, held_loss: Optional[dict] = No
                 "reason": f"a backtest needs at least 3 sizes (fit on 2, predict 1), have {len(sizes)}"}
     held, train = sizes[-1], [r for g in sizes[:-1] for r in g]
     if held_loss is None:
-        from glassroom.ladder.curve import fit_curves, predict_curve
-
         fit = fit_curves(train, metric, fit_cfg)
         held_loss = predict_curve(fit, held[0].law_size(getattr(fit_cfg, "size_term", "active")), held[0].config["train"],
                                   held[0].tokens_per_step, fit_cfg)

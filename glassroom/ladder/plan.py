@@ -28,7 +28,7 @@ def device_rate(gpu: Optional[str], gpus: int, mfu: Optional[float], cpu_flops: 
         peak, mfu, device = GPU_PEAK_BF16[gpu], GPU_MFU if mfu is None else mfu, f"{gpus} x {gpu}"
     else:
         if cpu_flops is None:
-            from glassroom.train.hardware import measured_cpu_peak
+            from glassroom.train.hardware import measured_cpu_peak  # lazy: torch loads only when this runs
 
             cpu_flops = measured_cpu_peak(None)
         peak, mfu, device, gpus = cpu_flops, CPU_MFU if mfu is None else mfu, "cpu", 1

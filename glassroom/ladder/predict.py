@@ -45,11 +45,18 @@ from glassroom.errors import GlassroomError
 from glassroom.ladder.curve import (  # noqa: F401  (re-exported: the curve law and its band)
     BAND_POINTS, CURVE_LAW, curve_features, fit_curves, lr_multipliers, predict_curve, schedule_areas)
 from glassroom.ladder.downstream_link import downstream_backtest, downstream_prediction
-from glassroom.ladder.rungs import group_sizes
+from glassroom.ladder.fit import fit_endpoints, predict_interval
+from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure_noise, read_spec_settings
+from glassroom.model.accounting import count_params, flops_per_token
+from glassroom.observe.prediction import band_problem, predicted_run, run_digest, seal
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
-from glassroom.observe.run_folder import checkpoints_path
+from glassroom.observe.run_folder import checkpoints_path, store_path
+from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.provenance import git_state
+from glassroom.train.config import run_config_from_mapping
+from glassroom.units import model_name
 from glassroom.version import PACKAGE_DIR, __version__
+
 
 def size_misfit(rungs, fit_cfg) -> Optional[dict]:
     """The curve law's out-of-sample error across sizes: every size (all its seeds) left out in turn,
@@ -98,12 +105,6 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
     can use are refused (rungs.check_rungs); allowed non-monotone rungs or exponents at their bounds
     make `reliable` false, with the reasons in `warnings`.
     """
-    from glassroom.ladder.rungs import check_rungs, load_rungs, measure_noise, read_spec_settings
-    from glassroom.model.accounting import count_params
-    from glassroom.observe.prediction import predicted_run, run_digest
-    from glassroom.train.config import run_config_from_mapping
-    from glassroom.units import model_name
-
     settings, spec_count = read_spec_settings(ladder_dir)
     fit_cfg = fit_cfg or settings
     param_count = param_count or spec_count
@@ -128,9 +129,6 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
                          misfit=_misfit_sd(misfit, noise))
     endpoint = None
     if len(group_sizes(rungs)) >= (2 if fit_cfg.irreducible != "free" else 3):
-        from glassroom.ladder.fit import fit_endpoints, predict_interval
-        from glassroom.model.accounting import flops_per_token
-
         C = [r.flops for r in rungs]
         L = [r.final(fit_cfg.metric) for r in rungs]
         pinned = None if fit_cfg.irreducible == "free" else float(fit_cfg.irreducible)
@@ -189,8 +187,6 @@ def leave_largest_size_out(C, loss, pinned_E: Optional[float] = None, replicates
     """L(C) fitted without every run at the largest compute (all seeds of the largest size) and
     predicted there, compared with those runs' mean final value (fit.leave_largest_out's fields,
     plus each held-out run's value). One run per size: the same numbers as fit.leave_largest_out."""
-    from glassroom.ladder.fit import fit_endpoints, predict_interval
-
     C, loss = np.asarray(C, float), np.asarray(loss, float)
     if len(C) == 0:
         return None
@@ -225,14 +221,13 @@ def seal_commit() -> str:
     return f"glassroom-{__version__}+src.{sources()}"
 
 
-def _refuse_started(conn, run_dir: Path) -> None:
-    """A prediction is made before the hero's first step: refuse a run that has started."""
-    row = conn.execute("SELECT COUNT(*), MIN(step) FROM metrics").fetchone()
+def _refuse_started(writer, run_dir: Path) -> None:
+    """A prediction is made before the hero's first step: refuse a run (its StoreWriter) that has started."""
+    row = writer.metric_extent()
     if row[0]:
         raise GlassroomError(f"{run_dir}: the run has already logged {row[0]} metric value(s) from step {row[1]}; "
                              "a prediction must be sealed before the first step (predict into a new run folder)")
-    started = conn.execute("SELECT id, kind, step FROM events WHERE kind IN ('start', 'resume') "
-                           "ORDER BY id LIMIT 1").fetchone()
+    started = writer.first_event(("start", "resume"))
     if started:
         raise GlassroomError(f"{run_dir}: the run has already started (event {started[0]}, {started[1]} at step "
                              f"{started[2]}); a prediction must be sealed before it starts (use a new run folder)")
@@ -251,10 +246,6 @@ def preregister(run_dir: str | Path, prediction: dict) -> dict:
     nothing (one SQLite transaction). The prediction's `created` is the moment of sealing; any time
     it carried is dropped.
     """
-    from glassroom.observe.journal import append_event
-    from glassroom.observe.prediction import band_problem, seal
-    from glassroom.observe.store import StoreWriter
-
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise GlassroomError(f"{run_dir}: is a file, expected a run folder")
@@ -272,27 +263,21 @@ def preregister(run_dir: str | Path, prediction: dict) -> dict:
     try:
         writer = StoreWriter(run_dir)
     except sqlite3.DatabaseError as exc:
-        raise GlassroomError(f"{run_dir / 'store.sqlite'}: unreadable run store ({exc})") from None
+        raise GlassroomError(f"{store_path(run_dir)}: unreadable run store ({exc})") from None
     try:
-        conn = writer.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if conn.execute("SELECT 1 FROM artifacts WHERE name = 'prediction'").fetchone():
+        with writer.transaction():   # checks, artifact and event: all or nothing
+            if writer.has_artifact("prediction"):
                 raise GlassroomError(f"{run_dir}: already holds a preregistered prediction; it is never changed "
                                      "(predict into a new hero run folder instead)")
-            _refuse_started(conn, run_dir)
+            _refuse_started(writer, run_dir)
             sealed = seal(prediction, rungs, commit)
-            conn.execute("INSERT INTO artifacts VALUES (?, ?, ?)", ("prediction", time.time(), json.dumps(sealed)))
+            writer.set_artifact("prediction", sealed)
             digest = sealed["seal"]["digest"]
             text = (f"preregistered {sealed['metric']} {sealed['final_loss']:.4f} "
                     f"[{sealed['final_interval'][0]:.4f}, {sealed['final_interval'][1]:.4f}] at step "
                     f"{sealed['steps'][-1]}; sealed sha256 {digest}")
             data = {k: sealed[k] for k in ("metric", "final_loss", "final_interval", "created")}
-            append_event(conn, time.time(), 0, "prediction", text, json.dumps({**data, "seal_digest": digest}))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            writer.event("prediction", text, 0, {**data, "seal_digest": digest})
     finally:
         writer.close()
     return sealed
@@ -303,8 +288,6 @@ def backtest(ladder_dir: str | Path, fit_cfg=None, allow_nonmonotone: bool = Fal
     every seed of the largest size is held out and the prediction is compared with their mean final
     value (each seed's own final and curve error are reported too). The seed noise comes from the
     fitted sizes only: the held-out runs are not looked at before the comparison."""
-    from glassroom.ladder.rungs import check_rungs, load_rungs, measure_noise, read_spec_settings
-
     settings, param_count = read_spec_settings(ladder_dir)
     fit_cfg = fit_cfg or settings
     rungs = load_rungs(ladder_dir, param_count)

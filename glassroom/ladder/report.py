@@ -45,8 +45,6 @@ def _metrics(rungs, main: str) -> list[str]:
 
 
 def raise_missing(rung, metric: str) -> None:
-    from glassroom.errors import GlassroomError
-
     raise GlassroomError(f"{rung.run_dir}: no {metric} values (the spec's fit.metric); check the metric name")
 
 

@@ -46,6 +46,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.units import parse_count
 
 REQUIRED = ("name", "params", "tokens", "loss")
 NUMBERS = ("params", "tokens", "flops", "loss")
@@ -71,7 +72,7 @@ class Curve:
     tokens_per_step: float
 
     def multipliers(self) -> np.ndarray:
-        from glassroom.train.optim import lr_multiplier
+        from glassroom.train.optim import lr_multiplier  # lazy: torch loads only when this runs
 
         f = lr_multiplier(self.train)
         return np.array([f(i) for i in range(self.train.steps)], dtype=float)
@@ -192,8 +193,6 @@ def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[str], li
 
 
 def _number(path, lineno, col, value, positive=True) -> float:
-    from glassroom.units import parse_count
-
     where = f"{path} line {lineno}, column {col}"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise GlassroomError(f"{where}: {value!r} is not a number")
@@ -239,7 +238,7 @@ def _name(path, lineno, value) -> str:
 
 
 def _point(path, lineno, row):
-    from glassroom.ladder.foresight import Point
+    from glassroom.ladder.foresight import Point  # lazy: scipy loads only when this runs
 
     name = _name(path, lineno, row["name"])
     n, d, loss = (_number(path, lineno, c, row[c]) for c in ("params", "tokens", "loss"))
@@ -317,7 +316,7 @@ def _curve_settings(path, lineno, row, name) -> dict:
 
 
 def _curves(path, rows) -> tuple[list, list[Curve], list[str], int]:
-    from glassroom.ladder.foresight import Point
+    from glassroom.ladder.foresight import Point  # lazy: scipy loads only when this runs
 
     runs: dict = {}
     for lineno, row in rows:
@@ -414,7 +413,7 @@ def read_results(path: str | Path) -> Results:
 def read_ladder(ladder_dir: str | Path) -> Results:
     """A ladder folder's finished rungs as points: N by the spec's param_count, tokens, FLOPs, the final
     value of the spec's fit.metric, seed = the rung's train.seed; the spec's fit settings come along."""
-    from glassroom.ladder.foresight import Point
+    from glassroom.ladder.foresight import Point  # lazy: scipy loads only when this runs
     from glassroom.ladder.rungs import load_rungs, read_spec_settings
 
     fit_cfg, param_count = read_spec_settings(ladder_dir)
@@ -441,7 +440,7 @@ def read_source(results: Optional[str], ladder_dir: Optional[str], flag: str = "
 
 def curve_data(curves: list[Curve], skip_fraction: float = 0.1, momentum: float = 0.999):
     """X (N, S1, S2), y and run groups of every curve row after skip_fraction of its run."""
-    from glassroom.ladder.curve import curve_features
+    from glassroom.ladder.curve import curve_features  # lazy: scipy loads only when this runs
 
     X, y, groups = {"N": [], "S1": [], "S2": []}, [], []
     for g, c in enumerate(curves):
@@ -457,9 +456,9 @@ def curve_data(curves: list[Curve], skip_fraction: float = 0.1, momentum: float 
 def fit_curve_law(curves: list[Curve], bootstrap: int = 200, noise: float = 0.003, confidence: float = 0.95,
                   seed: int = 0, skip_fraction: float = 0.1, momentum: float = 0.999):
     """The schedule-aware curve law (curve.CURVE_LAW) fitted jointly on the curves, with intervals."""
-    from glassroom.ladder.fit import bootstrap as run_bootstrap
+    from glassroom.ladder.fit import bootstrap as run_bootstrap  # lazy: scipy loads only when this runs
     from glassroom.ladder.fit import fit_law
-    from glassroom.ladder.curve import CURVE_LAW
+    from glassroom.ladder.curve import CURVE_LAW  # lazy: scipy loads only when this runs
 
     if len({c.params for c in curves}) < 2:
         raise GlassroomError("the curve law needs curves of at least two sizes (params)")
@@ -476,7 +475,7 @@ def predict_curve_final(fit, curve: Curve, params: float, tokens: float, confide
                         momentum: float = 0.999) -> dict:
     """The curve law's final loss for a run of `params` and `tokens` trained like `curve` (its schedule,
     warmup share and tokens per step; the number of steps follows from the tokens)."""
-    from glassroom.ladder.fit import predict_interval
+    from glassroom.ladder.fit import predict_interval  # lazy: scipy loads only when this runs
     from glassroom.ladder.curve import curve_features
 
     steps = max(1, round(tokens / curve.tokens_per_step))
@@ -501,6 +500,7 @@ def huber_prediction(points: list, params: float, tokens: float, flops: Optional
     2404.10102) fit it, and its value at (params, tokens) with the bootstrap's quantiles (fit.bootstrap:
     cases when there are many points). What `--objective huber` runs; foresight.fit_points (least squares
     of log loss) is the default."""
+    # lazy: scipy loads only when this runs
     from glassroom.ladder.fit import LAW_C, LAW_ND, bootstrap, fit_law, identifiable_nd, predict_interval
 
     sizes = sorted({(p.params, p.tokens) for p in points})

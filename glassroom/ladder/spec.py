@@ -36,6 +36,7 @@ from glassroom.config import build_section, load_yaml, require_positive
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.ladder.rungs import FitSection
 from glassroom.model.accounting import count_params, flops_per_token
+from glassroom.model.config import ModelConfig
 from glassroom.pipeline.step import NAME_RE
 from glassroom.train.config import run_config_from_mapping
 from glassroom.units import model_name, parse_count
@@ -286,8 +287,6 @@ def model_mapping(spec: LadderSpec, d_model: int, overrides: Optional[dict] = No
 
 def plan_run(spec: LadderSpec, role: str, d_model: int, tokens: Optional[float], tokens_per_param: Optional[float],
               model_overrides: Optional[dict] = None, train_overrides: Optional[dict] = None) -> PlannedRun:
-    from glassroom.model.config import ModelConfig
-
     model = model_mapping(spec, d_model, model_overrides)
     where = f"{role} d_model {d_model}"
     try:

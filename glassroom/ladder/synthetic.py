@@ -26,7 +26,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from glassroom.ladder.engine import fit_batch
-from glassroom.ladder.foresight import Point
+from glassroom.ladder.fit import LAW_C, LAW_ND, fit_law
+from glassroom.ladder.foresight import Point, fit_points
 
 TRUTHS = {
     "chinchilla": {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28},
@@ -98,8 +99,6 @@ def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: flo
     ratio, and how often the 95% interval (kind "law" and kind "run") covered the noise-free truth.
     huber: also the median error of fit.py's fit (Huber delta 1e-3 of log loss, the `ladder fit DIR`
     fitter before foresight) of the same law on the same points."""
-    from glassroom.ladder.foresight import fit_points
-
     stated = noise if stated_noise is None else stated_noise
     err, ref, cover_law, cover_run, width, laws, hub = [], [], [], [], [], set(), []
     for k in range(noise_seeds):
@@ -128,8 +127,6 @@ def measure(truth: dict, span: float, rungs: int = 5, seeds: int = 1, noise: flo
 
 
 def _huber_prediction(points: Sequence[Point], law_name: str, N: float, D: float, C: float) -> float:
-    from glassroom.ladder.fit import LAW_C, LAW_ND, fit_law
-
     if law_name == "L(C)":
         fit = fit_law(LAW_C, {"C": [p.flops for p in points]}, [p.loss for p in points])
         return float(fit.predict({"C": [C]})[0])

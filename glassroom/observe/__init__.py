@@ -1,1 +1,2 @@
-"""What happened in a run, stored and explained. store.py never imports torch."""
+"""What happened in a run, stored and explained: the run record (store, journal, tiles, incidents,
+predictions, redaction), read by train, ladder and web. Never imports torch nor glassroom.train."""

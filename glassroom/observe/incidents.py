@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.redact import redact_event
 
 KIND = "incident"
 ACTIONS = ("open", "update", "resolve")
@@ -109,7 +110,7 @@ def _clean(text: Any) -> str:
     """Text as the store and a JSON answer can carry it: an undecodable byte of the command line
     (a lone surrogate) becomes U+FFFD, in the event's data as in its text (a surrogate left in the
     data made every page that lists incidents answer 500)."""
-    from glassroom.observe.store import storable
+    from glassroom.observe.store import storable  # lazy: numpy loads only when this runs
 
     return storable(str(text or ""))
 
@@ -136,7 +137,7 @@ def _text(text: str, what: str) -> str:
 
 def run_store(run_dir: str | Path) -> Path:
     """The store of the run folder `run_dir`, or a GlassroomError that says what is wrong."""
-    from glassroom.observe.store import store_path
+    from glassroom.observe.store import store_path  # lazy: numpy loads only when this runs
 
     run_dir = Path(run_dir)
     if not run_dir.exists():
@@ -182,7 +183,7 @@ def _write(run_dir: str | Path, build) -> tuple[dict, int]:
     """Open the run's store, and inside one write transaction read its incidents, let `build(conn,
     incidents)` check the request and return (kind-less event: text, step, data), append it.
     Returns (the event's data, its id). SQLite problems become one-line GlassroomErrors."""
-    from glassroom.observe.store import StoreWriter, write_failure
+    from glassroom.observe.store import StoreWriter, write_failure  # lazy: numpy loads only when this runs
 
     path = run_store(run_dir)
     import os
@@ -316,8 +317,6 @@ def update_incident(run_dir: str | Path, incident_id: str, text: str) -> dict:
 def redacted(event: dict) -> dict:
     """An event as shown outside (glassroom.observe.redact.redact_event); one whose data is nested too
     deep to redact (never written by glassroom) is shown without its data."""
-    from glassroom.observe.redact import redact_event
-
     try:
         return redact_event(event)
     except RecursionError:
@@ -326,7 +325,7 @@ def redacted(event: dict) -> dict:
 
 def read_incidents(run_dir: str | Path) -> list[dict]:
     """The folded incidents of one run as shown outside (events redacted)."""
-    from glassroom.observe.store import StoreReader
+    from glassroom.observe.store import StoreReader  # lazy: numpy loads only when this runs
 
     with StoreReader(run_dir) as reader:
         events = _read_events(reader.conn)

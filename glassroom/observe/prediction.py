@@ -28,8 +28,11 @@ from typing import Optional
 
 import numpy as np
 
-from glassroom.observe.journal import canonical, sha256_hex, verify_chain
+from glassroom import yaml_io
+from glassroom.errors import GlassroomError
+from glassroom.observe.journal import canonical, has_digest_column, sha256_hex, verify_chain
 from glassroom.observe.run_folder import STORE_FILE, config_path
+from glassroom.observe.store import StoreReader
 
 SEAL_ALGORITHM = "sha256"
 
@@ -123,8 +126,6 @@ class BandWatcher:
     def __init__(self, prediction: dict, where: str = STORE_FILE):
         problem = band_problem(prediction)
         if problem:
-            from glassroom.errors import GlassroomError
-
             raise GlassroomError(f"{where}: the preregistered prediction is damaged ({problem}); "
                                  "`glassroom ladder verify` says what was altered; train into a new folder")
         self.prediction = prediction
@@ -252,9 +253,6 @@ def verify_run(run_dir: str | Path) -> dict:
     Returns {"ok", "problem" (one line or None), "digest", "created", "first_step_time", "chain"}.
     Raises FileNotFoundError (no store), LookupError (no prediction) or sqlite3.DatabaseError.
     """
-    from glassroom.observe.journal import has_digest_column
-    from glassroom.observe.store import StoreReader
-
     with StoreReader(run_dir) as reader:
         conn = reader.conn
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -371,8 +369,6 @@ def check_hero_config(prediction: dict, run_dir: Path, started: bool) -> Optiona
     """None when RUN_DIR/config.yaml is the run the prediction was made for (prediction["hero"]
     ["config_sha256"] over predicted_run), or when it has no such digest (older predictions) or
     the run has not written its config yet; else one line naming what differs."""
-    from glassroom import yaml_io
-
     hero = prediction.get("hero") if isinstance(prediction.get("hero"), dict) else {}
     expected = hero.get("config_sha256")
     if not isinstance(expected, str):

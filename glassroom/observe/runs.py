@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from glassroom import yaml_io
 from glassroom.observe.redact import REDACTED, key_is_secret, redact, redact_text  # noqa: F401 (re-exported)
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, STORE_FILE, config_path
 from glassroom.observe.store import StoreReader
@@ -166,8 +167,6 @@ def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[An
     reported in the text, never raised. With `root`, a config.yaml that resolves outside it (a
     symlink out of the served folder) is treated as absent."""
     import yaml
-
-    from glassroom import yaml_io
 
     run_dir = Path(run_dir)
     path = inside(root if root is not None else run_dir, config_path(run_dir))

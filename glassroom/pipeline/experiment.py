@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glassroom.config import apply_overrides, load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.pipeline.graph import Graph, build_graph
 from glassroom.pipeline.step import Step
@@ -105,8 +106,6 @@ def load_recipe(path: str | Path, *overrides: str) -> dict:
     """A YAML recipe (with `key.path=value` overrides) as a step's config: its contents, not its
     path, enter the version, so editing the file reruns the steps that use it. A relative path is
     read from the folder of the file that calls this (the experiment)."""
-    from glassroom.config import apply_overrides, load_yaml
-
     path = Path(path)
     caller = sys._getframe(1).f_globals.get("__file__")
     if not path.is_absolute() and caller:

@@ -22,7 +22,7 @@ from glassroom.pipeline.status import LOG
 
 def _import_ray():
     try:
-        import ray
+        import ray  # lazy: ray loads only when this runs
     except ImportError:
         raise GlassroomError("--ray needs Ray, an optional extra: pip install -e '.[ray]'") from None
     return ray
@@ -33,7 +33,7 @@ def execute_in_task(spec: dict) -> int:
     import socket
     import subprocess
 
-    import ray
+    import ray  # lazy: ray loads only when this runs
 
     node_ip = ray.util.get_node_ip_address()
     env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",

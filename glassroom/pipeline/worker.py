@@ -23,6 +23,11 @@ import time
 import traceback
 from pathlib import Path
 
+from glassroom.errors import GlassroomError
+from glassroom.pipeline.context import StepContext
+from glassroom.pipeline.experiment import load_experiment
+from glassroom.pipeline.lock import holds
+from glassroom.pipeline.provenance import provenance_record
 from glassroom.pipeline.status import (
     DONE, FAILED, INTERRUPTED, PROVENANCE, RESULT, atomic_write_json, read_status, write_status,
 )
@@ -65,12 +70,6 @@ def main(argv: list[str]) -> int:
     sys.stdout.reconfigure(line_buffering=True)
     print(f"--- {spec['name']} {spec['version']} attempt {spec['attempt']} "
           f"pid {os.getpid()} rank {rank}/{world} {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
-
-    from glassroom.errors import GlassroomError
-    from glassroom.pipeline.context import StepContext
-    from glassroom.pipeline.experiment import load_experiment
-    from glassroom.pipeline.lock import holds
-    from glassroom.pipeline.provenance import provenance_record
 
     def fail(state: str, message: str) -> int:
         if rank == 0:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.step import Resources, Step
+from glassroom.steps.data import LogLines
 
 
 def _whole(name: str, key: str, value, least: int) -> int:
@@ -30,7 +31,7 @@ def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, samp
                method: str = "fast", seed: int = 0, max_tokens: int = 512, subpath: str = "dataset",
                cpus: float = 2, deps: tuple = ()) -> Step:
     """A step that computes the atlas of `data`'s dataset (`<output of data>/<subpath>`) at k clusters."""
-    from glassroom.data.atlas import SAMPLINGS
+    from glassroom.data.atlas import SAMPLINGS  # lazy: numpy loads only when this runs
     from glassroom.data.embed import METHODS
 
     if not isinstance(data, Step):
@@ -49,8 +50,7 @@ def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, samp
 
 
 def make_atlas(ctx: StepContext) -> dict:
-    from glassroom.data.atlas import build_atlas
-    from glassroom.steps.data import LogLines
+    from glassroom.data.atlas import build_atlas  # lazy: numpy loads only when this runs
 
     cfg = ctx.config
     atlas = build_atlas(cfg["dataset"], k=cfg["k"], sample=cfg["sample"], sampling=cfg["sampling"], method=cfg["method"],

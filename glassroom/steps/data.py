@@ -24,6 +24,7 @@ import json
 import sys
 from pathlib import Path
 
+from glassroom.data.recipe import Recipe, load_recipe
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.step import Resources, Step
 
@@ -34,8 +35,6 @@ def data_build_step(name: str, recipe, *overrides: str, cpus: float = 2, deps: t
     Recipe) with `key.path=value` overrides; the resolved recipe is its config, so editing the
     recipe file reruns the build and everything trained on it. `tasks`: also write the downstream
     tasks into the dataset (`glassroom data tasks`; keys seq_len, windows, items, choices, seed)."""
-    from glassroom.data.recipe import Recipe, load_recipe
-
     if not isinstance(recipe, Recipe):
         path = Path(recipe)
         caller = sys._getframe(1).f_globals.get("__file__")
@@ -57,7 +56,7 @@ def export_step(name: str, run: Step, dtype: str = "fp32", deps: tuple = ()) -> 
 
 
 def export_model(ctx: StepContext) -> dict:
-    from glassroom.train.run_folder import export_run
+    from glassroom.train.run_folder import export_run  # lazy: numpy, torch load only when this runs
 
     folder = export_run(ctx.config["run"], ctx.output / "model", dtype=ctx.config["dtype"], force=True)
     config = json.loads((folder / "config.json").read_text())
@@ -88,7 +87,7 @@ def build_into(ctx: StepContext, recipe) -> dict:
     """Build `recipe` into `<output>/dataset` (replacing what an interrupted attempt left); the manifest."""
     import shutil
 
-    from glassroom.data.build import build_dataset
+    from glassroom.data.build import build_dataset  # lazy: numpy loads only when this runs
 
     for stale in ctx.output.glob(".dataset.building-*"):  # left by an interrupted attempt
         shutil.rmtree(stale, ignore_errors=True)
@@ -100,7 +99,7 @@ def build_into(ctx: StepContext, recipe) -> dict:
 def build_data(ctx: StepContext) -> dict:
     manifest = build_into(ctx, ctx.config["recipe"])
     if ctx.config.get("tasks"):
-        from glassroom.data.tasks import write_tasks
+        from glassroom.data.tasks import write_tasks  # lazy: numpy loads only when this runs
 
         ctx.note("writing the downstream tasks", every=0)
         write_tasks(ctx.output / "dataset", **ctx.config["tasks"])

@@ -21,14 +21,21 @@ from typing import Any, Optional
 
 import yaml
 
+from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.predict import backtest, make_prediction, preregister
 from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
                                     load_rungs)
+from glassroom.ladder.spec import expand_seeds, load_spec
 from glassroom.observe.run_folder import has_config
 from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.context import StepContext
+from glassroom.pipeline.experiment import load_experiment
+from glassroom.pipeline.provenance import run_context
+from glassroom.pipeline.runner_local import LocalBackend
+from glassroom.pipeline.scheduler import run_graph
 from glassroom.pipeline.step import Input, Resources, Step
+from glassroom.train.config import run_config_from_mapping
 
 
 class _Progress:
@@ -50,8 +57,7 @@ class _Progress:
 
 def train_in_step(ctx: StepContext, config: dict[str, Any], run_dir: Path) -> dict:
     """Train `config` (a RunConfig mapping) into run_dir, resuming what an earlier attempt left."""
-    from glassroom.train.config import run_config_from_mapping
-    from glassroom.train.trainer import Trainer
+    from glassroom.train.trainer import Trainer  # lazy: torch loads only when this runs
 
     cfg = run_config_from_mapping(config, ctx.name)
     trainer = Trainer(cfg, run_dir, resume=has_config(run_dir))
@@ -104,9 +110,8 @@ def train_hero(ctx: StepContext) -> dict:
     ladder = Path(ctx.config["ladder"])
     prediction_file = ladder / PREDICTION_FILE
     with StoreWriter(ctx.output) as writer:
-        conn = writer.conn
-        sealed = conn.execute("SELECT 1 FROM artifacts WHERE name = 'prediction'").fetchone() is not None
-        noted = conn.execute("SELECT 1 FROM events WHERE kind = 'no_prediction'").fetchone() is not None
+        sealed = writer.has_artifact("prediction")
+        noted = writer.has_event("no_prediction")
         if not prediction_file.is_file() and not noted:
             missing = json.loads((ladder / NO_PREDICTION_FILE).read_text())
             writer.event("no_prediction", f"no prediction: the ladder's fit failed ({missing['reason']})", step=0,
@@ -127,8 +132,6 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
                  cpus: float = 2) -> tuple[list[Step], list[Step]]:
     """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
     replaces the spec's data.path."""
-    from glassroom.ladder.spec import expand_seeds
-
     rungs, hero = expand_seeds(spec)
     rung_steps = [
         Step(run.name, train_rung, {"run": _with_data(run.config, data)}, kind="rungs",
@@ -150,9 +153,6 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
 
 def ladder_experiment(spec_path: str, data: Optional[str] = None, hero: bool = False) -> list[Step]:
     """The steps of a ladder, for an experiment file (`steps = ladder_experiment(...)`)."""
-    from glassroom.config import load_yaml
-    from glassroom.ladder.spec import load_spec
-
     rungs, later = ladder_steps(load_spec(spec_path), load_yaml(spec_path), data, with_hero=hero)
     return rungs + later
 
@@ -181,11 +181,6 @@ def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], her
 def run_experiment(experiment: Path, workspace: Path, jobs: int = 1, force: Optional[list[str]] = None,
                    progress_every: float = 5.0):
     """Run an experiment file with the local runner in `workspace`; returns (graph, RunResult)."""
-    from glassroom.pipeline.experiment import load_experiment
-    from glassroom.pipeline.provenance import run_context
-    from glassroom.pipeline.runner_local import LocalBackend
-    from glassroom.pipeline.scheduler import run_graph
-
     workspace.mkdir(parents=True, exist_ok=True)
     loaded = load_experiment(experiment)
     graph = loaded.graph(workspace)

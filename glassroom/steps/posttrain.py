@@ -17,16 +17,18 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from glassroom.data.chatset import SOURCES
+from glassroom.data.chatset.write import write
+from glassroom.data.recipe import load_recipe
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.step import Input, Resources, Step
+from glassroom.steps.data import build_into
 
 TASKS = ("sft", "dpo")
 
 
 def chatset_step(name: str, *, max_per_source: int = 4000, seed: int = 0, sources: tuple = ()) -> Step:
     """`glassroom data chatset` as a step: the set lands in `<output>/set` (its sft.yaml, dpo.yaml)."""
-    from glassroom.data.chatset import SOURCES
-
     chosen = [sources] if isinstance(sources, str) else list(sources or SOURCES)   # "man": one source
     unknown = [n for n in chosen if n not in SOURCES]
     if unknown or len(set(chosen)) != len(chosen):
@@ -68,8 +70,7 @@ def finetune_step(name: str, config: dict[str, Any], data: Step, base: Step, cpu
 
 
 def make_chatset(ctx: StepContext) -> dict:
-    from glassroom.data.chatset import make
-    from glassroom.data.chatset.write import write
+    from glassroom.data.chatset import make  # lazy: tests patch make where it is defined; looked up at call time
 
     cfg = ctx.config
     ctx.note("reading man pages, docstrings and dictionaries", every=0)
@@ -81,9 +82,6 @@ def make_chatset(ctx: StepContext) -> dict:
 
 
 def build_chat_data(ctx: StepContext) -> dict:
-    from glassroom.data.recipe import load_recipe
-    from glassroom.steps.data import build_into
-
     recipe = load_recipe(Path(ctx.config["set"]) / f"{ctx.config['task']}.yaml",
                          [f"tokenizer.path={ctx.config['tokenizer']}"])
     manifest = build_into(ctx, recipe)
@@ -92,6 +90,6 @@ def build_chat_data(ctx: StepContext) -> dict:
 
 
 def finetune(ctx: StepContext) -> dict:
-    from glassroom.steps.ladder import train_in_step
+    from glassroom.steps.ladder import train_in_step  # lazy: numpy, scipy load only when this runs
 
     return train_in_step(ctx, ctx.config["run"], ctx.output)

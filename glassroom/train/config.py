@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from glassroom.config import ALLOW_INF, apply_overrides, build_section, load_yaml, require_non_negative, require_positive
+from glassroom.config import (
+    ALLOW_INF, apply_overrides, build_section, load_yaml, require_non_negative, require_positive)
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.model.config import ModelConfig, model_config_from_mapping
+from glassroom.train.init import check_tokenizer, grow_vocab, model_for_init, resume_model
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,6 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
     init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
     model_raw = raw
     if init is not None:  # the model section comes from init.from (or must agree with it)
-        from glassroom.train.init import grow_vocab, model_for_init
 
         # vocab_size alone may grow to the data's tokenizer (template tokens appended to the base's)
         model_raw = {"model": grow_vocab(model_for_init(init, raw.get("model")), raw.get("data"))}
@@ -255,15 +256,13 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
         init=init,
     )
     if init is not None:
-        from glassroom.train.init import check_tokenizer
-
         check_tokenizer(init, cfg.data.path)
     elif cfg.train.task != "pretrain":
         raise ConfigError(f"init.from: train.task {cfg.train.task} starts from a model; add `init: {{from: RUN_DIR}}` "
                           "(a run folder, optionally with step) or a Hugging Face folder")
     ep = cfg.train.expert_parallel
     if ep > 1 and (cfg.model.moe is None or cfg.model.moe.n_experts % ep):
-        from glassroom.train.expert_parallel import check_layout
+        from glassroom.train.expert_parallel import check_layout  # lazy: torch loads only when this runs
 
         check_layout(ep, ep, cfg.model.moe.n_experts if cfg.model.moe is not None else None)
     if cfg.train.seq_len > cfg.model.max_seq_len:
@@ -276,7 +275,6 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
 def load_run_config(path: str | Path, overrides: list[str] | None = None, resume_dir: Path | None = None) -> RunConfig:
     raw = apply_overrides(load_yaml(path), overrides or [])
     if resume_dir is not None:  # an init folder deleted since the start: the run's own model: section
-        from glassroom.train.init import resume_model
 
         raw = resume_model(raw, resume_dir)
     try:

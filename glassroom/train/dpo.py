@@ -34,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from glassroom.data.chat import Conversations
+from glassroom.data.mixture import hash_key, permute
 from glassroom.errors import GlassroomError
 
 VARIANTS = ("sigmoid", "ipo")
@@ -142,8 +144,6 @@ class PairSet:
 
 def open_pairs(dataset, domains: list[str], split: str, seq_len: int, overlong: str = "truncate") -> PairSet:
     """The pairs of `split` in `domains`, checked and counted (see the module doc)."""
-    from glassroom.data.chat import Conversations
-
     task = dataset.manifest.get("task", "pretrain")
     if task != "dpo":
         raise GlassroomError(f"{dataset.path}/manifest.json: task is {task!r}, not 'dpo'; train.task: dpo needs "
@@ -182,8 +182,6 @@ def open_pairs(dataset, domains: list[str], split: str, seq_len: int, overlong: 
 
 def pair_indices(n: int, seed: int, step: int, batch_size: int, rank: int = 0, world_size: int = 1) -> np.ndarray:
     """The pairs (indices into a PairSet of n) of `rank` at `step`: a pure function of the arguments."""
-    from glassroom.data.mixture import hash_key, permute
-
     if n < 1:
         raise GlassroomError("no usable train pairs")
     per_rank = batch_size // world_size

@@ -24,6 +24,7 @@ import torch
 from glassroom.errors import GlassroomError
 from glassroom.train.dpo import (SUM_NAMES, logps_of, metrics_from_sums, open_pairs, pair_indices, pair_terms,
                                  term_sums)
+from glassroom.train.dpo_reference import load_or_compute, pair_logps, reference_digest
 from glassroom.train.objectives import Micro, Objective, StepBatch
 from glassroom.train.parallel import all_reduce_sum
 
@@ -66,8 +67,6 @@ class DPO(Objective):
     def start(self, trainer) -> None:
         """After the resume: the reference log-probabilities, computed from the model as it is now
         (the starting model, at step 0) or read back from RUN_DIR."""
-        from glassroom.train.dpo_reference import load_or_compute, pair_logps, reference_digest
-
         tc = self.cfg.train
 
         def compute():

@@ -18,7 +18,7 @@ from glassroom.errors import ConfigError, GlassroomError
 
 class TrainingTasks:
     def __init__(self, cfg, dataset, world_size: int):
-        from glassroom.downstream import run as downstream
+        from glassroom.downstream import run as downstream  # lazy: numpy loads only when this runs
 
         tc = cfg.train
         self.names = list(tc.eval_tasks)
@@ -47,7 +47,7 @@ class TrainingTasks:
 
     def run(self, model, device) -> dict:
         """{task: {metric: value}} of the model now; the model's mode and the RNGs are restored."""
-        from glassroom.downstream import run as downstream
+        from glassroom.downstream import run as downstream  # lazy: numpy loads only when this runs
         from glassroom.train.checkpoint import rng_state, set_rng_state
 
         import random

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from glassroom.data.packing import open_packed_set, validation_rows
 from glassroom.train.parallel import DistInfo, all_reduce_sum
 
 
@@ -108,8 +109,6 @@ class MaskedValidation:
 
 
 def load_masked_validation(dataset, seq_len: int, max_rows: int, overlong: str) -> list[MaskedValidation]:
-    from glassroom.data.packing import open_packed_set, validation_rows
-
     packed = open_packed_set(dataset, dataset.domains, "validation", seq_len, overlong)
     tokenizer = dataset.tokenizer()
     return [MaskedValidation(d, validation_rows(packed, i, max_rows), tokenizer) for i, d in enumerate(dataset.domains)]

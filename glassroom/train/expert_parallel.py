@@ -115,7 +115,7 @@ def expert_modules(model: nn.Module) -> list[nn.Module]:
 def shard_experts(model: nn.Module, mesh) -> None:
     """Each expert group's rank keeps its n_experts / ep experts as DTensors Shard(0) on mesh["ep"],
     and sends its rows there through an ExpertExchange."""
-    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor import DTensor, Shard  # lazy: DTensor costs seconds; only expert-parallel runs
 
     ep_mesh = mesh["ep"]
     group, coordinate, size = ep_mesh.get_group(), ep_mesh.get_local_rank(), ep_mesh.size()

@@ -20,8 +20,11 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from glassroom.config import build_section
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.model.config import ModelConfig
 from glassroom.observe.run_folder import has_config
+from glassroom.train.run_dir import RUN_TOKENIZER, saved_config
 
 # Settings of the model: section that only steer training; an init's folder does not fix them.
 TRAINING_KNOBS = ("moe.bias_update_rate", "moe.aux_loss_coef", "moe.z_loss_coef", "moe.capacity_factor")
@@ -43,8 +46,7 @@ def _kind(folder: Path) -> str:
 
 def folder_model(init) -> dict[str, Any]:
     """The model: mapping of the init folder."""
-    from glassroom.hf.load import model_section
-    from glassroom.train.run_dir import saved_config
+    from glassroom.hf.load import model_section  # lazy: torch loads only when this runs
 
     folder = Path(init.source).expanduser()
     if _kind(folder) == "hf":
@@ -60,7 +62,7 @@ def folder_model(init) -> dict[str, Any]:
 
 def _check_step(run_dir: Path, step: Optional[int]) -> None:
     """The run has a checkpoint (at `step` when given): refused before the new run starts."""
-    from glassroom.train.checkpoint import list_checkpoints
+    from glassroom.train.checkpoint import list_checkpoints  # lazy: torch loads only when this runs
 
     steps = [s for s, _ in list_checkpoints(run_dir)]
     if not steps:
@@ -91,9 +93,6 @@ def _overlay(base: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
 def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
     """The run's model: mapping: the folder's, with the keys the run config sets; a key set to
     another value than the folder's (training knobs aside) is one line naming it."""
-    from glassroom.config import build_section
-    from glassroom.model.config import ModelConfig
-
     if _gone(init) and isinstance(given, dict):
         try:  # a resumed run's saved config has the whole model: section; it needs nothing from the folder
             build_section(ModelConfig, given, "model")
@@ -121,8 +120,6 @@ def model_for_init(init, given: Optional[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _tokenizer_file(init) -> Path:
-    from glassroom.train.run_dir import RUN_TOKENIZER, saved_config
-
     folder = Path(init.source).expanduser()
     if _kind(folder) == "hf":
         return folder / "tokenizer.json"
@@ -170,8 +167,6 @@ def resume_model(raw: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """A config resumed in run_dir whose init folder is gone: the model: section run_dir saved at its
     start (with the keys the config's own model: section sets), which needs nothing from the folder
     (the weights are in run_dir's checkpoints)."""
-    from glassroom.train.run_dir import saved_config
-
     init = raw.get("init") if isinstance(raw, dict) else None
     given = raw.get("model") if isinstance(raw, dict) else None
     if not isinstance(init, dict) or not isinstance(given, (dict, type(None))):
@@ -214,9 +209,7 @@ def check_init_weights(init) -> None:
     """Before the model is built at step 0: the run folder has the checkpoint (init.step), or the
     Hugging Face folder's weights fit its config.json (their headers only: a config.json that claims
     10**9 layers is one line, not an allocation). Not at config time: a resumed run needs neither."""
-    from glassroom.hf.load import check_weights, model_section
-    from glassroom.config import build_section
-    from glassroom.model.config import ModelConfig
+    from glassroom.hf.load import check_weights, model_section  # lazy: torch loads only when this runs
 
     folder = Path(init.source).expanduser()
     if _kind(folder) == "run":
@@ -232,9 +225,9 @@ def load_init_weights(model, init, cfg, data_path: Optional[str] = None) -> dict
     """Copy the init folder's weights (router biases included) into `model` (built for `cfg`); with
     more vocabulary rows than the base, the rows for ids its tokenizer lacks get the mean of its
     rows (ids the data's tokenizer has: `data_path`). Returns the lineage (see `lineage`)."""
-    import torch
+    import torch  # lazy: torch loads only when this runs
 
-    from glassroom.hf.load import copy_state, read_hf_folder
+    from glassroom.hf.load import copy_state, read_hf_folder  # lazy: torch loads only when this runs
     from glassroom.train.run_folder import read_run_state
 
     folder = Path(init.source).expanduser()

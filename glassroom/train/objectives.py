@@ -26,7 +26,11 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from glassroom.data.mixture import Mixture
+from glassroom.data.packing import Packer, describe_counts, open_packed_set
 from glassroom.errors import GlassroomError
+from glassroom.train.evaluate import evaluate_masked, load_masked_validation, load_validation
+from glassroom.train.init import same_tokenizer
 from glassroom.train.parallel import all_reduce_sum
 
 
@@ -96,8 +100,6 @@ class Pretrain(Objective):
 
     def __init__(self, cfg, dataset, info, device):
         super().__init__(cfg, dataset, info, device)
-        from glassroom.data.mixture import Mixture
-        from glassroom.train.evaluate import load_validation
 
         tc = cfg.train
         weights = cfg.data.weights or {
@@ -124,6 +126,7 @@ class Pretrain(Objective):
         return Micro(per_token.mean(), out.moe_loss, out.logit_z_loss, row_loss, ones, ones * (micro.shape[1] - 1))
 
     def evaluate(self, model, micro_batch: int, autocast_dtype) -> dict[str, float]:
+        # lazy: tests patch evaluate where it is defined; looked up at call time
         from glassroom.train.evaluate import evaluate
 
         return evaluate(model, self.validation, micro_batch, self.device, autocast_dtype, self.info)
@@ -136,8 +139,6 @@ class SFT(Objective):
 
     def __init__(self, cfg, dataset, info, device):
         super().__init__(cfg, dataset, info, device)
-        from glassroom.data.packing import Packer, open_packed_set
-        from glassroom.train.evaluate import load_masked_validation
 
         tc = cfg.train
         self.train_set = open_packed_set(dataset, dataset.domains, "train", tc.seq_len, tc.overlong)
@@ -159,8 +160,6 @@ class SFT(Objective):
     def start(self, trainer) -> None:
         """A resumed run's data still has the tokenizer the run started with (RUN_DIR/tokenizer.json):
         data rebuilt with another one would feed the model other ids under the same numbers."""
-        from glassroom.train.init import same_tokenizer
-
         kept = Path(trainer.run_dir) / "tokenizer.json"
         data = Path(self.cfg.data.path).expanduser() / "tokenizer.json"
         if trainer.step > 0 and kept.is_file() and not same_tokenizer(kept, data):
@@ -169,8 +168,6 @@ class SFT(Objective):
                                  "that one, or start a new run")
 
     def start_notes(self) -> tuple[str, dict]:
-        from glassroom.data.packing import describe_counts
-
         counts = self.train_set.counts
         return "; " + describe_counts(counts, self.cfg.train.overlong), {"conversations": counts}
 
@@ -210,6 +207,4 @@ class SFT(Objective):
         return {"data/mask_share": g["mask"] / max(g["targets"], 1.0)}
 
     def evaluate(self, model, micro_batch: int, autocast_dtype) -> dict[str, float]:
-        from glassroom.train.evaluate import evaluate_masked
-
         return evaluate_masked(model, self.validation, micro_batch, self.device, autocast_dtype, self.info)

@@ -16,6 +16,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from glassroom.model.accounting import expert_shard_dim
+from glassroom.train.expert_parallel import clip_grad_norm_, expert_modules, shard_experts
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -53,9 +56,7 @@ def teardown() -> None:
 def _expert_placement(shards: int):
     """FSDP2 shard_placement_fn: routed-expert tensors (the only 3-D parameters) along
     expert_shard_dim, everything else along dim 0 (FSDP2's default)."""
-    from torch.distributed.tensor import Shard
-
-    from glassroom.model.accounting import expert_shard_dim
+    from torch.distributed.tensor import Shard  # lazy: torch.distributed.tensor costs seconds; FSDP runs only
 
     def placement(param: nn.Parameter):
         if param.ndim != 3:
@@ -75,7 +76,7 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
     if strategy == "ddp":
         import warnings
 
-        from torch.nn.parallel import DistributedDataParallel
+        from torch.nn.parallel import DistributedDataParallel  # lazy: DDP runs only
 
         warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
         # Buffers are not broadcast: router biases move identically on every rank from
@@ -83,13 +84,11 @@ def parallelize(model: nn.Module, info: DistInfo, strategy: str, device: torch.d
         return DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
         )
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # lazy: costs seconds; FSDP runs only
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16_params else MixedPrecisionPolicy()
     if ep > 1:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        from glassroom.train.expert_parallel import expert_modules, shard_experts
+        from torch.distributed.device_mesh import init_device_mesh  # lazy: expert-parallel runs only
 
         mesh = init_device_mesh(device.type, (info.world_size // ep, ep), mesh_dim_names=("dp", "ep"))
         shard_experts(model, mesh)
@@ -112,8 +111,6 @@ def clip_grad_norm(model: nn.Module, max_norm: float, info: DistInfo, ep: int = 
     """Clip the gradients to a global norm of `max_norm`; returns the norm before clipping. With
     expert parallelism the norm is summed from every rank's local shards (expert_parallel.py)."""
     if info.enabled and ep > 1:
-        from glassroom.train.expert_parallel import clip_grad_norm_
-
         return float(clip_grad_norm_(list(model.parameters()), max_norm, lambda t: all_reduce_sum(t, info)))
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

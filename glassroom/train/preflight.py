@@ -21,6 +21,8 @@ from pathlib import Path
 
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.memory import available_memory
+from glassroom.model.accounting import count_params
+from glassroom.units import format_count
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -55,7 +57,7 @@ def check_launch(env=None) -> None:
 
 def open_dataset(cfg):
     """The dataset of `data.path`, its manifest checked; errors name data.path."""
-    from glassroom.data.mixture import Dataset
+    from glassroom.data.mixture import Dataset  # lazy: numpy loads only when this runs
 
     path = Path(cfg.data.path)
     if not path.exists():
@@ -76,7 +78,7 @@ def check_data(cfg, dataset) -> None:
     if task != tc.task:
         raise ConfigError(f"train.task: {tc.task}, but {path / 'manifest.json'} holds {task} data; set train.task: "
                           f"{task}, or point data.path at a dataset built with `task: {tc.task}` in its recipe")
-    from glassroom.data.mixture import resolve_weights, weight_domain
+    from glassroom.data.mixture import resolve_weights, weight_domain  # lazy: numpy loads only when this runs
 
     for name in (cfg.data.weights or {}):
         if weight_domain(name) not in domains:
@@ -125,8 +127,6 @@ def _gb(n: float) -> str:
 
 def parameter_count(model) -> int:
     """Total parameters, without a loop over layers (an absurd n_layers must not hang the check)."""
-    from glassroom.model.accounting import count_params
-
     base = count_params(dataclasses.replace(model, n_layers=0)).total
     if model.moe is None:
         return base + model.n_layers * (count_params(dataclasses.replace(model, n_layers=1)).total - base)
@@ -141,8 +141,6 @@ def parameter_count(model) -> int:
 
 def check_memory(cfg, device, world_size: int = 1, sharded: bool = False, env=None) -> None:
     """Refuse a run whose lower-bound memory (see the module doc) exceeds what is available."""
-    from glassroom.units import format_count
-
     env = os.environ if env is None else env
     tc, model = cfg.train, cfg.model
     params = parameter_count(model)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from glassroom.errors import GlassroomError
 from glassroom.train import checkpoint as ckpt
+from glassroom.train.run_dir import config_differences
 
 # Events a resumed run would record again when it redoes steps a killed process already journaled
 # (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
@@ -111,8 +112,6 @@ class ResumeMixin:
     def _check_checkpoint_config(self, path: Path) -> None:
         """The checkpoint was written with the settings this run resumes with (RUN_DIR/config.yaml may
         have been edited since): a difference in a fixed setting is one line, not a failed load."""
-        from glassroom.train.run_dir import config_differences
-
         try:
             written = json.loads((path / ckpt.TRAINER_FILE).read_text(encoding="utf-8")).get("config")
         except (OSError, ValueError, AttributeError):

@@ -62,14 +62,14 @@ class CheckpointSamples:
     def _template(template: Any, tokenizer):
         if template is None or not isinstance(template, dict):
             return template
-        from glassroom.data.chat import ChatTemplate
+        from glassroom.data.chat import ChatTemplate  # lazy: numpy loads only when this runs
 
         return ChatTemplate.from_dict(template, tokenizer)
 
     def _encode(self, prompt: str, index: int) -> list[int]:
         if self.template is not None:
             return [int(i) for i in self.template.prompt([{"role": "user", "content": prompt}])]
-        from glassroom.data.tokenizer import EOS_TOKEN
+        from glassroom.data.tokenizer import EOS_TOKEN  # lazy: numpy loads only when this runs
 
         self.tokenizer.encode_special_tokens = True   # as in the training data: special-token text is text
         ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids if prompt else []
@@ -84,7 +84,7 @@ class CheckpointSamples:
     def stop_ids(self) -> set[int]:
         if self.template is not None:
             return set(self.template.stop_ids)
-        from glassroom.data.tokenizer import EOS_TOKEN
+        from glassroom.data.tokenizer import EOS_TOKEN  # lazy: numpy loads only when this runs
 
         eos = self.tokenizer.token_to_id(EOS_TOKEN)
         return set() if eos is None else {eos}
@@ -99,7 +99,7 @@ class CheckpointSamples:
     def run(self, model, device=None, step: Optional[int] = None) -> list[dict]:
         """[{"prompt", "text", "new_tokens", "stop"}] for each prompt, in order. `device` is where the
         model's parameters are (taken from the model when None); `step` is for the caller's record."""
-        from glassroom.generate import generate
+        from glassroom.generate import generate  # lazy: torch loads only when this runs
 
         if not self.prompts:
             return []

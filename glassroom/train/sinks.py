@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.redact import redact
 
 TENSORBOARD_DIR = "tensorboard"
 
@@ -82,8 +83,6 @@ class WandbSink:
     def _start(self) -> None:
         import wandb
 
-        from glassroom.observe.redact import redact
-
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.run = wandb.init(
@@ -128,6 +127,7 @@ class TensorBoardSink:
 
     def __init__(self, cfg, run_dir: str | Path, flush_seconds: float = 10.0):
         try:
+            # lazy: torch loads only when this runs
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
         except ImportError as exc:
             raise _missing("tensorboard", "tensorboard", exc) from None
@@ -138,7 +138,7 @@ class TensorBoardSink:
 
     def on_step(self, trainer, step: int, metrics: dict[str, Any]) -> None:
         if self.writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # lazy: torch loads only when this runs
 
             self.writer = SummaryWriter(log_dir=str(self.log_dir), flush_secs=max(1, int(self.flush_seconds)),
                                         purge_step=step if step > 1 else None)

@@ -26,17 +26,28 @@ from typing import Optional
 
 import torch
 
+from glassroom.downstream.run import metric_values, summary
 from glassroom.errors import GlassroomError
-from glassroom.observe.store import StoreWriter
-from glassroom.train import checkpoint as ckpt
-from glassroom.train import parallel
+from glassroom.model.accounting import count_params, flops_per_token
+from glassroom.model.transformer import build_model
+from glassroom.observe.anomalies import AnomalyObserver
+from glassroom.observe.prediction import BandWatcher
+from glassroom.observe.store import StoreReader, StoreWriter, store_path
+from glassroom.train import checkpoint as ckpt, parallel, preflight
 from glassroom.train.config import RunConfig
 from glassroom.train.dpo_objective import DPO
+from glassroom.train.eval_tasks import TrainingTasks
+from glassroom.train.expert_parallel import check_layout
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
+from glassroom.train.init import check_init_weights, load_init_weights
 from glassroom.train.objectives import SFT, Objective, Pretrain
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
+from glassroom.train.probes import norms_by_group, router_metrics, snapshot
 from glassroom.train.resume import ResumeMixin, TrainState
 from glassroom.train.run_dir import before_start, close_run_lock, lock_run_dir, prepare_run_dir, undo_start
+from glassroom.train.samples import CheckpointSamples
+from glassroom.train.sinks import mirrors
+from glassroom.units import model_name
 
 # Testing aid, faults planted at logged steps: "nan@3,nan@4" makes those steps' loss NaN;
 # "router_bias@500:0.5" shifts every router bias by up to +-0.5 at step 500 (as a balancer bug
@@ -79,7 +90,6 @@ class Trainer(ResumeMixin):
         tc = cfg.train
         self.device = resolve_device(tc.device)
         self.info = parallel.setup(self.device.type)
-        from glassroom.train.sinks import mirrors
 
         self.mirrors = mirrors(cfg, self.run_dir, self.info.is_main)  # a missing package fails before RUN_DIR is made
         if self.device.type == "cuda":
@@ -91,14 +101,12 @@ class Trainer(ResumeMixin):
                 f"of whole micro-batches of {tc.micro_batch_size}"
             )
         if tc.expert_parallel > 1:  # the mesh fits this launch (before RUN_DIR is touched)
-            from glassroom.train.expert_parallel import check_layout
 
             check_layout(tc.expert_parallel, self.info.world_size, cfg.model.moe.n_experts if cfg.model.moe else None)
         self.local_batch = per_rank
         self.accum = per_rank // tc.micro_batch_size
         self.autocast_dtype = autocast_dtype_for(tc.precision, self.device)
 
-        from glassroom.train import preflight
         # Every input is checked before RUN_DIR is created or touched (glassroom.train.preflight).
         self.faults = parse_faults(os.environ.get(FAULT_ENV, ""))
         self.dataset = preflight.open_dataset(cfg)
@@ -110,13 +118,10 @@ class Trainer(ResumeMixin):
         self.manifest = self.dataset.manifest
         self.samples = None  # observe.sample_prompts, answered at every checkpoint (glassroom/train/samples.py)
         if cfg.observe.sample_prompts:  # every rank generates (FSDP gathers weights collectively); main records
-            from glassroom.train.samples import CheckpointSamples
 
             self.samples = CheckpointSamples(cfg, self.dataset.tokenizer(), self.manifest.get("chat_template"))
         self.downstream = None  # train.eval_tasks (glassroom/train/eval_tasks.py), checked before RUN_DIR is touched
         if tc.eval_tasks:
-            from glassroom.train.eval_tasks import TrainingTasks
-
             self.downstream = TrainingTasks(cfg, self.dataset, self.info.world_size)
         self.start_record = before_start(self.run_dir)
         # One process trains a run folder at a time (main rank; held until run() ends).
@@ -148,14 +153,11 @@ class Trainer(ResumeMixin):
     def _start_up(self) -> None:
         """Model, optimizer, store and observers: after RUN_DIR is prepared (undone if this fails)."""
         cfg, tc = self.cfg, self.cfg.train
-        from glassroom.model.transformer import build_model
 
         torch.manual_seed(tc.seed)
         use_fsdp_bf16 = self.info.enabled and tc.parallel_strategy == "fsdp" and self.device.type == "cuda" and self.autocast_dtype == torch.bfloat16
         fresh_init = cfg.init is not None and not ckpt.list_checkpoints(self.run_dir)  # init at step 0 only
         if fresh_init:
-            from glassroom.train.init import check_init_weights, load_init_weights
-
             check_init_weights(cfg.init)  # before a model of that size is allocated
         self.model = build_model(cfg.model, seed=tc.seed, device=self.device)
         self.lineage = None
@@ -165,6 +167,7 @@ class Trainer(ResumeMixin):
         self.core = self.model
         # train.activation_checkpointing: blocks recompute in backward (train/activation_checkpointing.py);
         # before compile and before parallelize's fully_shard.
+        # lazy: tests patch activation_checkpointing where it is defined; looked up at call time
         from glassroom.train import activation_checkpointing
 
         activation_checkpointing.apply(self.core, tc.activation_checkpointing, tc.activation_checkpointing_every)
@@ -189,21 +192,14 @@ class Trainer(ResumeMixin):
                 self.store.set_artifact("lineage", self.lineage)
         except sqlite3.DatabaseError as exc:
             raise self._damaged_store(exc) from None
-        from glassroom.observe.anomalies import AnomalyObserver
 
         # Objects with on_step(trainer, step, metrics), state() and load_state(state).
         self.observers = [AnomalyObserver(cfg.observe)]
         if prediction is not None:
-            from glassroom.observe.prediction import BandWatcher
-
-            from glassroom.observe.store import store_path
-
             self.observers.append(BandWatcher(prediction, where=str(store_path(self.run_dir))))
         self.observers += self.mirrors  # wandb, TensorBoard: these also have close()
 
     def _damaged_store(self, exc: Exception) -> GlassroomError:
-        from glassroom.observe.store import store_path
-
         return GlassroomError(f"{store_path(self.run_dir)}: cannot be read or written ({exc}); the run store is "
                               "damaged: move it aside (the checkpoints are kept) and --resume to continue with a new "
                               "store, or restore it from a copy")
@@ -211,8 +207,6 @@ class Trainer(ResumeMixin):
     def _preregistered(self):
         """The prediction preregistered in this run's store before it started, if any: read by the
         main rank (the others would race its creation of the store) and sent to every rank."""
-        from glassroom.observe.store import StoreReader, store_path
-
         found = None
         if self.info.is_main and store_path(self.run_dir).is_file():
             try:
@@ -227,16 +221,11 @@ class Trainer(ResumeMixin):
         return found
 
     def _flops_per_token(self) -> int:
-        from glassroom.model.accounting import flops_per_token
-
         return flops_per_token(self.cfg.model, self.cfg.train.seq_len)
 
     # ------------------------------------------------------------------ lifecycle
 
     def _start_text(self) -> str:
-        from glassroom.model.accounting import count_params
-        from glassroom.units import model_name
-
         counts = count_params(self.cfg.model)
         text = (f"started {model_name(counts.total, counts.active)} on {self.info.world_size} x {self.device.type}, "
                 f"{self.cfg.train.steps} steps of {self.cfg.train.batch_size} x {self.cfg.train.seq_len} tokens")
@@ -322,8 +311,6 @@ class Trainer(ResumeMixin):
     # ------------------------------------------------------------------ one step
 
     def train_step(self) -> None:
-        from glassroom.train.probes import norms_by_group, router_metrics, snapshot
-
         tc, step = self.cfg.train, self.step
         started = time.perf_counter()
         faults = dict(self.faults.get(step + 1, []))
@@ -502,8 +489,6 @@ class Trainer(ResumeMixin):
 
     def run_downstream(self) -> None:
         """train.eval_tasks on the model now: downstream/<task>/<metric> at this step, one event."""
-        from glassroom.downstream.run import metric_values, summary
-
         scores = self.downstream.run(self.core, self.device)
         if self.store is not None and scores:
             self.store.log(self.step, metric_values(scores))

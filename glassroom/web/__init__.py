@@ -1,1 +1,2 @@
-"""The dashboard and the static site: read-only views of the run store; never imports torch."""
+"""The dashboard and the static site: read-only views of the run record (observe), the data atlas and
+the ladder folders; never imports torch nor glassroom.train."""

@@ -67,7 +67,7 @@ def _recipe(task: str, final: Path, domains: dict[str, list[str]], tokenizer: st
 def write(out: Path, made: dict, *, seed: int, max_per_source: int, sources: list[str], tokenizer: str | None,
           force: bool) -> dict:
     """Write the set `made` (glassroom.data.chatset.make) into `out`; returns chatset.json's content."""
-    from glassroom.data.build import build_lock
+    from glassroom.data.build import build_lock  # lazy: numpy loads only when this runs
 
     final = out.resolve()
     check_out(final, force)
