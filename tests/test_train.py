@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd
+from train_helpers import ROOT, TINY, assert_same_store, losses, run_train, train_cmd
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +191,100 @@ def test_metrics_runs_and_note_commands(reference_run, tmp_path):
     a_file.write_text("not runs\n")
     result = glassroom("runs", str(a_file))
     assert result.returncode == 2 and result.stderr == f"error: {a_file}: is a file, not a folder; give the folder that holds the runs\n"
+
+
+def in_process_trainer(dataset: Path, out: Path, *sets: str):
+    """A Trainer of the tiny MoE built in this process (fp32, no clipping, no evals or checkpoints)."""
+    from glassroom.train.config import load_run_config
+    from glassroom.train.trainer import Trainer
+
+    cfg = load_run_config(TINY, [f"data.path={dataset}", "train.precision=fp32", "train.grad_clip=null",
+                                 "train.eval_every=1000", "train.checkpoint_every=1000", *sets])
+    return Trainer(cfg, out, quiet=True)
+
+
+def first_step_gradients(dataset: Path, out: Path, coef: float):
+    """One train_step at train.z_loss_coef=coef: the gradients it would apply (the optimizer step is
+    left out and the buffers put back, so the model is as it was), the inputs of each micro-batch, the trainer."""
+    import torch
+
+    trainer = in_process_trainer(dataset, out, f"train.z_loss_coef={coef}")
+    inputs: list = []
+    trainer.core.register_forward_pre_hook(lambda module, args: inputs.append(args[0].clone()))
+    grads: dict = {}
+
+    def capture(*args, **kwargs):
+        grads.update({n: p.grad.detach().clone() for n, p in trainer.core.named_parameters() if p.grad is not None})
+
+    trainer.optimizer.step = capture
+    buffers = {n: b.clone() for n, b in trainer.core.named_buffers()}   # the router bias moves after backward
+    trainer.train_step()
+    with torch.no_grad():
+        for n, b in trainer.core.named_buffers():
+            b.copy_(buffers[n])
+    return grads, inputs, trainer
+
+
+def test_the_logit_z_loss_is_added_to_the_objective_with_its_coefficient(tiny_dataset, tmp_path):
+    """The trainer optimises loss + z_loss_coef * mean(logsumexp(logits)^2): the gradient at coef c
+    minus the gradient at coef 0 (same weights, same batch) equals c times the gradient of the z-loss
+    computed here from the logits, micro-batch by micro-batch (averaged over the accumulation)."""
+    import torch
+
+    from glassroom.train import parallel
+
+    coef = 0.05
+    try:
+        plain, inputs, _ = first_step_gradients(tiny_dataset, tmp_path / "plain", 0.0)
+        with_z, inputs_z, trainer = first_step_gradients(tiny_dataset, tmp_path / "z", coef)
+        assert len(inputs) == trainer.accum == 2 and all(torch.equal(a, b) for a, b in zip(inputs, inputs_z))
+        model = trainer.core
+        model.zero_grad(set_to_none=True)
+        model.train()
+        term = 0.0
+        for micro in inputs:
+            logits = model(micro).logits.float()
+            term = term + coef * torch.logsumexp(logits, dim=-1).pow(2).mean() / trainer.accum
+        term.backward()
+        assert term.item() > 1.0   # about coef * log(vocab)^2 at the start: not a negligible term
+        assert plain.keys() == with_z.keys()
+        # The difference of two gradients carries the float rounding of their cross-entropy part:
+        # compared as vectors (relative error of the norm), per parameter and over all of them.
+        names = [n for n, p in model.named_parameters() if n in plain]
+        grads = dict(model.named_parameters())
+        for name in names:
+            diff, want = (with_z[name] - plain[name]).flatten(), grads[name].grad.flatten()
+            assert (diff - want).norm() < 2e-2 * want.norm(), name
+        diff = torch.cat([(with_z[n] - plain[n]).flatten() for n in names])
+        want = torch.cat([grads[n].grad.flatten() for n in names])
+        assert (diff - want).norm() < 1e-2 * want.norm()
+    finally:
+        parallel.teardown()
+
+
+def mean_logsumexp(trainer) -> float:
+    import torch
+
+    batch = trainer.objective.batch(1000).tensors["tokens"]
+    trainer.core.eval()
+    with torch.no_grad():
+        return float(torch.logsumexp(trainer.core(batch[:, :-1]).logits.float(), dim=-1).mean())
+
+
+def test_training_with_a_large_z_loss_coefficient_shrinks_the_logsumexp(tiny_dataset, tmp_path):
+    """Eight steps with z_loss_coef 1 pull log Z of the logits towards 0, well below the same eight
+    steps without it (and below where it started): the term is minimised, not maximised."""
+    from glassroom.train import parallel
+
+    sets = ("train.steps=8", "train.lr=1e-2")
+    try:
+        start = mean_logsumexp(in_process_trainer(tiny_dataset, tmp_path / "start", *sets))
+        after = {}
+        for coef in (0.0, 1.0):
+            trainer = in_process_trainer(tiny_dataset, tmp_path / f"coef-{coef}", *sets, f"train.z_loss_coef={coef}")
+            for _ in range(8):
+                trainer.train_step()
+            after[coef] = mean_logsumexp(trainer)
+    finally:
+        parallel.teardown()
+    assert after[1.0] < after[0.0] - 0.5 and after[1.0] < start - 1.0, (start, after)

@@ -30,6 +30,7 @@ are only buffered, and a resumed run calls discard_after(step) for the steps it 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
@@ -176,6 +177,37 @@ class StoreWriter:
             removed += self.conn.execute("DELETE FROM vectors WHERE step > ?", (int(step),)).rowcount
             tiles.apply_dirty(self.conn)
         return removed
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """One write transaction (BEGIN IMMEDIATE .. COMMIT, ROLLBACK on any exception): what event()
+        and set_artifact() write inside it is committed together or not at all. Buffered rows are
+        committed before it begins."""
+        self.flush()
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def has_artifact(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM artifacts WHERE name = ?", (name,)).fetchone() is not None
+
+    def has_event(self, kind: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM events WHERE kind = ?", (kind,)).fetchone() is not None
+
+    def metric_extent(self) -> tuple[int, Optional[int]]:
+        """(committed metric rows, their first step; None when there are none)."""
+        count, first = self.conn.execute("SELECT COUNT(*), MIN(step) FROM metrics").fetchone()
+        return int(count), first
+
+    def first_event(self, kinds: tuple[str, ...]) -> Optional[tuple[int, str, Optional[int]]]:
+        """(id, kind, step) of the oldest event of `kinds`, or None."""
+        return self.conn.execute(f"SELECT id, kind, step FROM events WHERE kind IN ({','.join('?' * len(kinds))}) "
+                                 "ORDER BY id LIMIT 1", tuple(kinds)).fetchone()
 
     def journal_from(self, step: int) -> list[tuple[str, int]]:
         """(kind, step) of every event at `step` or later, oldest first."""
