@@ -383,6 +383,44 @@ class StoreReader:
             if own and self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
+    def name_id(self, name: str) -> Optional[int]:
+        """The id the store gave `name` (None when it holds no such series)."""
+        return self._id(name)
+
+    def name_count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM names").fetchone()[0])
+
+    def name_ids(self) -> list[tuple[int, str]]:
+        """(id, name) of every name the store knows."""
+        return list(self.conn.execute("SELECT id, name FROM names"))
+
+    def max_event_id(self) -> int:
+        return int(self.conn.execute("SELECT IFNULL(MAX(id), 0) FROM events").fetchone()[0])
+
+    def max_step(self, name_id: int, vectors: bool = False) -> Optional[int]:
+        """The newest step of series `name_id` (its vectors with `vectors`), from the (name, step) index."""
+        table = "vectors" if vectors else "metrics"
+        return self.conn.execute(f"SELECT MAX(step) FROM {table} WHERE name_id = ?", (name_id,)).fetchone()[0]
+
+    def rows_after(self, name_id: int, step: int, limit: int,
+                   vectors: bool = False) -> list[tuple[int, Any]]:
+        """Up to `limit` (step, value) rows of series `name_id` after `step`, by step: scalar values
+        (None for a gap) or, with `vectors`, the vectors' JSON text."""
+        table = "vectors" if vectors else "metrics"
+        return self.conn.execute(f"SELECT step, value FROM {table} WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
+                                 (name_id, step, limit)).fetchall()
+
+    def vector_extent(self, name_id: int, lo: int, hi: int) -> tuple[Optional[int], Optional[int]]:
+        """(first, last) step of the vectors of `name_id` in [lo, hi]."""
+        return self.conn.execute("SELECT MIN(step), MAX(step) FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ?",
+                                 (name_id, lo, hi)).fetchone()
+
+    def first_vector(self, name_id: int, lo: int, hi: int) -> Optional[tuple[int, list]]:
+        """(step, vector) of the first vector row of `name_id` in [lo, hi], found by the index."""
+        row = self.conn.execute("SELECT step, value FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ? "
+                                "ORDER BY step LIMIT 1", (name_id, lo, hi)).fetchone()
+        return None if row is None else (int(row[0]), json.loads(row[1]))
+
     def counters(self) -> Optional[dict[int, tuple[int, Optional[int], Optional[int]]]]:
         """name id -> (rows, last step, last vector step) as the writer keeps them; None when this
         store has no current counters (read the rows instead)."""

@@ -16,7 +16,6 @@ non-loopback address) notes marked private are left out.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -64,30 +63,27 @@ def _vector_rows(reader: StoreReader, name: str, start: Optional[int], end: Opti
     VECTOR_SAMPLES steps; else, in each of the `points` buckets, the first row of each of
     VECTOR_SAMPLES equal slices (so at most that many rows per bucket, evenly spread, found by the
     (name, step) index without reading the others), and always the range's first and newest rows."""
-    id_ = reader._id(name)
+    id_ = reader.name_id(name)
     if id_ is None:
         return []
     lo = -(2**62) if start is None else max(-(2**62), int(start))
     hi = 2**62 if end is None else min(2**62, int(end))
-    first, last = reader.conn.execute("SELECT MIN(step), MAX(step) FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ?",
-                                      (id_, lo, hi)).fetchone()
+    first, last = reader.vector_extent(id_, lo, hi)
     if first is None:
         return []
     if last - first + 1 <= points * VECTOR_SAMPLES:
         return reader.vectors(name, first, last)
     bucket = -(-(last - first + 1) // points)
     part = max(1, -(-bucket // VECTOR_SAMPLES))
-    query = "SELECT step, value FROM vectors WHERE name_id = ? AND step BETWEEN ? AND ? ORDER BY step LIMIT 1"
     rows = []
     for b_lo in range(first, last + 1, bucket):
         b_hi = min(b_lo + bucket - 1, last)
         for s in range(b_lo, b_hi + 1, part):
-            row = reader.conn.execute(query, (id_, s, min(s + part - 1, b_hi))).fetchone()
+            row = reader.first_vector(id_, s, min(s + part - 1, b_hi))
             if row is not None:
-                rows.append((int(row[0]), json.loads(row[1])))
+                rows.append(row)
     if rows[-1][0] != last:   # the newest row, as itself (the heatmap's readout is about it)
-        row = reader.conn.execute(query, (id_, last, last)).fetchone()
-        rows.append((int(row[0]), json.loads(row[1])))
+        rows.append(reader.first_vector(id_, last, last))
     return rows
 
 
@@ -193,19 +189,18 @@ class Cursor:
                 _, last, vlast = counters.get(id_, (0, None, None))
                 self.last_step[id_] = -(2**62) if last is None else int(last)
                 self.vector_last[id_] = -(2**62) if vlast is None else int(vlast)
-        row = self.reader.conn.execute("SELECT IFNULL(MAX(id), 0) FROM events").fetchone()
-        self.last_event = int(row[0])
+        self.last_event = self.reader.max_event_id()
         self.status = self.reader.status()
 
     def _max_step(self, table: str, id_: int) -> int:
-        row = self.reader.conn.execute(f"SELECT MAX(step) FROM {table} WHERE name_id = ?", (id_,)).fetchone()
-        return -(2**62) if row[0] is None else int(row[0])
+        step = self.reader.max_step(id_, vectors=table == "vectors")
+        return -(2**62) if step is None else int(step)
 
     def _refresh_names(self) -> None:
-        count = self.reader.conn.execute("SELECT COUNT(*) FROM names").fetchone()[0]
+        count = self.reader.name_count()
         if count != self._name_count:
             self._name_count = count
-            for id_, name in self.reader.conn.execute("SELECT id, name FROM names"):
+            for id_, name in self.reader.name_ids():
                 if not looks_secret(name):   # a series whose name holds a secret is never streamed
                     self.names.setdefault(id_, name)
 
@@ -217,7 +212,6 @@ class Cursor:
             if isinstance(visibility, dict) and visibility.get("private"):
                 raise RunMadePrivate(f"run {self.run_id} was marked private")
         self._refresh_names()
-        conn = self.reader.conn
         series: dict[str, Any] = {}
         vectors: dict[str, Any] = {}
         reload = False
@@ -241,9 +235,7 @@ class Cursor:
                 self.vector_last[id_] = vlast = min(vlast, never if vtop is None else vtop)
             if (top is None or top <= last) and (vtop is None or vtop <= vlast):
                 continue
-            rows = conn.execute(
-                "SELECT step, value FROM metrics WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
-                (id_, last, self.MAX_NEW + 1)).fetchall()
+            rows = self.reader.rows_after(id_, last, self.MAX_NEW + 1)
             if rows:
                 if len(rows) > self.MAX_NEW:
                     reload = True
@@ -252,9 +244,7 @@ class Cursor:
                     self.last_step[id_] = rows[-1][0]
                     series[name] = {"steps": [r[0] for r in rows],
                                     "values": [r[1] if r[1] is None or math.isfinite(r[1]) else None for r in rows]}
-            vrows = conn.execute(
-                "SELECT step, value FROM vectors WHERE name_id = ? AND step > ? ORDER BY step LIMIT 200",
-                (id_, vlast)).fetchall()
+            vrows = self.reader.rows_after(id_, vlast, 200, vectors=True)
             if vrows:
                 self.vector_last[id_] = vrows[-1][0]
                 vectors[name] = {"steps": [r[0] for r in vrows], "count": len(vrows)}
