@@ -34,8 +34,12 @@ def replace_file(path: Path, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:   # a full disk, a folder in the way: no temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise

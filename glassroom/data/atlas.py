@@ -16,7 +16,6 @@ written under a temporary name and renamed. The same seed gives the same file, t
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from glassroom.data.mixture import Dataset, check_weights
 from glassroom.data.progress import Progress
 from glassroom.data.shards import SPLITS
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 
 FORMAT = "glassroom-atlas/1"
 SAMPLINGS = ("uniform", "per-domain")
@@ -431,9 +431,7 @@ def write_atlas(path: Path, atlas: dict) -> Path:
     folder = Path(path) / "atlas"
     folder.mkdir(exist_ok=True)
     out = folder / "atlas.json"
-    tmp = folder / f".atlas.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(atlas, separators=(",", ":"), ensure_ascii=False, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, out)
+    replace_file(out, json.dumps(atlas, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
     return out
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 
 SPLITS = ("train", "validation")
 SCAN_FULL_TOKENS = 64 * 2**20  # shards up to this many tokens are scanned whole for their largest id
@@ -110,7 +111,7 @@ class ShardWriter:
                     doc_quality=np.asarray(self.doc_quality, dtype=np.float32),
                     doc_bucket=np.asarray(self.doc_bucket, dtype=np.int8),
                     doc_flags=np.asarray(self.doc_flags, dtype=np.uint8))
-        for key, path in self.paths.items():
+        for key, path in self.paths.items():   # files streamed to their temporary names (not folders.replace_file)
             os.replace(self.tmp[key], path)
         return {"documents": len(self.doc_bytes), "tokens": self.n_tokens, "bytes": int(sum(self.doc_bytes)),
                 "max_token_id": self.max_token_id}
@@ -313,6 +314,4 @@ def read_manifest(root: str | Path) -> dict:
 
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically: a temporary name, then a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -193,7 +193,7 @@ def clear_stale(out: Path, log: TextIO) -> None:
         if not m or int(m[2]) == os.getpid() or entry.is_symlink() or not entry.is_dir():
             continue
         if m[1] == "old" and not out.exists() and not out.is_symlink():
-            os.rename(entry, out)
+            os.rename(entry, out)   # a folder put back after a killed build (not folders.replace_file)
             print(f"note: put back {out}: a build (pid {m[2]}) was killed while replacing it", file=log)
             continue
         shutil.rmtree(entry, ignore_errors=True)

@@ -291,7 +291,9 @@ def build_of(dataset_manifest: dict) -> dict:
 
 
 def _replace(final: Path, new: Path) -> None:
-    """Rename `new` over `final`; the old folder is removed only after the new one is in place."""
+    """Rename `new` over `final`; the old folder is removed only after the new one is in place. Not
+    folders.swap_into_place: the old folder's name (.tasks-old-PID) is what the recovery of a
+    killed run looks for."""
     old = final.with_name(f".tasks-old-{os.getpid()}")
     if final.is_symlink() or (final.exists() and not final.is_dir()):
         raise GlassroomError(f"{final}: exists and is not a folder; move it away first")

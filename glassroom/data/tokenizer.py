@@ -13,13 +13,13 @@ tiktoken mirror of this BPE, checked against it at build time, with these functi
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 
 EOS_TOKEN = "<|endoftext|>"
 
@@ -73,16 +73,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def save_tokenizer(tok, path: Path) -> None:
-    """Write tokenizer.json atomically."""
+    """Write tokenizer.json atomically. Not folders.replace_file: the tokenizers library writes the
+    file itself (tok.save), so the temporary file is its path."""
     tmp = path.with_name(path.name + ".tmp")
     tok.save(str(tmp))
     os.replace(tmp, path)
 
 
 def copy_tokenizer(src: str | Path, dest: Path) -> None:
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.copyfile(os.path.expanduser(str(src)), tmp)
-    os.replace(tmp, dest)
+    replace_file(dest, Path(os.path.expanduser(str(src))).read_bytes())
 
 
 def encode_documents(tok, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

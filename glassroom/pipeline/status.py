@@ -47,7 +47,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, path)   # not folders.replace_file: a unique mkstemp name (concurrent writers), mode, fsync
     except BaseException:
         try:
             os.unlink(tmp)

@@ -23,6 +23,7 @@ import yaml
 
 from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 from glassroom.ladder.predict import backtest, make_prediction, preregister
 from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
                                     load_rungs)
@@ -168,13 +169,9 @@ steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r})
 
 
 def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], hero: bool) -> Path:
-    import os
-
     ladder_dir.mkdir(parents=True, exist_ok=True)
     path = ladder_dir / "ladder_experiment.py"
-    tmp = ladder_dir / ".ladder_experiment.py.tmp"
-    tmp.write_text(EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero))
-    os.replace(tmp, path)
+    replace_file(path, EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero))
     return path
 
 
@@ -195,9 +192,7 @@ def write_ladder_folder(ladder_dir: Path, spec_raw: dict, rung_outputs: list[Pat
     import os
 
     ladder_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("spec.yaml", yaml.safe_dump(spec_raw, sort_keys=False)),
-                       ("ladder.json", json.dumps({"rungs": [os.path.relpath(p, ladder_dir) for p in rung_outputs]},
+    for name, text in ((SPEC_FILE, yaml.safe_dump(spec_raw, sort_keys=False)),
+                       (LISTING_FILE, json.dumps({"rungs": [os.path.relpath(p, ladder_dir) for p in rung_outputs]},
                                                   indent=2))):
-        tmp = ladder_dir / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, ladder_dir / name)
+        replace_file(ladder_dir / name, text)

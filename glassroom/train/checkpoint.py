@@ -139,7 +139,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
         _fsync_dir(tmp)
         if final.exists() or final.is_symlink():  # not expected: resume sets damaged ones aside
             set_aside(run_dir, final)
-        os.replace(tmp, final)
+        os.replace(tmp, final)   # a folder, fsynced before and after (not folders.replace_file: one file)
         _fsync_dir(folder)
         if on_visible is not None:
             on_visible(final)
@@ -337,7 +337,7 @@ def set_aside(run_dir: Path, path: Path) -> Path:
     while target.exists():
         n += 1
         target = target_dir / f"{path.name}.{n}"
-    os.replace(path, target)
+    os.replace(path, target)   # a move of a folder that exists, not a write (not folders.replace_file)
     return target
 
 

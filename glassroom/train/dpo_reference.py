@@ -86,7 +86,8 @@ def load_or_compute(run_dir: Path, digest: str, step: int, compute, is_main: boo
 
 
 def _write(path: Path, write) -> None:
-    """Write under a temporary name, fsync, rename into place."""
+    """Write under a temporary name, fsync, rename into place. Not folders.replace_file: `write`
+    streams into the open file (arrays too large to hold twice) and the data is fsynced."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         write(f)

@@ -23,6 +23,7 @@ import yaml
 
 from glassroom import yaml_io
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 from glassroom.observe.run_folder import CONFIG_FILE, RUN_TOKENIZER, STORE_FILE, is_store_file
 
 RESUME_FIXED = ("model", "data.path", "data.weights", "train.batch_size", "train.seq_len", "train.seed",
@@ -174,10 +175,7 @@ def prepare_run_dir(run_dir: Path, cfg, resume: bool, is_main: bool, barrier=lam
     barrier()
     if is_main:
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = run_dir / f".{CONFIG_FILE}.tmp"
-            tmp.write_text(yaml.safe_dump(current, sort_keys=False))
-            os.replace(tmp, run_dir / CONFIG_FILE)
+            replace_file(run_dir / CONFIG_FILE, yaml.safe_dump(current, sort_keys=False))
             _keep_tokenizer(run_dir, cfg)
         except OSError as exc:
             raise GlassroomError(f"--out {run_dir}: cannot write {CONFIG_FILE} ({exc.strerror or exc})") from None
@@ -191,9 +189,7 @@ def _keep_tokenizer(run_dir: Path, cfg) -> None:
     source = Path(os.path.expanduser(str(cfg.data.path))) / "tokenizer.json"
     if kept.exists() or not source.is_file():
         return
-    tmp = run_dir / f".{RUN_TOKENIZER}.tmp"
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, kept)
+    replace_file(kept, source.read_bytes())
 
 
 def lock_run_dir(run_dir: Path) -> int:

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from glassroom.folders import swap_into_place
 from glassroom.web.atlas_docs import (
     CUT,
     PAGE_RE,
@@ -168,11 +169,7 @@ def publish_docs(root: Path, folder: Path, ds_id: str, dest: Path) -> int:
             if name not in REMOVED:
                 index["collections"][name] = {"total": total, "pages": max(1, math.ceil(total / PAGE_SIZE))}
         put("index.json", index)
-        old = dest / f".docs.old-{os.getpid()}"
-        if final.exists():
-            os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

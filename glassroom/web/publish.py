@@ -192,7 +192,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
             exported.append(run_id)
         _write_json(tmp / "runs.json", {"root": redact_text(root.resolve().name), "generated": now, "runs": summaries})
         chunks.write_manifest(tmp)
-        os.rename(tmp, data_dir / generation)
+        os.rename(tmp, data_dir / generation)   # a new folder (not folders.replace_file): nothing to replace
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

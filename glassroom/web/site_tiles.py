@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Optional
@@ -39,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import replace_file
 from glassroom.observe.buckets import BRANCH, aligned_levels
 from glassroom.web.data import json_floats
 
@@ -94,16 +94,11 @@ class ChunkStore:
         key = chunk_key(width, steps, lo, hi)
         path = self.dir / f"{key}.json"
         if key not in self.referenced and not (path.is_file() and not path.is_symlink()):
-            tmp = self.dir / f".{key}.tmp-{os.getpid()}"
             try:
                 if path.is_symlink() or path.exists():   # not a chunk we wrote: a folder, a link
                     raise IsADirectoryError(f"{path.name} is not a plain file")
-                self.dir.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(json.dumps(chunk_payload(width, steps, lo, hi), separators=(",", ":"), allow_nan=False),
-                               encoding="utf-8")
-                os.replace(tmp, path)
+                replace_file(path, json.dumps(chunk_payload(width, steps, lo, hi), separators=(",", ":"), allow_nan=False))
             except OSError as exc:   # the site's fault, not the run's: the whole export stops, nothing switched
-                tmp.unlink(missing_ok=True)
                 raise SiteWriteError(f"--out {self.data_dir.parent}: cannot write data/{CHUNKS_DIR}/{key}.json "
                                      f"({exc.strerror or exc}); nothing was switched: free space or remove what is "
                                      "in its place, then publish again") from None
