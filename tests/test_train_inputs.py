@@ -501,7 +501,6 @@ def plant_start_failure(monkeypatch, where: str) -> None:
 @pytest.mark.parametrize("before", ["absent", "empty", "store only"])
 def test_a_failed_start_removes_only_what_it_created(capsys, tiny_dataset, tmp_path, monkeypatch, where, before):
     out = tmp_path / "runs" / "new"
-    kept = {}
     if before != "absent":
         out.mkdir(parents=True)
     if before == "store only":  # a run not yet started, e.g. holding a preregistered prediction
@@ -509,7 +508,6 @@ def test_a_failed_start_removes_only_what_it_created(capsys, tiny_dataset, tmp_p
 
         with StoreWriter(out) as writer:
             writer.event("note", "prediction goes here", 0)
-        kept = snapshot(out)
     plant_start_failure(monkeypatch, where)
     code, err = train(capsys, out, tiny_dataset, "train.steps=2")
     assert_refused(code, err, f"planted failure in {where}")
