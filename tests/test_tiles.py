@@ -418,3 +418,72 @@ def test_rows_deleted_by_a_tile_unaware_writer_while_a_writer_is_open(tmp_path):
     assert_tiles_match_raw(tmp_path)
     with StoreReader(tmp_path) as reader:
         assert reader.latest("loss") == (51, -1.0) and reader.view("loss", None, None, 10)[3] == 51
+
+
+def generated_series(rng, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """`length` increasing steps from a random start with random gaps, values with NaN gaps, and the
+    range's largest and smallest value planted near its end (in the last bucket of most views)."""
+    steps = int(rng.integers(-50, 50)) + np.cumsum(rng.integers(1, 4, length))
+    values = rng.normal(0, 1, length)
+    values[rng.random(length) < 0.02] = np.nan
+    if length >= 3:
+        values[-2], values[-3] = 50.0 + rng.random(), -50.0 - rng.random()
+    return steps.astype(np.int64), values
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_view_keeps_the_last_bucket_and_each_step_in_exactly_one_bucket(tmp_path, seed):
+    """For generated series lengths and point budgets, from the tiles or the raw rows (whichever the
+    reader uses for that range): the newest step's value is shown exactly, the buckets partition the
+    range (each step in exactly one, each with the exact min and max of its steps), so the min and max
+    over the buckets are the range's; the last bucket is never left out."""
+    rng = np.random.default_rng(seed)
+    lengths = (1, 2, 9, 64, 700, 5_000, 23_456)
+    series = {f"s{n}": generated_series(rng, n) for n in lengths}
+    with StoreWriter(tmp_path / "run", flush_rows=10**9, flush_seconds=1e9) as w:
+        for name, (steps, values) in series.items():
+            for s, v in zip(steps.tolist(), values.tolist()):
+                w.log(s, {name: v})
+    with StoreReader(tmp_path / "run") as reader:
+        for name, (steps, values) in series.items():
+            ranges = [(None, None), (int(steps[0]), int(steps[-1]))]
+            if len(steps) > 4:
+                a, b = sorted(int(x) for x in rng.choice(steps, 2, replace=False))
+                ranges.append((a, b))
+            for points in (1, 2, 3, 7, 64, 500, 1500, 4000):
+                for start, end in ranges:
+                    assert_view_matches_raw(reader, name, start, end, points)
+                    got, mins, maxs, n = reader.view(name, start, end, points)
+                    keep = (steps >= (start if start is not None else -FAR)) & (steps <= (end if end is not None else FAR))
+                    raw_steps, raw_values = steps[keep], values[keep]
+                    assert n == len(raw_steps) and len(got) == len(mins) == len(maxs)
+                    assert got[-1] == raw_steps[-1], (name, start, end, points)
+                    np.testing.assert_array_equal([mins[-1], maxs[-1]], [raw_values[-1]] * 2)
+                    if not np.isnan(raw_values).all():
+                        assert np.nanmax(maxs) == np.nanmax(raw_values), (name, start, end, points)
+                        assert np.nanmin(mins) == np.nanmin(raw_values), (name, start, end, points)
+                    if n > points:   # downsampled: at most `points` buckets, then the newest point
+                        assert len(got) <= points + 1
+
+
+def test_aligned_buckets_hold_every_step_once_up_to_the_last(tmp_path):
+    """StoreReader.buckets at each level against the plain grouping step // 8**level: the same buckets
+    in order, the last one included, each with its first step and the min and max of its values."""
+    rng = np.random.default_rng(5)
+    steps, values = generated_series(rng, 9_999)
+    with StoreWriter(tmp_path / "run", flush_rows=10**9, flush_seconds=1e9) as w:
+        for s, v in zip(steps.tolist(), values.tolist()):
+            w.log(s, {"loss": v})
+    with StoreReader(tmp_path / "run") as reader:
+        for level in range(0, 5):
+            want: dict[int, list] = {}
+            for s, v in zip(steps.tolist(), values.tolist()):
+                b = want.setdefault(s // 8**level, [s, np.nan, np.nan])
+                if np.isfinite(v):
+                    b[1], b[2] = np.fmin(b[1], v), np.fmax(b[2], v)
+            got = reader.buckets("loss", level)
+            expected = np.array([want[k] for k in sorted(want)])
+            assert len(got[0]) == len(expected), level
+            np.testing.assert_array_equal(got[0], expected[:, 0].astype(np.int64))
+            np.testing.assert_array_equal(got[1], expected[:, 1])
+            np.testing.assert_array_equal(got[2], expected[:, 2])

@@ -76,3 +76,51 @@ def test_vectors_average_per_bucket(reader):
     first = v["values"][0]
     assert first[1] == pytest.approx(2 * first[0]) and first[2] == 0 and first[3] == 1
     assert v["steps"][0] == 10
+
+
+def test_the_published_overview_keeps_the_last_bucket_and_each_step_in_exactly_one_bucket(tmp_path):
+    """`glassroom publish` writes each series' overview (at most SERIES_POINTS buckets and the newest
+    point): for generated lengths, the newest step's value is exact, the buckets partition the series
+    (each step in exactly one, with the exact min and max of its steps) and their min and max are the
+    series'. The largest and smallest values sit in the last bucket, so leaving it out shows."""
+    import json
+
+    from glassroom.web.publish import SERIES_POINTS, publish
+
+    rng = np.random.default_rng(4)
+    series = {}
+    for length in (SERIES_POINTS - 1, SERIES_POINTS + 1, SERIES_POINTS + 777, 3 * SERIES_POINTS + 5, 12_345):
+        steps = int(rng.integers(0, 100)) + np.cumsum(rng.integers(1, 4, length))
+        values = rng.normal(0, 1, length)
+        values[-2], values[-3] = 50.0, -50.0
+        series[f"loss/{length}"] = (steps, values)
+    run = tmp_path / "lab" / "run"
+    with StoreWriter(run, flush_rows=10**6, flush_seconds=3600) as w:
+        for name, (steps, values) in series.items():
+            for s, v in zip(steps.tolist(), values.tolist()):
+                w.log(s, {name: v})
+        w.set_status("finished", int(max(s[-1] for s, _ in series.values())))
+    site = tmp_path / "site"
+    publish(tmp_path / "lab", site)
+    generation = json.loads((site / "site.json").read_text())["generation"]
+    folder = site / "data" / generation / "runs" / "run"
+    files = json.loads((folder / "meta.json").read_text())["files"]
+    for name, (steps, values) in series.items():
+        overview = json.loads((folder / files[name]).read_text())
+        got, mins, maxs = np.array(overview["steps"]), np.array(overview["min"]), np.array(overview["max"])
+        assert overview["n"] == len(steps) and len(got) == len(mins) == len(maxs) <= SERIES_POINTS + 1
+        assert got[-1] == steps[-1] and mins[-1] == maxs[-1] == values[-1], name
+        assert maxs.max() == 50.0 and mins.min() == -50.0, name
+        if len(steps) <= SERIES_POINTS:
+            assert got.tolist() == steps.tolist() and mins.tolist() == values.tolist()
+            continue
+        body = got[:-1]
+        assert body[0] == steps[0] and np.all(np.diff(body) > 0) and np.isin(body, steps).all(), name
+        # buckets of equal width from the first step, as many as SERIES_POINTS fit over the series
+        width = -(-(int(steps[-1]) - int(steps[0]) + 1) // SERIES_POINTS)
+        bucket = (steps - steps[0]) // width
+        assert body.tolist() == steps[np.r_[True, bucket[1:] != bucket[:-1]]].tolist(), name
+        edges = np.searchsorted(steps, body)
+        ends = np.r_[edges[1:], len(steps)]   # the last bucket runs to the newest step
+        for j, (a, b) in enumerate(zip(edges, ends)):
+            assert mins[j] == values[a:b].min() and maxs[j] == values[a:b].max(), (name, j)
