@@ -130,3 +130,38 @@ def test_detector_explains_with_exact_numbers():
         "router_bias", "experts"]
     assert data["layers"] == [1, 2] and data["not_trained_by_gradient"] == "router_bias"
     assert (data["test"], data["mean"], data["std"], data["window"]) == ("rolling", 0.0, 0.0, 4)
+
+
+def anomalies_of(run_dir) -> list[tuple]:
+    with StoreReader(run_dir) as reader:
+        return [(e["step"], e["data"]["metric"], e["text"]) for e in reader.events(kinds=["anomaly"])]
+
+
+def test_a_resumed_run_flags_exactly_what_the_uninterrupted_run_flags(tiny_dataset, tmp_path):
+    """The detector's history is part of the checkpoint: a run killed right after its step-20
+    checkpoint and resumed flags the same anomalies as the run that never stopped, among them a loss
+    spike at step 26 that only a detector with more than 10 values of history can flag (a fresh one
+    after the resume would have 5). The checkpoint is checked to carry a non-empty state first, so
+    the comparison is not of two empty states."""
+    import json
+    import signal
+
+    sets = ("train.steps=40", "train.checkpoint_every=20", "observe.anomaly_min_history=10")
+    spike = "lr@25:2000"   # step 25 at 2000x the learning rate: the loss of step 26 jumps
+    reference = tmp_path / "reference"
+    result = run_train(reference, tiny_dataset, *sets, config=WATCH, env={"GLASSROOM_FAULTS": spike})
+    assert result.returncode == 0, result.stderr[-2000:]
+    want = anomalies_of(reference)
+    assert any(21 <= step <= 30 for step, _, _ in want), want   # flagged after the resume point, from history
+
+    out = tmp_path / "killed"
+    killed = run_train(out, tiny_dataset, *sets, config=WATCH,
+                       env={"GLASSROOM_FAULTS": f"{spike},kill_after_checkpoint@20"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    saved = json.loads((out / "checkpoints" / "step_0000020" / "trainer.json").read_text())["train_state"]["extra"]
+    state = saved["AnomalyObserver"]
+    assert len(state["history"]["train/loss"]) == 20 and len(state["history"]["train/grad_norm"]) == 20
+    assert state["loss_min"] < 100 and state["previous"], state
+    resumed = run_train(out, tiny_dataset, *sets, config=WATCH, resume=True, env={"GLASSROOM_FAULTS": spike})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert anomalies_of(out) == want
