@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import argparse
 
+from glassroom.errors import GlassroomError
+from glassroom.units import parse_count
+
 
 def new_command(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
     """A subcommand parser that also takes `--debug` after the command name."""
@@ -24,9 +27,6 @@ def new_command(sub, name: str, help: str, description: str) -> argparse.Argumen
 def positive_count(text: str | None, option: str) -> float | None:
     """A count option such as `--tokens 18.75T`, or None when not given; a GlassroomError names the
     option when the text is not a positive count."""
-    from glassroom.errors import GlassroomError
-    from glassroom.units import parse_count
-
     if text is None:
         return None
     try:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from glassroom.commands import new_command
+from glassroom.data.chatset import SOURCES
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -36,8 +37,6 @@ example:
 
 
 def register_chatset(sub) -> None:
-    from glassroom.data.chatset import SOURCES
-
     p = new_command(sub, "chatset", "questions and answers from man pages, Python docstrings, dictionaries", DESCRIPTION)
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write the set into (new or empty)")
     p.add_argument("--seed", type=int, default=0, help="phrasing, caps, held-out subjects and rejected answers (default 0)")
@@ -53,8 +52,6 @@ def register_chatset(sub) -> None:
 
 
 def parse_sources(text: str) -> list[str]:
-    from glassroom.data.chatset import SOURCES
-
     names = [n.strip() for n in text.split(",") if n.strip()]
     for n in names:
         if n not in SOURCES:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 Run the whole story on this machine: build the demo corpus (five real domains; install them once
@@ -33,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from glassroom.demo import format_summary, run_demo
-    from glassroom.errors import GlassroomError
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():

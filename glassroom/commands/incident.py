@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 
+from glassroom.cli import OneLineErrorParser
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 Incidents are the lab's answer next to an anomaly: open one at the step where something went wrong
@@ -32,8 +34,6 @@ examples:
 
 
 def register(sub) -> None:
-    from glassroom.cli import OneLineErrorParser
-
     p = new_command(sub, "incident", "open, update, resolve and list incidents of runs", DESCRIPTION)
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineErrorParser)
     p.set_defaults(run=_usage(p))
@@ -72,8 +72,6 @@ def _debug(parser) -> None:
 
 def _usage(parser):
     def show(args: argparse.Namespace) -> int:
-        from glassroom.errors import GlassroomError
-
         raise GlassroomError("incident: give an action: open, update, resolve or list "
                              "(see glassroom incident --help)")
     return show
@@ -101,7 +99,6 @@ def run_list(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from glassroom.errors import GlassroomError
     from glassroom.observe.incidents import read_incidents
     from glassroom.observe.runs import find_runs, store_error
 

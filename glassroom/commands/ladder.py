@@ -14,10 +14,13 @@ from dataclasses import asdict
 
 from glassroom.commands import new_command
 from glassroom.commands.ladder_design import register_design, run_design
+from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.laws import KEYS, NAMES
 from glassroom.ladder.rungs import NO_PREDICTION_FILE
+from glassroom.model.accounting import GPU_PEAK_BF16
 from glassroom.observe.run_folder import store_path
+from glassroom.units import parse_count
 
 DESCRIPTION = """\
 A scaling ladder: small models of one recipe that predict a big ("hero") run before it starts.
@@ -56,8 +59,6 @@ def _no_subcommand(parser: argparse.ArgumentParser) -> int:
 
 
 def register_plan(sub) -> None:
-    from glassroom.model.accounting import GPU_PEAK_BF16
-
     p = new_command(sub, "plan", "rungs and hero of a ladder spec: size, tokens, FLOPs, time",
                     "Expand a ladder spec by its rules and report each rung and the hero: name (total-Aactive\n"
                     "parameters), layers, N, tokens, FLOPs, steps, batch, lr and the estimated time. Without\n"
@@ -159,8 +160,6 @@ def _fraction(flag: str, text, default: float, low_open: bool = False) -> float:
 
 
 def _count(flag: str, text) -> float:
-    from glassroom.units import parse_count
-
     try:
         value = parse_count(text)
     except ValueError:
@@ -425,7 +424,6 @@ def register_run(sub) -> None:
 def run_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from glassroom.config import load_yaml
     from glassroom.data.shards import read_manifest
     from glassroom.steps.ladder import ladder_steps, run_experiment, write_experiment, write_ladder_folder
     from glassroom.ladder.spec import load_spec

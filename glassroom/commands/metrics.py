@@ -7,6 +7,7 @@ import json
 import math
 
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 Without --name, list the metric names of a run with their number of points and latest value.
@@ -30,7 +31,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import sqlite3
 
-    from glassroom.errors import GlassroomError
     from glassroom.observe.store import store_path
 
     try:
@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from glassroom.errors import GlassroomError
     from glassroom.observe.store import StoreReader
 
     with StoreReader(args.run_dir) as reader:

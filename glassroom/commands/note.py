@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 MAX_NOTE_CHARS = 20_000      # a note is read on every page load and stream; link to longer text
 MAX_STEP = 2**62             # SQLite stores 64-bit integers; steps are far below this
@@ -46,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     import sqlite3
     import time
 
-    from glassroom.errors import GlassroomError
     from glassroom.observe.runs import VISIBILITY
     from glassroom.observe.store import StoreReader, StoreWriter, store_path, write_failure
 

@@ -8,6 +8,8 @@ import math
 
 from glassroom.commands import new_command, positive_count
 from glassroom.errors import GlassroomError
+from glassroom.model.accounting import AC_MODES, GIB, GPU_MEMORY_GIB, GPU_PEAK_BF16, PRECISIONS, expert_shard_dim, plan
+from glassroom.model.config import load_model_config
 from glassroom.units import format_count as _format_count
 
 MAX_LAYERS = 1_000_000
@@ -35,8 +37,6 @@ examples:
 
 
 def register(sub) -> None:
-    from glassroom.model.accounting import AC_MODES, GPU_MEMORY_GIB, GPU_PEAK_BF16, PRECISIONS
-
     p = new_command(sub, "plan", "size, FLOPs, time and memory of a model config", DESCRIPTION)
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML config(s) with a model: section")
     p.add_argument("--tokens", help="training tokens, e.g. 18.75T: adds total FLOPs (and days)")
@@ -64,9 +64,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glassroom.model.accounting import GIB, plan
-    from glassroom.model.config import load_model_config
-
     tokens = positive_count(args.tokens, "--tokens")
     if tokens is not None and not math.isfinite(tokens):
         raise GlassroomError(f"--tokens: {args.tokens} is beyond any floating-point count")
@@ -144,7 +141,6 @@ def _memory_lines(cfg, r: dict) -> list[str]:
         else:
             experts = f": all {local} experts on every GPU" + (f", sharded over {dp}" if dp > 1 else "")
         if local % dp:  # experts do not split evenly over dp
-            from glassroom.model.accounting import expert_shard_dim
 
             shapes = {"d_model": (local, cfg.d_model, 2 * cfg.moe.d_expert),
                       "d_expert": (local, cfg.moe.d_expert, cfg.d_model)}
@@ -193,8 +189,6 @@ def _memory_lines(cfg, r: dict) -> list[str]:
 
 
 def _gpu_bytes(gpu: str) -> float:
-    from glassroom.model.accounting import GIB, GPU_MEMORY_GIB
-
     return GPU_MEMORY_GIB[gpu] * GIB
 
 

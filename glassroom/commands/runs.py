@@ -6,6 +6,7 @@ import argparse
 import json
 
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 List every run below DIR (a folder holding store.sqlite) with its state (running, finished,
@@ -27,7 +28,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from glassroom.errors import GlassroomError
     from glassroom.observe.runs import find_runs, summarize
 
     root = Path(args.root)

@@ -8,7 +8,9 @@ import argparse
 import json
 from pathlib import Path
 
+import glassroom
 from glassroom.commands import new_command
+from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 Continue a prompt with a trained model: PATH is a run folder (its newest intact checkpoint, or
@@ -76,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
 
     from glassroom.generate import check_options
 
-    from glassroom.errors import GlassroomError
-
     check_options(args.max_new_tokens, args.temperature, args.top_p, args.seed)
     if args.system is not None and not args.chat:
         raise GlassroomError("--system: only with --chat (a system message belongs to a chat template)")
@@ -102,8 +102,6 @@ def sample(path: str, prompt: str, **options) -> dict:
 
 
 def _utf8(text: str, option: str) -> None:
-    from glassroom.errors import GlassroomError
-
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:  # bytes that are not UTF-8 reach argv as lone surrogates
@@ -117,8 +115,6 @@ def sample_many(path: str, prompts: list[str], *, max_new_tokens: int = 64, temp
     """One --json dict per prompt, each prompt run on its own (the model is loaded once)."""
     import torch
 
-    import glassroom
-    from glassroom.errors import GlassroomError
     from glassroom.generate import check_length
 
     if device == "cuda" and not torch.cuda.is_available():

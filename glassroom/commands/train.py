@@ -9,6 +9,7 @@ import signal
 import threading
 
 from glassroom.commands import new_command
+from glassroom.errors import ConfigError, GlassroomError
 from glassroom.observe.run_folder import CONFIG_FILE, config_path, has_config
 
 DESCRIPTION = """\
@@ -54,7 +55,6 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from glassroom.errors import ConfigError, GlassroomError
     from glassroom.train.config import load_run_config
     from glassroom.train.preflight import check_launch
     from glassroom.train.run_dir import check_new_run_dir
