@@ -16,6 +16,7 @@ non-loopback address) notes marked private are left out.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -124,10 +125,12 @@ def events_payload(reader: StoreReader, after_id: int = 0, public: bool = False)
     return shown_events(reader.events(after_id), public)
 
 
-def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bool = False) -> dict:
+def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bool = False,
+             reader: Optional[StoreReader] = None) -> dict:
     """Everything a run page needs besides the series: status, names, events, config, prediction.
-    `root`: the served folder (files resolving outside it are not read)."""
-    with StoreReader(run_dir) as reader:
+    `root`: the served folder (files resolving outside it are not read); `reader`: the run's open
+    store reader (publish reads the run through one), else one is opened."""
+    with contextlib.nullcontext(reader) if reader is not None else StoreReader(run_dir) as reader:
         names = [n for n in reader.names() if not looks_secret(n)]   # `secret/sk-...`: not listed
         vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)

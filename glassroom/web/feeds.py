@@ -231,11 +231,11 @@ def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool) -> 
 
 
 def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation_dir: Path,
-                  write: Optional[Callable[[Path, str], None]] = None) -> None:
+                  write: Optional[Callable[[Path, str], None]] = None, runs: Optional[dict[str, Path]] = None) -> None:
     """Write SITE/feed.atom, SITE/runs/<run>/feed.atom, SITE/incidents.html, and
     generation_dir/incidents.json and search.json, for the runs just exported (public view)."""
     write = write or replace_file
-    found = find_runs(root)
+    found = find_runs(root) if runs is None else runs   # publish passes the runs it found
     runs = {i: found[i] for i in exported_run_ids if i in found}
     lab = redact_text(Path(root).resolve().name)
     generation_dir.mkdir(parents=True, exist_ok=True)

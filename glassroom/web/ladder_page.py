@@ -135,16 +135,18 @@ def _dump(payload: Any) -> bytes:
 
 
 def publish_ladders(root: str | Path, site_dir: str | Path, published_runs: Optional[set[str]] = None,
-                    log=lambda m: None) -> list[str]:
+                    log=lambda m: None, runs: Optional[dict[str, Path]] = None) -> list[str]:
     """Static copies of every ladder below `root` into SITE/ladders/; returns the ladder ids published.
     Run links go only to `published_runs` (default: the runs publish would export: not private, no
-    secret-looking ids); a ladder that cannot be read is listed with its one-line error and no page."""
+    secret-looking ids); a ladder that cannot be read is listed with its one-line error and no page.
+    `runs`: {id: folder} of the runs publish exported (found once by publish), instead of a new walk."""
     root, site = Path(root), Path(site_dir)
     out = site / "ladders"
     if out.is_symlink():
         raise GlassroomError(f"--out {site}: ladders is a symbolic link; a site's folders must be its own "
                              "(remove the link or give a new folder)")
-    runs = shown_runs(root, public=True)
+    if runs is None:
+        runs = shown_runs(root, public=True)
     if published_runs is not None:
         runs = {i: p for i, p in runs.items() if i in published_runs}
     heroes = hero_runs(root, runs)

@@ -79,9 +79,9 @@ def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = No
                chunks: Optional[ChunkStore] = None) -> dict:
     """Writes one run's meta, series and vectors below `dest` (and, with `chunks`, the tiles of its
     long series into the shared chunk folder); returns its meta."""
-    meta = data.run_meta(run_id, run_dir, root=root, public=True)
-    meta["files"], meta["vector_files"] = {}, {}
-    with StoreReader(run_dir) as reader:
+    with StoreReader(run_dir) as reader:   # one reader for the run's meta, series and vectors
+        meta = data.run_meta(run_id, run_dir, root=root, public=True, reader=reader)
+        meta["files"], meta["vector_files"] = {}, {}
         for name in meta["names"]:
             rel = f"series/{_file_key(name)}.json"
             steps, values = reader.series(name)   # read once: the overview and the tiles come from it
@@ -212,8 +212,9 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                       render_page("run", {"mode": "static", "base": base, "page": "run", "runs": [run_id]}))
 
     publish_atlases(root, out)
-    publish_ladders(root, out, set(exported), log=log)
-    publish_feeds(root, out, exported, data_dir / generation)   # feeds, incidents.json, search.json
+    # the runs found once above, passed down (no walk of DIR again)
+    publish_ladders(root, out, set(exported), log=log, runs={i: runs[i] for i in exported})
+    publish_feeds(root, out, exported, data_dir / generation, runs=runs)   # feeds, incidents.json, search.json
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
     replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 
