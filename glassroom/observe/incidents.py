@@ -14,7 +14,6 @@ by hand, or an update for an unknown ID) are ignored by fold. Never imports torc
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sqlite3
@@ -137,7 +136,7 @@ def _text(text: str, what: str) -> str:
 
 def run_store(run_dir: str | Path) -> Path:
     """The store of the run folder `run_dir`, or a GlassroomError that says what is wrong."""
-    from glassroom.observe.store import store_path  # lazy: numpy loads only when this runs
+    from glassroom.observe.store import has_journal, store_path  # lazy: numpy loads only when this runs
 
     run_dir = Path(run_dir)
     if not run_dir.exists():
@@ -147,40 +146,14 @@ def run_store(run_dir: str | Path) -> Path:
     path = store_path(run_dir)
     if not path.is_file():
         raise GlassroomError(f"{run_dir}: not a run (no store.sqlite); give the folder of a run")
-    if path.stat().st_size == 0 or not _has_journal(path):
+    if path.stat().st_size == 0 or not has_journal(path):
         raise GlassroomError(f"{path}: not a run store (no journal in it); give the folder of a run "
                              "(nothing was written)")
     return path
 
 
-def _has_journal(path: Path) -> bool:
-    """Whether the SQLite file at `path` has an events table (an empty file or another program's
-    database does not: a write would make it look like a run). A file SQLite cannot open read-only
-    is left to the writer, which reports what is wrong with it."""
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        try:
-            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is not None
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return True
-
-
-def _read_events(conn: sqlite3.Connection, where: str = "kind = ?", args: tuple = (KIND,)) -> list[dict]:
-    rows = conn.execute(f"SELECT id, time, step, kind, text, data FROM events WHERE {where} ORDER BY id", args)
-    out = []
-    for id_, when, step, kind, text, data in rows:
-        try:
-            parsed = None if data is None else json.loads(data)
-        except (ValueError, RecursionError):
-            parsed = None
-        out.append({"id": id_, "time": when, "step": step, "kind": kind, "text": text, "data": parsed})
-    return out
-
-
 def _write(run_dir: str | Path, build) -> tuple[dict, int]:
-    """Open the run's store, and inside one write transaction read its incidents, let `build(conn,
+    """Open the run's store, and inside one write transaction read its incidents, let `build(writer,
     incidents)` check the request and return (kind-less event: text, step, data), append it.
     Returns (the event's data, its id). SQLite problems become one-line GlassroomErrors."""
     from glassroom.observe.store import StoreWriter, write_failure  # lazy: numpy loads only when this runs
@@ -194,17 +167,10 @@ def _write(run_dir: str | Path, build) -> tuple[dict, int]:
     try:
         writer = StoreWriter(run_dir)
         try:
-            writer.flush()
-            writer.conn.execute("BEGIN IMMEDIATE")
-            try:
-                incidents = {i["id"]: i for i in fold(_read_events(writer.conn))}
-                text, step, data = build(writer.conn, incidents)
+            with writer.transaction():
+                incidents = {i["id"]: i for i in fold(writer.journal_events(KIND))}
+                text, step, data = build(writer, incidents)
                 event_id = writer.event(KIND, text, step, data)
-                writer.conn.execute("COMMIT")
-            except BaseException:
-                if writer.conn.in_transaction:
-                    writer.conn.execute("ROLLBACK")
-                raise
         finally:
             writer.conn.close()   # nothing buffered; the run's status is left alone
     except sqlite3.DatabaseError as exc:
@@ -233,18 +199,18 @@ def open_incident(run_dir: str | Path, title: str, step: Any = None, anomaly: An
     if step is None and anomaly_id is None:
         raise GlassroomError("incident open: give --step S (the step it happened at) or --anomaly EVENT_ID")
 
-    def build(conn, incidents):
+    def build(store, incidents):
         nonlocal step
         if anomaly_id is not None:
-            found = _read_events(conn, "id = ?", (anomaly_id,))
+            found = store.journal_events(event_id=anomaly_id)
             if not found or found[0]["kind"] != "anomaly":
                 what = (f"no event {anomaly_id} in {run_dir}" if not found else
                         f"event {anomaly_id} of {run_dir} is a {found[0]['kind']!r} event, not an anomaly")
                 raise GlassroomError(f"--anomaly {anomaly_id}: {what}; give the id of one of its anomalies "
-                                     f"({_anomaly_ids(conn)})")
+                                     f"({_anomaly_ids(store)})")
             if step is None:
                 step = found[0]["step"] if found[0]["step"] is not None else 0
-        newest = newest_step(conn)
+        newest = store.newest_step(KIND)
         if step > newest:
             raise GlassroomError(f"--step {step}: beyond the run {run_dir}, whose newest step is {newest}; "
                                  f"give a step it has reached (0 to {newest})")
@@ -257,26 +223,8 @@ def open_incident(run_dir: str | Path, title: str, step: Any = None, anomaly: An
     return {**data, "step": step, "event": event_id}
 
 
-def newest_step(conn: sqlite3.Connection) -> int:
-    """The newest step the run has reached: its status, its series (each by its index) and its events."""
-    steps = [0]
-    row = conn.execute("SELECT value FROM artifacts WHERE name = 'status'").fetchone()
-    try:
-        status = json.loads(row[0]) if row else None
-    except (ValueError, RecursionError):
-        status = None
-    if isinstance(status, dict) and isinstance(status.get("step"), int) and not isinstance(status.get("step"), bool):
-        steps.append(status["step"])
-    for table in ("metrics", "vectors"):
-        steps += [r[0] for r in conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) "
-                                             "FROM names") if isinstance(r[0], int)]
-    row = conn.execute("SELECT MAX(step) FROM events WHERE kind != ?", (KIND,)).fetchone()
-    steps.append(row[0] if row and isinstance(row[0], int) else 0)
-    return max(steps)
-
-
-def _anomaly_ids(conn) -> str:
-    ids = [str(r[0]) for r in conn.execute("SELECT id FROM events WHERE kind = 'anomaly' ORDER BY id LIMIT 21")]
+def _anomaly_ids(store) -> str:
+    ids = [str(i) for i in store.event_ids("anomaly", 21)]
     if not ids:
         return "it has none"
     return "its anomalies: " + ", ".join(ids[:20]) + (" ..." if len(ids) > 20 else "")
@@ -287,7 +235,7 @@ def _follow_up(run_dir: str | Path, raw_id: str, text: str, action: str) -> dict
     text = _text(text, "write-up" if action == "resolve" else "update")
     holder: dict = {}
 
-    def build(conn, incidents):
+    def build(store, incidents):
         record = incidents.get(iid)
         if record is None:
             raise GlassroomError(f"{iid}: no such incident in {run_dir}; {_known(incidents)}")
@@ -328,5 +276,5 @@ def read_incidents(run_dir: str | Path) -> list[dict]:
     from glassroom.observe.store import StoreReader  # lazy: numpy loads only when this runs
 
     with StoreReader(run_dir) as reader:
-        events = _read_events(reader.conn)
+        events = reader.journal_events(KIND)
     return fold([redacted(e) for e in events])

@@ -101,7 +101,63 @@ def write_failure(path: Path, exc: sqlite3.DatabaseError, nothing: str = "nothin
     return GlassroomError(f"{path}: cannot be read ({exc}); the run store is damaged, {nothing}")
 
 
-class StoreWriter:
+def has_journal(path: Path) -> bool:
+    """Whether the SQLite file at `path` has an events table (an empty file or another program's
+    database does not: a write would make it look like a run). A file SQLite cannot open read-only
+    is left to the writer, which reports what is wrong with it."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return True
+
+
+class _JournalQueries:
+    """Reads of the journal that a writer (inside its transaction) and a reader both make."""
+
+    conn: sqlite3.Connection
+
+    def journal_events(self, kind: Optional[str] = None, event_id: Optional[int] = None) -> list[dict]:
+        """Events (of `kind`, or the one with `event_id`) oldest first, texts whole; data that cannot
+        be parsed reads None."""
+        where, args = ("id = ?", (event_id,)) if event_id is not None else ("kind = ?", (kind,))
+        rows = self.conn.execute(f"SELECT id, time, step, kind, text, data FROM events WHERE {where} ORDER BY id", args)
+        out = []
+        for id_, when, step, kind_, text, data in rows:
+            try:
+                parsed = None if data is None else json.loads(data)
+            except (ValueError, RecursionError):
+                parsed = None
+            out.append({"id": id_, "time": when, "step": step, "kind": kind_, "text": text, "data": parsed})
+        return out
+
+    def event_ids(self, kind: str, limit: int) -> list[int]:
+        """Ids of the oldest `limit` events of `kind`."""
+        return [r[0] for r in self.conn.execute("SELECT id FROM events WHERE kind = ? ORDER BY id LIMIT ?", (kind, limit))]
+
+    def newest_step(self, ignore_kind: str) -> int:
+        """The newest step the run has reached: its status, its series (each by its index) and its
+        events (less those of `ignore_kind`); 0 for none."""
+        steps = [0]
+        row = self.conn.execute("SELECT value FROM artifacts WHERE name = 'status'").fetchone()
+        try:
+            status = json.loads(row[0]) if row else None
+        except (ValueError, RecursionError):
+            status = None
+        if isinstance(status, dict) and isinstance(status.get("step"), int) and not isinstance(status["step"], bool):
+            steps.append(status["step"])
+        for table in ("metrics", "vectors"):
+            steps += [r[0] for r in self.conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) "
+                                                      "FROM names") if isinstance(r[0], int)]
+        row = self.conn.execute("SELECT MAX(step) FROM events WHERE kind != ?", (ignore_kind,)).fetchone()
+        steps.append(row[0] if row and isinstance(row[0], int) else 0)
+        return max(steps)
+
+
+class StoreWriter(_JournalQueries):
     """Appends to a run's store. Use as a context manager, or call close()."""
 
     def __init__(self, run_dir: str | Path, flush_rows: int = 8000, flush_seconds: float = 1.0):
@@ -267,7 +323,7 @@ class StoreWriter:
         self.close()
 
 
-class StoreReader:
+class StoreReader(_JournalQueries):
     """Reads a run's store, also while a writer appends. Read-only: never changes the file."""
 
     def __init__(self, run_dir: str | Path):
