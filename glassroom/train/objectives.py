@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from glassroom.data.mixture import Mixture
 from glassroom.data.packing import Packer, describe_counts, open_packed_set
 from glassroom.errors import GlassroomError
-from glassroom.train.evaluate import evaluate_masked, load_masked_validation, load_validation
+from glassroom.train.evaluate import evaluate, evaluate_masked, load_masked_validation, load_validation
 from glassroom.train.init import same_tokenizer
 from glassroom.train.parallel import all_reduce_sum
 
@@ -126,9 +126,6 @@ class Pretrain(Objective):
         return Micro(per_token.mean(), out.moe_loss, out.logit_z_loss, row_loss, ones, ones * (micro.shape[1] - 1))
 
     def evaluate(self, model, micro_batch: int, autocast_dtype) -> dict[str, float]:
-        # lazy: tests patch evaluate where it is defined; looked up at call time
-        from glassroom.train.evaluate import evaluate
-
         return evaluate(model, self.validation, micro_batch, self.device, autocast_dtype, self.info)
 
 

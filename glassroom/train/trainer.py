@@ -33,7 +33,7 @@ from glassroom.model.transformer import build_model
 from glassroom.observe.anomalies import AnomalyObserver
 from glassroom.observe.prediction import BandWatcher
 from glassroom.observe.store import StoreReader, StoreWriter, store_path
-from glassroom.train import checkpoint as ckpt, parallel, preflight
+from glassroom.train import activation_checkpointing, checkpoint as ckpt, parallel, preflight
 from glassroom.train.config import RunConfig
 from glassroom.train.dpo_objective import DPO
 from glassroom.train.eval_tasks import TrainingTasks
@@ -167,9 +167,6 @@ class Trainer(ResumeMixin):
         self.core = self.model
         # train.activation_checkpointing: blocks recompute in backward (train/activation_checkpointing.py);
         # before compile and before parallelize's fully_shard.
-        # lazy: tests patch activation_checkpointing where it is defined; looked up at call time
-        from glassroom.train import activation_checkpointing
-
         activation_checkpointing.apply(self.core, tc.activation_checkpointing, tc.activation_checkpointing_every)
         if tc.compile:
             for block in self.core.blocks:
