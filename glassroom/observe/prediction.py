@@ -30,7 +30,7 @@ import numpy as np
 
 from glassroom import yaml_io
 from glassroom.errors import GlassroomError
-from glassroom.observe.journal import canonical, has_digest_column, sha256_hex, verify_chain
+from glassroom.observe.journal import canonical, sha256_hex
 from glassroom.observe.run_folder import STORE_FILE, config_path
 from glassroom.observe.store import StoreReader
 
@@ -254,23 +254,17 @@ def verify_run(run_dir: str | Path) -> dict:
     Raises FileNotFoundError (no store), LookupError (no prediction) or sqlite3.DatabaseError.
     """
     with StoreReader(run_dir) as reader:
-        conn = reader.conn
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "artifacts" not in tables:
+        evidence = reader.seal_evidence()
+    tables, row = evidence["tables"], evidence["prediction"]
+    if "artifacts" not in tables:
+        raise LookupError("no preregistered prediction")
+    missing = [t for t in ("events", "metrics") if t not in tables]
+    if missing:
+        if row is None:
             raise LookupError("no preregistered prediction")
-        row = conn.execute("SELECT time, value FROM artifacts WHERE name = 'prediction'").fetchone()
-        missing = [t for t in ("events", "metrics") if t not in tables]
-        if missing:
-            if row is None:
-                raise LookupError("no preregistered prediction")
-            return {"ok": False, "problem": f"the {' and '.join(missing)} table(s) were removed from the store",
-                    "digest": None, "created": None, "first_step_time": None, "chain": None}
-        events = conn.execute("SELECT id, time, step, kind, data FROM events ORDER BY id").fetchall()
-        digests = ({r[0]: r[1] for r in conn.execute("SELECT id, digest FROM events WHERE kind = 'prediction'")}
-                   if has_digest_column(conn) else None)
-        chain = verify_chain(conn)
-        times = conn.execute("SELECT MIN(time), COUNT(*), SUM(typeof(time) NOT IN ('real', 'integer')) "
-                             "FROM metrics").fetchone()
+        return {"ok": False, "problem": f"the {' and '.join(missing)} table(s) were removed from the store",
+                "digest": None, "created": None, "first_step_time": None, "chain": None}
+    events, digests, chain, times = evidence["events"], evidence["digests"], evidence["chain"], evidence["metrics"]
     first_metric, metric_rows, odd_times = times[0], int(times[1]), int(times[2] or 0)
     sealed_events = [e for e in events if e[3] == "prediction" and _event_digest(e[4]) is not None]
     result = {"ok": False, "problem": None, "digest": None, "created": None,

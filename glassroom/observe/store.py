@@ -108,7 +108,8 @@ def has_journal(path: Path) -> bool:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
         try:
-            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone() is not None
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone()
+            return found is not None
         finally:
             conn.close()
     except sqlite3.DatabaseError:
@@ -136,7 +137,8 @@ class _JournalQueries:
 
     def event_ids(self, kind: str, limit: int) -> list[int]:
         """Ids of the oldest `limit` events of `kind`."""
-        return [r[0] for r in self.conn.execute("SELECT id FROM events WHERE kind = ? ORDER BY id LIMIT ?", (kind, limit))]
+        rows = self.conn.execute("SELECT id FROM events WHERE kind = ? ORDER BY id LIMIT ?", (kind, limit))
+        return [r[0] for r in rows]
 
     def newest_step(self, ignore_kind: str) -> int:
         """The newest step the run has reached: its status, its series (each by its index) and its
@@ -150,8 +152,8 @@ class _JournalQueries:
         if isinstance(status, dict) and isinstance(status.get("step"), int) and not isinstance(status["step"], bool):
             steps.append(status["step"])
         for table in ("metrics", "vectors"):
-            steps += [r[0] for r in self.conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) "
-                                                      "FROM names") if isinstance(r[0], int)]
+            rows = self.conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) FROM names")
+            steps += [r[0] for r in rows if isinstance(r[0], int)]
         row = self.conn.execute("SELECT MAX(step) FROM events WHERE kind != ?", (ignore_kind,)).fetchone()
         steps.append(row[0] if row and isinstance(row[0], int) else 0)
         return max(steps)
@@ -463,8 +465,8 @@ class StoreReader(_JournalQueries):
         """Up to `limit` (step, value) rows of series `name_id` after `step`, by step: scalar values
         (None for a gap) or, with `vectors`, the vectors' JSON text."""
         table = "vectors" if vectors else "metrics"
-        return self.conn.execute(f"SELECT step, value FROM {table} WHERE name_id = ? AND step > ? ORDER BY step LIMIT ?",
-                                 (name_id, step, limit)).fetchall()
+        return self.conn.execute(f"SELECT step, value FROM {table} WHERE name_id = ? AND step > ? "
+                                 "ORDER BY step LIMIT ?", (name_id, step, limit)).fetchall()
 
     def vector_extent(self, name_id: int, lo: int, hi: int) -> tuple[Optional[int], Optional[int]]:
         """(first, last) step of the vectors of `name_id` in [lo, hi]."""
@@ -573,8 +575,37 @@ class StoreReader(_JournalQueries):
         rows = self.conn.execute(f"SELECT id, time, step, kind, {text}, data FROM events"
                                  f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY id DESC LIMIT ?",
                                  (*args, int(limit)))
-        return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "", "data": event_data(d)}
-                for i, t, s, k, x, d in rows]
+        return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "",
+                 "data": event_data(d)} for i, t, s, k, x, d in rows]
+
+    def seal_evidence(self) -> dict:
+        """What observe/prediction.verify_run checks, read raw in one snapshot (the store may have been
+        edited, tables removed): {"tables": names, "prediction": (time, value) of the artifact or None,
+        "events": [(id, time, step, kind, data)], "digests": {id: digest} of prediction events (None
+        without the digest column), "chain": journal.verify_chain, "metrics": (first time, rows, rows
+        whose time is not a number)}; the last four are None when the events or metrics table is gone."""
+        own = not self.conn.in_transaction
+        if own:
+            self.conn.execute("BEGIN")
+        try:
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            out: dict[str, Any] = {"tables": tables, "prediction": None, "events": None, "digests": None,
+                                   "chain": None, "metrics": None}
+            if "artifacts" in tables:
+                out["prediction"] = self.conn.execute(
+                    "SELECT time, value FROM artifacts WHERE name = 'prediction'").fetchone()
+            if "events" not in tables or "metrics" not in tables:
+                return out
+            out["events"] = self.conn.execute("SELECT id, time, step, kind, data FROM events ORDER BY id").fetchall()
+            if journal.has_digest_column(self.conn):
+                out["digests"] = dict(self.conn.execute("SELECT id, digest FROM events WHERE kind = 'prediction'"))
+            out["chain"] = journal.verify_chain(self.conn)
+            out["metrics"] = self.conn.execute(
+                "SELECT MIN(time), COUNT(*), SUM(typeof(time) NOT IN ('real', 'integer')) FROM metrics").fetchone()
+            return out
+        finally:
+            if own and self.conn.in_transaction:
+                self.conn.execute("COMMIT")
 
     def artifact(self, name: str) -> Any:
         row = self.conn.execute("SELECT value FROM artifacts WHERE name = ?", (name,)).fetchone()
