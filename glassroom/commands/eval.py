@@ -10,7 +10,7 @@ from pathlib import Path
 
 from glassroom.commands import new_command
 from glassroom.errors import GlassroomError
-from glassroom.observe.run_folder import has_config
+from glassroom.observe.run_folder import config_path, has_config
 
 DESCRIPTION = """\
 Score a model on lm-evaluation-harness tasks, in-process, through glassroom's model adapter
@@ -75,7 +75,7 @@ def run_tasks_dir(run_dir: Path) -> Path:
     saved = saved_config(Path(run_dir))
     data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
     if not isinstance(data.get("path"), str):
-        raise GlassroomError(f"{Path(run_dir) / 'config.yaml'}: no data.path; give the tasks folder with --tasks-dir")
+        raise GlassroomError(f"{config_path(run_dir)}: no data.path; give the tasks folder with --tasks-dir")
     return Path(os.path.expanduser(data["path"])) / "tasks"
 
 

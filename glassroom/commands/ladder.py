@@ -500,7 +500,7 @@ def run_verify(args: argparse.Namespace) -> int:
         raise GlassroomError(f"{run_dir}: holds no preregistered prediction (`glassroom ladder run --hero` "
                              "writes one into the hero's run folder)") from None
     except sqlite3.DatabaseError as exc:
-        raise GlassroomError(f"{run_dir / 'store.sqlite'}: unreadable run store ({exc})") from None
+        raise GlassroomError(f"{store_path(run_dir)}: unreadable run store ({exc})") from None
 
     def iso(when) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(when)))

@@ -107,10 +107,10 @@ class RungData:
             with StoreReader(self.run_dir) as reader:
                 return read(reader)
         except sqlite3.DatabaseError as exc:
-            raise GlassroomError(f"{self.run_dir / 'store.sqlite'}: unreadable run store ({exc}); "
+            raise GlassroomError(f"{run_folder.store_path(self.run_dir)}: unreadable run store ({exc}); "
                                  "retrain the rung or remove it from the ladder") from None
         except (TypeError, ValueError) as exc:  # a metric row holding text or bytes: an edited store
-            raise GlassroomError(f"{self.run_dir / 'store.sqlite'}: a metric value is not a number ({exc}); "
+            raise GlassroomError(f"{run_folder.store_path(self.run_dir)}: a metric value is not a number ({exc}); "
                                  "the store was edited: retrain the rung or remove it from the ladder") from None
 
     def raw_series(self, metric: str) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glassroom.errors import GlassroomError
+from glassroom.observe.run_folder import checkpoints_path, config_path
 from glassroom.train import checkpoint as ckpt
 from glassroom.train.run_dir import config_differences
 
@@ -65,7 +66,7 @@ class ResumeMixin:
             listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
             raise GlassroomError(
                 f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
-                f"(move {self.run_dir / 'checkpoints'} aside to start again from step 0)")
+                f"(move {checkpoints_path(self.run_dir)} aside to start again from step 0)")
         if choice.path is None and (self.state_at_start != "resumed" or not self._journaled_start()):
             # a new run, or a resumed one killed before its start was journaled: this is its start
             notes, data = self.objective.start_notes()
@@ -122,7 +123,7 @@ class ResumeMixin:
         if diffs:
             listed = ", ".join(diffs[:3]) + (f" and {len(diffs) - 3} more" if len(diffs) > 3 else "")
             raise GlassroomError(f"{path}: written with another {listed} than this run's config (was "
-                                 f"{self.run_dir / 'config.yaml'} edited?); resume with the settings "
+                                 f"{config_path(self.run_dir)} edited?); resume with the settings "
                                  "the checkpoint was written with, or train into a new --out")
 
     def _store_from(self, step: int, choice: ckpt.ResumeChoice) -> int:
