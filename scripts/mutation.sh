@@ -27,7 +27,7 @@ MODULES=()
 # (in-process, seconds; the training runs of `glassroom train` happen in subprocesses, which
 # mutmut cannot map to mutants).
 #
-# The planted bugs of the second audit and the test that catches each (each checked by planting it):
+# Bugs the suite once let through, and the test that catches each (each checked by planting it):
 #   moe.py capacity rounded down            tests/test_capacity.py::test_capacity_rounds_a_fractional_share_up...
 #   transformer.py rope_theta ignored       tests/test_model.py::test_rope_theta_sets_the_rotation_and_so_the_logits
 #   mixture.py weights not renormalised     tests/test_data_mixture.py::test_unnormalised_weights_give_domain_shares...
