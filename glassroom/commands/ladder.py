@@ -16,8 +16,7 @@ from glassroom.commands import new_command
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
-from glassroom.ladder.laws import KEYS, NAMES
-from glassroom.ladder.rungs import NO_PREDICTION_FILE
+from glassroom.ladder import LAW_KEYS
 from glassroom.model.accounting import GPU_PEAK_BF16
 from glassroom.observe.run_folder import store_path
 from glassroom.units import parse_count
@@ -141,7 +140,7 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-LAWS = ("auto", *KEYS)
+LAWS = ("auto", *LAW_KEYS)
 OBJECTIVES = ("least-squares", "huber")
 
 
@@ -251,6 +250,8 @@ def _params_text(law: dict) -> str:
 
 
 def _law_lines(report: dict) -> str:
+    from glassroom.ladder.laws import NAMES
+
     law = report["law"]
     lines = [f"{law['law']} = {law['formula']}: {_params_text(law)}"]
     noise = report.get("noise")
@@ -425,6 +426,7 @@ def run_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from glassroom.data.shards import read_manifest
+    from glassroom.ladder.rungs import NO_PREDICTION_FILE
     from glassroom.steps.ladder import ladder_steps, run_experiment, write_experiment, write_ladder_folder
     from glassroom.ladder.spec import load_spec
 

@@ -41,10 +41,11 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from glassroom.errors import GlassroomError
+from glassroom.ladder import LAW_KEYS
 from glassroom.ladder.engine import fit_batch, law_values
 from glassroom.ladder.fit import LAW_C, LAW_ND, Law, Term, identifiable_nd
 
-KEYS = ("C", "ND", "NtD", "NeffD")
+KEYS = LAW_KEYS
 LAWS = {
     "C": LAW_C,
     "ND": LAW_ND,
