@@ -47,7 +47,8 @@ def finite(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), values, np.nan)
 
 
-def fold(index: np.ndarray, steps: np.ndarray, mins: np.ndarray, maxs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fold(index: np.ndarray, steps: np.ndarray, mins: np.ndarray,
+         maxs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Consecutive items with the same bucket `index` folded into one: (first step, min of mins, max of
     maxs) per bucket, in order; NaN where a bucket holds no finite value. Items are in step order."""
     starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
@@ -68,7 +69,8 @@ def downsample(steps: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.
     return np.r_[out_steps, steps[-1]], np.r_[mins, values[-1]], np.r_[maxs, values[-1]]
 
 
-def aligned_levels(steps: np.ndarray, values: np.ndarray, overview_points: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+def aligned_levels(steps: np.ndarray, values: np.ndarray,
+                   overview_points: int) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
     """[(width, first step per bucket, mins, maxs)] of aligned buckets (width 8**k, as the store's
     tiles), raw points (width 1) first; [] when the series has at most `overview_points` points. A
     level is kept while it has more buckets than `overview_points` and at most half as many as the
