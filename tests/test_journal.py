@@ -103,3 +103,18 @@ def test_an_event_moved_to_another_step_no_longer_verifies(tmp_path, step):
             assert not check["ok"] and f"event {event_id} (note" in check["problem"], (step, other)
             conn.execute("UPDATE events SET step = ? WHERE id = ?", (step, event_id))
             assert journal.verify_chain(conn)["ok"]
+
+
+def test_each_digest_is_the_documented_hash_of_the_one_before_and_the_event(journaled):
+    """digest_n = sha256(digest_{n-1} + JSON [id, time, step, kind, text, data] with sorted keys and no
+    spaces), digest_0 the empty string: computed here with hashlib, so a store written by another
+    version (or checked by an outside tool) verifies the same way."""
+    import hashlib
+
+    previous = ""
+    with closing(sqlite3.connect(store_path(journaled))) as conn:
+        rows = conn.execute("SELECT id, time, step, kind, text, data, digest FROM events ORDER BY id").fetchall()
+    for id_, when, step, kind, text, data, digest in rows:
+        content = json.dumps([id_, float(when), step, kind, text, data], sort_keys=True, separators=(",", ":"))
+        assert digest == hashlib.sha256((previous + content).encode("utf-8")).hexdigest(), id_
+        previous = digest
