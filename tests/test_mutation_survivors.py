@@ -6,7 +6,7 @@ off, every epoch of a domain replaying one window order, anomaly layers named by
 change, a non-GET method or a foreign Host let through on any route of the app, the ladder's point
 estimate replaced by its interval's bound, and bits per byte without the division by ln 2. The
 resume counters (trainer.json) are compared in tests/test_resume_kill.py and tests/test_train.py.
-scripts/mutation.sh re-runs such an audit (docs/design.md, "Mutation check").
+scripts/mutation.sh plants such bugs and reports those no test catches (docs/design.md, "Mutation check").
 """
 
 from __future__ import annotations
