@@ -1,6 +1,6 @@
 """A small lab that exercises every part of `glassroom publish`: a long run (series with tiles and
 chunks), a short finished run, a run marked private, notes (one private), incidents, a preregistered
-prediction, and a ladder with a hero. Used by tests/test_publish_identical.py and by the before/after
+prediction, runs with a lineage base (a published one and the private one), and a ladder with a hero. Used by tests/test_publish_identical.py and by the before/after
 check of a publish refactor (python tests/publish_lab.py manifest LAB SITE)."""
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ def make_lab(root: Path, ladder: bool = True) -> Path:
     scratch = write_run(root / "runs" / "scratch", steps=100, every=50, eval_every=50, seed=2)
     with StoreWriter(scratch) as w:
         w.set_artifact("visibility", {"private": True})
+    # Runs fine-tuned from others (a lineage base): one from a published run, one from the private run
+    # (named nowhere on the site).
+    for name, base in (("sft", root / "runs" / "hero"), ("sft-private", scratch)):
+        child = write_run(root / "runs" / name, steps=60, every=30, eval_every=30, seed=3)
+        with StoreWriter(child) as w:
+            w.set_artifact("lineage", {"base": str(base.resolve()), "base_step": 100, "base_kind": "run",
+                                       "task": "sft", "data": "lab/data/chat"})
+            w.event("note", f"started from {base.resolve()}", 1)
     if ladder:
         from glassroom.ladder.predict import backtest, make_prediction, preregister
         from ladder_helpers import write_ladder

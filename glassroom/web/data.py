@@ -126,21 +126,22 @@ def events_payload(reader: StoreReader, after_id: int = 0, public: bool = False)
 
 
 def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bool = False,
-             reader: Optional[StoreReader] = None) -> dict:
+             reader: Optional[StoreReader] = None, runs: Optional[dict[str, Path]] = None) -> dict:
     """Everything a run page needs besides the series: status, names, events, config, prediction.
     `root`: the served folder (files resolving outside it are not read); `reader`: the run's open
-    store reader (publish reads the run through one), else one is opened."""
+    store reader (publish reads the run through one), else one is opened; `runs`: the runs below
+    root when the caller has found them (publish), else a lineage base is looked up by a walk."""
     with contextlib.nullcontext(reader) if reader is not None else StoreReader(run_dir) as reader:
         names = [n for n in reader.names() if not looks_secret(n)]   # `secret/sk-...`: not listed
         vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)
         artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
         lineage = reader.artifact("lineage")
-        artifacts["lineage"] = lineage_view(lineage, run_dir, root, public)
+        artifacts["lineage"] = lineage_view(lineage, run_dir, root, public, runs)
         status = reader.status()
     config, config_text = read_config(run_dir, root)
     private_base = (artifacts["lineage"] or {}).get("base") == PRIVATE_BASE
-    hidden = hidden_base(lineage, run_dir, root, public) if private_base else []   # named nowhere on the page
+    hidden = hidden_base(lineage, run_dir, root, public, runs) if private_base else []   # named nowhere on the page
     events, config, config_text = scrub([events, config, config_text], hidden)
     return {
         "id": run_id,

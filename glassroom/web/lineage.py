@@ -36,10 +36,12 @@ def _candidates(base: str, run_dir: Path, root: Path) -> list[Path]:
     return [Path.cwd() / path, root / path, root.parent / path, run_dir.parent / path, run_dir.parent.parent / path]
 
 
-def base_run(base: str, run_dir: Path, root: Path) -> Optional[tuple[str, Path]]:
-    """(run id, run folder) of the run below `root` that `base` names, or None."""
+def base_run(base: str, run_dir: Path, root: Path,
+             found: Optional[dict[str, Path]] = None) -> Optional[tuple[str, Path]]:
+    """(run id, run folder) of the run below `root` that `base` names, or None. `found`: the runs
+    below root when the caller has them (publish), else root is walked."""
     runs = {}
-    for run_id, folder in find_runs(root).items():
+    for run_id, folder in (find_runs(root) if found is None else found).items():
         try:
             runs[folder.resolve()] = run_id
         except (OSError, RuntimeError):
@@ -68,13 +70,14 @@ def _hidden(run_id: str, folder: Path, public: bool) -> bool:
         return public
 
 
-def hidden_base(lineage: Any, run_dir: Path, root: Optional[Path], public: bool) -> list[str]:
+def hidden_base(lineage: Any, run_dir: Path, root: Optional[Path], public: bool,
+                runs: Optional[dict[str, Path]] = None) -> list[str]:
     """The texts that name a base run hidden from this page (the path as given, the run's folder),
     longest first; [] when the base is shown or is no run below `root`."""
     base = lineage.get("base") if isinstance(lineage, dict) else None
     if not isinstance(base, str) or not base or root is None:
         return []
-    found = base_run(base, Path(run_dir), Path(root))
+    found = base_run(base, Path(run_dir), Path(root), runs)
     if found is None or not _hidden(found[0], found[1], public):
         return []
     return sorted({base, str(found[1])}, key=len, reverse=True)
@@ -99,7 +102,8 @@ def scrub(value: Any, texts: list[str]) -> Any:
     return walk(value)
 
 
-def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool) -> Optional[dict]:
+def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool,
+                 runs: Optional[dict[str, Path]] = None) -> Optional[dict]:
     """The panel's data: the artifact's fields, plus `base_run` (a run id to link to, or None)."""
     if not isinstance(lineage, dict):
         return None
@@ -107,7 +111,7 @@ def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool
     out["base_run"] = None
     base = out["base"]
     if isinstance(base, str) and base and root is not None:
-        found = base_run(base, Path(run_dir), Path(root))
+        found = base_run(base, Path(run_dir), Path(root), runs)
         if found is not None:
             run_id, folder = found
             if _hidden(run_id, folder, public):

@@ -76,11 +76,11 @@ def _overview(steps, values) -> dict:
 
 
 def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None,
-               chunks: Optional[ChunkStore] = None) -> dict:
+               chunks: Optional[ChunkStore] = None, runs: Optional[dict[str, Path]] = None) -> dict:
     """Writes one run's meta, series and vectors below `dest` (and, with `chunks`, the tiles of its
     long series into the shared chunk folder); returns its meta."""
     with StoreReader(run_dir) as reader:   # one reader for the run's meta, series and vectors
-        meta = data.run_meta(run_id, run_dir, root=root, public=True, reader=reader)
+        meta = data.run_meta(run_id, run_dir, root=root, public=True, reader=reader, runs=runs)
         meta["files"], meta["vector_files"] = {}, {}
         for name in meta["names"]:
             rel = f"series/{_file_key(name)}.json"
@@ -177,7 +177,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 if is_private(run_dir):
                     log(f"left out {run_id}: marked private")
                     continue
-                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks)
+                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks, runs=runs)
             except SiteWriteError:   # the site cannot be written (site_tiles.ChunkStore): stop, switch nothing
                 raise
             except (sqlite3.DatabaseError, OSError) as exc:   # one unreadable run must not stop the others
