@@ -47,3 +47,16 @@ def browser():
 
     with Chromium(width=1440, height=1000) as c:
         yield c
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, with the reason, on a machine without CUDA."""
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
+    if not gpu_tests:
+        return
+    import torch  # only when some test is marked gpu
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+        for item in gpu_tests:
+            item.add_marker(skip)
