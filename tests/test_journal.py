@@ -105,14 +105,18 @@ def test_an_event_moved_to_another_step_no_longer_verifies(tmp_path, step):
             assert journal.verify_chain(conn)["ok"]
 
 
-def test_each_digest_is_the_documented_hash_of_the_one_before_and_the_event(journaled):
+def test_each_digest_is_the_documented_hash_of_the_one_before_and_the_event(tmp_path):
     """digest_n = sha256(digest_{n-1} + JSON [id, time, step, kind, text, data] with sorted keys and no
     spaces), digest_0 the empty string: computed here with hashlib, so a store written by another
-    version (or checked by an outside tool) verifies the same way."""
+    version (or checked by an outside tool) verifies the same way. (The store is written here, not by
+    the module's fixture, so the mutation check maps this test to the digest's code.)"""
     import hashlib
 
+    with StoreWriter(tmp_path / "run") as writer:
+        for kind, text, step, data in EVENTS:
+            writer.event(kind, text, step, data)
     previous = ""
-    with closing(sqlite3.connect(store_path(journaled))) as conn:
+    with closing(sqlite3.connect(store_path(tmp_path / "run"))) as conn:
         rows = conn.execute("SELECT id, time, step, kind, text, data, digest FROM events ORDER BY id").fetchall()
     for id_, when, step, kind, text, data, digest in rows:
         content = json.dumps([id_, float(when), step, kind, text, data], sort_keys=True, separators=(",", ":"))
