@@ -50,7 +50,7 @@ declare -A FILES=(
   [glassroom/observe/redact.py]="tests/test_redact.py"
   [glassroom/ladder/fit.py]="tests/test_ladder_fit.py tests/test_mutation_survivors.py"
   [glassroom/ladder/downstream_link.py]="tests/test_downstream_link.py"
-  [glassroom/observe/journal.py]="tests/test_journal.py"
+  [glassroom/observe/journal.py]="tests/test_journal.py tests/test_ladder_seal.py"
   [glassroom/observe/incidents.py]="tests/test_incidents.py"
   [glassroom/observe/buckets.py]="tests/test_tiles.py tests/test_web_downsample.py tests/test_publish_tiles.py"
 )
@@ -63,7 +63,7 @@ declare -A SELECT=(
   [glassroom/observe/redact.py]=""
   [glassroom/ladder/fit.py]="law or leave_largest or endpoint or intervals"
   [glassroom/ladder/downstream_link.py]="sigmoid or rises or fallback or prediction_intervals or band or bad_step or outside_its_own or split_normal or skewed"
-  [glassroom/observe/journal.py]=""
+  [glassroom/observe/journal.py]="test_journal or old_store_is_migrated"
   [glassroom/observe/incidents.py]="first_and_the_newest or open_update or errors_are_one_line or fold_ignores"
   [glassroom/observe/buckets.py]="keeps_the_last_bucket or aligned_buckets_hold or published_overview or spike_survives or planted_spike or zoom_returns or segments or chunks_put_back or int64"
 )
