@@ -24,6 +24,7 @@ from glassroom.ladder.rungs import NO_PREDICTION_FILE, PREDICTION_FILE
 from glassroom.ladder.spec import load_spec
 from glassroom.observe.store import StoreReader
 from glassroom.pipeline.experiment import load_experiment
+from glassroom.pipeline.status import DONE, read_status
 from glassroom.steps.atlas import atlas_step
 from glassroom.steps.data import data_build_step, export_step
 from glassroom.steps.ladder import ladder_steps, run_experiment
@@ -207,6 +208,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
         "dataset": str(graph.nodes["demo-data"].output / "dataset"),
         "rungs": [str(d) for d in rung_dirs], "ladder": str(fit_dir), "hero": str(hero_dir), "site": str(site),
         "seconds": {"train": trained - started, "publish": published - trained}, "settings": run_settings(graph),
+        "stages": stage_times(graph, started, published - trained),
         **_prediction_summary(fit_dir, hero_dir),
     }
     model = graph.nodes["hero-model"].output / "model"
@@ -272,6 +274,35 @@ def run_settings(graph) -> dict:
         pass
     return {"seeds": seeds, "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "cpu": cpu, "torch": torch.__version__}
+
+
+def _stage(node) -> str:
+    """The demo stage a step belongs to (the summary's per-stage times)."""
+    if node.step.kind == "rungs":
+        return "rungs"
+    return {"demo-data": "corpus", "demo-atlas": "atlas", "demo-fit": "fit", "hero": "hero",
+            "hero-model": "export"}.get(node.step.name, "post-training")
+
+
+def stage_times(graph, started: float, publish_s: float) -> list[dict]:
+    """Per stage, in the demo's order: seconds its steps ran in this invocation (from each step's
+    status.json), how many ran and how many were reused from an earlier one."""
+    stages: dict[str, dict] = {}
+    for node in graph:
+        status = read_status(node.output) or {}
+        entry = stages.setdefault(_stage(node), {"stage": _stage(node), "seconds": 0.0, "ran": 0, "reused": 0})
+        finished = status.get("finished")
+        if status.get("state") == DONE and isinstance(finished, (int, float)) and finished < started:
+            entry["reused"] += 1
+        else:
+            entry["ran"] += 1
+            entry["seconds"] += float(status.get("duration_s") or 0.0)
+    return [*stages.values(), {"stage": "publish", "seconds": publish_s, "ran": 1, "reused": 0}]
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
 
 
 def format_summary(s: dict) -> str:
@@ -346,6 +377,11 @@ def format_summary(s: dict) -> str:
                      f"incident: glassroom incident open {s['hero']} --step {first['step']} --anomaly {first['id']} \"what it looks like\"")
     lines.append(f"time:     {s['seconds']['train'] / 60:.1f} min to build, train and fit; "
                  f"{s['seconds']['publish']:.0f} s to publish")
+    if s.get("stages"):
+        lines.append("stages:   " + ", ".join(
+            f"{t['stage']} " + (f"{_clock(t['seconds'])}" if t["ran"] else "reused")
+            + (f" ({t['ran']} ran, {t['reused']} reused)" if t["ran"] and t["reused"] else "")
+            for t in s["stages"]))
     settings = s.get("settings") or {}
     if settings.get("seeds"):
         lines.append(f"settings: torch threads {settings['torch_threads']} (OMP_NUM_THREADS "

@@ -1,10 +1,12 @@
-"""The demo's MoE story: the summary's experts line read from the hero's router metrics."""
+"""The demo's summary: the experts line read from the hero's router metrics, the per-stage times."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
-from glassroom.demo import _experts, format_summary
+from glassroom.demo import _experts, format_summary, stage_times
+from glassroom.pipeline.status import write_status
 from glassroom.observe.store import StoreWriter
 
 BASE = {"dataset": "d", "rungs": [], "ladder": "l", "hero": "h", "achieved": None, "site": "lab/site",
@@ -70,3 +72,24 @@ def test_the_backtest_line_names_each_held_out_seed_and_the_measured_noise():
     assert "seed 0 4.2442, seed 1 4.3889; seed-to-seed noise 1.71% of the loss, measured (4 dof)" in text
     one = format_summary({**BASE, "backtest": {**backtest, "runs": backtest["runs"][:1]}})   # one seed: as before
     assert "it reached 4.3165" in one and "its seeds" not in one
+
+
+def test_the_summary_times_each_stage_and_says_which_steps_were_reused(tmp_path):
+    started = 1_000_000.0
+    steps = [("demo-data", "data", 70.0, started - 500), ("r1", "rungs", 30.0, started + 40),
+             ("r2", "rungs", 50.0, started + 90), ("demo-fit", "ladders", 20.0, started + 110),
+             ("hero", "runs", 300.0, started + 410), ("hero-sft", "runs", 45.0, started + 455)]
+    graph = []
+    for name, kind, took, finished in steps:
+        out = tmp_path / name
+        out.mkdir()
+        write_status(out, "done", finished=finished, duration_s=took)
+        graph.append(SimpleNamespace(output=out, step=SimpleNamespace(name=name, kind=kind)))
+    graph.append(SimpleNamespace(output=tmp_path / "never", step=SimpleNamespace(name="hero-dpo", kind="runs")))
+    stages = {t["stage"]: t for t in stage_times(graph, started, publish_s=12.0)}
+    assert list(stages) == ["corpus", "rungs", "fit", "hero", "post-training", "publish"]
+    assert (stages["corpus"]["ran"], stages["corpus"]["reused"]) == (0, 1)        # finished before this run began
+    assert stages["rungs"]["seconds"] == 80.0 and stages["rungs"]["ran"] == 2
+    assert stages["post-training"]["ran"] == 2 and stages["post-training"]["seconds"] == 45.0
+    text = format_summary({**BASE, "stages": list(stages.values())})
+    assert "stages:   corpus reused, rungs 1m20s, fit 20s, hero 5m00s, post-training 45s, publish 12s" in text
