@@ -31,7 +31,9 @@ from glassroom.steps.ladder import ladder_steps, run_experiment
 from glassroom.steps.posttrain import chat_data_step, chatset_step, finetune_step
 from glassroom.web.publish import publish
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+# The demo's experiment files: in a checkout glassroom/experiments links to experiments/; a wheel
+# carries a copy (pyproject's package data), so `glassroom demo` runs from an installed package too.
+EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
 
 
