@@ -1,6 +1,6 @@
 """glassroom: train language models in public.
 
-Layers (docs/design.md; tests/test_layers.py enforces them): core modules, then observe (the run
+Layers (docs/design.md; tests/core/test_package_layers.py enforces them): core modules, then observe (the run
 record) and pipeline (the engine), model, data, hf, downstream, train, ladder, steps (the step
 kinds), web, and the commands on top; each imports only its own layer and those below. observe,
 pipeline and web never import torch or glassroom.train; web reads observe, data, model accounting

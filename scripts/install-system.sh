@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the tests need (Debian 12, as root). Later layers add theirs here.
-# chromium: headless browser for the dashboard's page tests (tests/test_web_browser.py).
+# chromium: headless browser for the dashboard's page tests (tests/web/test_dashboard_browser.py).
 set -euo pipefail
 if [ "$(id -u)" != "0" ]; then
   echo "scripts/install-system.sh: run as root (it uses apt-get); skipping system packages" >&2

@@ -28,37 +28,37 @@ MODULES=()
 # mutmut cannot map to mutants).
 #
 # Bugs the suite once let through, and the test that catches each (each checked by planting it):
-#   moe.py capacity rounded down            tests/test_capacity.py::test_capacity_rounds_a_fractional_share_up...
-#   transformer.py rope_theta ignored       tests/test_model.py::test_rope_theta_sets_the_rotation_and_so_the_logits
-#   mixture.py weights not renormalised     tests/test_data_mixture.py::test_unnormalised_weights_give_domain_shares...
-#   downstream_link.py loss draws swapped   tests/test_downstream_link.py::test_a_skewed_band_maps_each_steps_loss...
-#   journal.py digest without the step      tests/test_journal.py::test_changing_any_single_field_of_any_journaled...
-#   incidents.py newest step refused        tests/test_incidents.py::test_an_incident_may_be_opened_at_the_first...
-#   buckets.py last bucket dropped          tests/test_tiles.py::test_every_view_keeps_the_last_bucket..., test_aligned_buckets...,
-#                                           tests/test_web_downsample.py::test_the_published_overview_keeps_the_last_bucket...
-#   trainer.py z-loss sign flipped          tests/test_train.py::test_the_logit_z_loss_is_added_to_the_objective_with_its_coefficient
-#   trainer.py/resume.py detector state     tests/test_anomalies.py::test_a_resumed_run_flags_exactly_what_the_uninterrupted_run_flags
+#   moe.py capacity rounded down            tests/model/test_capacity.py::test_capacity_rounds_a_fractional_share_up...
+#   transformer.py rope_theta ignored       tests/model/test_transformer.py::test_rope_theta_sets_the_rotation_and_so_the_logits
+#   mixture.py weights not renormalised     tests/data/test_mixture.py::test_unnormalised_weights_give_domain_shares...
+#   downstream_link.py loss draws swapped   tests/ladder/test_downstream_link.py::test_a_skewed_band_maps_each_steps_loss...
+#   journal.py digest without the step      tests/observe/test_journal.py::test_changing_any_single_field_of_any_journaled...
+#   incidents.py newest step refused        tests/observe/test_incidents.py::test_an_incident_may_be_opened_at_the_first...
+#   buckets.py last bucket dropped          tests/observe/test_tiles.py::test_every_view_keeps_the_last_bucket..., test_aligned_buckets...,
+#                                           tests/web/test_downsample.py::test_the_published_overview_keeps_the_last_bucket...
+#   trainer.py z-loss sign flipped          tests/train/test_trainer.py::test_the_logit_z_loss_is_added_to_the_objective_with_its_coefficient
+#   trainer.py/resume.py detector state     tests/observe/test_anomalies.py::test_a_resumed_run_flags_exactly_what_the_uninterrupted_run_flags
 # The last two are out of mutmut's reach (the z-loss tests build the tiny dataset with a worker pool,
 # which hangs in mutmut's forked children; the resume test trains in subprocesses): the ordinary
 # suite runs them.
 declare -A FILES=(
-  [glassroom/model/moe.py]="tests/test_model.py tests/test_mutation_survivors.py tests/test_moe_reference.py tests/test_capacity.py"
-  [glassroom/model/transformer.py]="tests/test_model.py tests/test_mutation_survivors.py"
-  [glassroom/train/checkpoint.py]="tests/test_mutation_survivors.py"
-  [glassroom/data/mixture.py]="tests/test_data_mixture.py tests/test_mutation_survivors.py"
-  [glassroom/observe/anomalies.py]="tests/test_anomalies.py tests/test_mutation_survivors.py"
-  [glassroom/observe/redact.py]="tests/test_redact.py"
-  [glassroom/ladder/fit.py]="tests/test_ladder_fit.py tests/test_mutation_survivors.py"
-  [glassroom/ladder/downstream_link.py]="tests/test_downstream_link.py"
-  [glassroom/observe/journal.py]="tests/test_journal.py tests/test_ladder_seal.py"
-  [glassroom/observe/incidents.py]="tests/test_incidents.py"
-  [glassroom/observe/buckets.py]="tests/test_tiles.py tests/test_web_downsample.py tests/test_publish_tiles.py"
+  [glassroom/model/moe.py]="tests/model/test_transformer.py tests/model/test_moe.py tests/model/test_capacity.py"
+  [glassroom/model/transformer.py]="tests/model/test_transformer.py"
+  [glassroom/train/checkpoint.py]="tests/train/test_checkpoint.py"
+  [glassroom/data/mixture.py]="tests/data/test_mixture.py"
+  [glassroom/observe/anomalies.py]="tests/observe/test_anomalies.py"
+  [glassroom/observe/redact.py]="tests/observe/test_redact.py"
+  [glassroom/ladder/fit.py]="tests/ladder/test_fit.py"
+  [glassroom/ladder/downstream_link.py]="tests/ladder/test_downstream_link.py"
+  [glassroom/observe/journal.py]="tests/observe/test_journal.py tests/observe/test_prediction.py"
+  [glassroom/observe/incidents.py]="tests/observe/test_incidents.py"
+  [glassroom/observe/buckets.py]="tests/observe/test_tiles.py tests/web/test_downsample.py tests/web/test_site_tiles.py"
 )
 declare -A SELECT=(
-  [glassroom/model/moe.py]="test_model or projection or window or per_token_reference or capacity_rounds or apply_capacity or capacity_one or without_shared or dropless_and or eval_mode_is or drop_fraction_sums"
-  [glassroom/model/transformer.py]="test_model or projection or window or rope"
+  [glassroom/model/moe.py]="test_transformer or projection or window or per_token_reference or capacity_rounds or apply_capacity or capacity_one or without_shared or dropless_and or eval_mode_is or drop_fraction_sums"
+  [glassroom/model/transformer.py]="test_transformer or projection or window or rope"
   [glassroom/train/checkpoint.py]="checkpoints_save_verify"
-  [glassroom/data/mixture.py]="test_data_mixture or epoch"
+  [glassroom/data/mixture.py]="test_mixture or epoch"
   [glassroom/observe/anomalies.py]="detector or spike_by_ratio or jump_in_the_param_norm or layer_that_changed"
   [glassroom/observe/redact.py]=""
   [glassroom/ladder/fit.py]="law or leave_largest or endpoint or intervals"

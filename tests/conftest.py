@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The helpers (web_helpers, train_helpers, ...) live in tests/ and are imported by bare name from
+# every subfolder: put tests/ on sys.path whatever pytest's import mode.
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Several workers share the cores: each gets one thread (and so does every process it starts),
@@ -60,3 +67,13 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
         for item in gpu_tests:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    """Markers besides `slow` (pyproject.toml): select with -m, e.g. -m "not browser and not dist"."""
+    for line in (
+        'browser: starts headless Chromium (web_helpers.Chromium, the `browser` fixture)',
+        'dist: starts several processes (torchrun / torch.distributed.run on gloo, a local Ray cluster)',
+        'gpu: needs a CUDA device',
+    ):
+        config.addinivalue_line("markers", line)

@@ -1,4 +1,4 @@
-"""Run under torchrun by tests/test_expert_parallel.py; writes what it saw as JSON for the test to check.
+"""Run under torchrun by tests/train/test_expert_parallel.py; writes what it saw as JSON for the test to check.
 
   exchange OUT.json: one MoE layer's experts spread over 2 ranks with a planted routing; the rows each
       rank sent and received, and how far the outputs and gradients are from the unsharded layer's.

@@ -15,6 +15,9 @@ import sysconfig
 from pathlib import Path
 
 from train_helpers import ROOT, run_train
+import shutil
+
+import torch
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 os.environ.update(OFFLINE)
@@ -81,3 +84,49 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     for word in words:
         assert word in lines[0], lines[0]
+
+
+# Moved from test_hf_import.py.
+SMALL = dict(vocab_size=2048, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, intermediate_size=96, max_position_embeddings=64, eos_token_id=0, rms_norm_eps=1e-5)
+
+
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32)
+
+
+HF_CONFIGS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_parameters={
+        "rope_type": "llama3", "rope_theta": 50000.0, "factor": 4.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=16)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(use_sliding_window=True, sliding_window=16, tie_word_embeddings=True,
+                                                      layer_types=["sliding_attention", "sliding_attention", "full_attention"])),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(MOE, num_experts=4, mlp_only_layers=[0], norm_topk_prob=True)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=32)),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", dict(MOE, n_routed_experts=4, n_shared_experts=1, first_k_dense_replace=1,
+                                                           routed_scaling_factor=1.5, norm_topk_prob=True, partial_rotary_factor=1.0,
+                                                           num_nextn_predict_layers=0)),
+    "dots1": ("Dots1Config", "Dots1ForCausalLM", dict(MOE, n_routed_experts=4, n_shared_experts=2, first_k_dense_replace=1,
+                                                    routed_scaling_factor=2.0, norm_topk_prob=False, sliding_window=16,
+                                                    layer_types=["sliding_attention", "full_attention"] * 1 + ["sliding_attention"])),
+}
+
+
+def make_hf_folder(folder, arch: str, tokenizer, dtype=torch.float32):
+    """A transformers model of `arch` with random weights (norms and router biases too), saved with
+    save_pretrained, with the test dataset's tokenizer.json beside it."""
+    import transformers
+
+    config_name, model_name, extra = HF_CONFIGS[arch]
+    config = getattr(transformers, config_name)(**{**SMALL, **extra})
+    torch.manual_seed(7)
+    model = getattr(transformers, model_name)(config)
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if name.endswith("norm.weight"):
+                tensor.copy_(1 + 0.1 * torch.randn_like(tensor))
+            elif name.endswith("e_score_correction_bias"):
+                tensor.copy_(0.01 * torch.randn_like(tensor))
+    model.to(dtype).save_pretrained(str(folder))
+    shutil.copyfile(tokenizer, folder / "tokenizer.json")
+    return folder

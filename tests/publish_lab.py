@@ -1,6 +1,6 @@
 """A small lab that exercises every part of `glassroom publish`: a long run (series with tiles and
 chunks), a short finished run, a run marked private, notes (one private), incidents, a preregistered
-prediction, runs with a lineage base (a published one and the private one), and a ladder with a hero. Used by tests/test_publish_identical.py and by the before/after
+prediction, runs with a lineage base (a published one and the private one), and a ladder with a hero. Used by tests/web/test_publish_identical.py and by the before/after
 check of a publish refactor (python tests/publish_lab.py manifest LAB SITE)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Nothing here allocates a model: the numbers behind `glassroom plan` come from the shapes in
 ModelConfig, and tests check them against the instantiated model (parameter counts on the meta
 device; memory against torch's allocations, FSDP2's shards and autograd's saved tensors:
-tests/test_plan_memory.py). docs/plan.md writes out every formula.
+tests/model/test_accounting_memory.py). docs/plan.md writes out every formula.
 
 Memory per GPU (`memory_per_gpu`) models the trainer's layout on a (dp, ep) mesh: non-expert
 parameters FSDP2-sharded over all dp * ep GPUs, routed experts split over ep then FSDP2-sharded over

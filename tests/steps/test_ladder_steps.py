@@ -1,0 +1,86 @@
+"""`glassroom ladder run` on real text: rungs as cached pipeline steps, fit, a preregistered hero."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from glassroom.observe.store import StoreReader
+from train_helpers import ROOT
+import pytest
+
+SPEC = ROOT / "tests" / "configs" / "ladder-tiny.yaml"
+
+
+def glassroom(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_dataset, tmp_path):
+    out = tmp_path / "ladder"
+    first = glassroom("ladder", "run", SPEC, "--out", out, "--data", tiny_dataset, "--hero")
+    assert first.returncode == 0, first.stderr[-3000:]
+    listing = json.loads((out / "ladder.json").read_text())["rungs"]
+    assert len(listing) == 3 and all(name.startswith("rungs/") for name in listing)
+    for rung in listing:
+        with StoreReader(out / rung) as reader:
+            assert reader.status()["state"] == "finished"
+    hero = next((out / "runs").glob("hero-*"))
+    with StoreReader(hero) as reader:
+        prediction = reader.artifact("prediction")
+        events = reader.events()
+        assert reader.status()["state"] == "finished"
+        assert reader.series("prediction/deviation")[0].size > 0
+    assert prediction["metric"] == "eval/macro/loss" and len(prediction["rungs"]) == 3
+    assert prediction["reliable"] == (not prediction["warnings"])
+    # The seal was made before the hero's first step and the journal is intact.
+    verify = glassroom("ladder", "verify", hero)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert verify.stdout.startswith(f"sealed prediction intact: sha256 {prediction['seal']['digest']} made ")
+    kinds = [e["kind"] for e in events]
+    # Written before the hero trained a single step, and never again.
+    assert kinds[0] == "prediction" and kinds.count("prediction") >= 1 and kinds[1] == "start"
+    assert events[0]["time"] < events[1]["time"]
+    fit = glassroom("ladder", "fit", out, "--json")
+    assert fit.returncode == 0, fit.stderr
+    backtest = json.loads(glassroom("ladder", "backtest", out, "--json").stdout)
+    for key in ("predicted_loss", "actual_loss", "relative_error", "covered"):
+        assert key in backtest
+    # Running it again reuses every step; nothing retrains, the prediction is unchanged.
+    again = glassroom("ladder", "run", SPEC, "--out", out, "--data", tiny_dataset, "--hero")
+    assert again.returncode == 0 and "0 ran" in again.stderr and "5 reused" in again.stderr
+    with StoreReader(hero) as reader:
+        assert reader.artifact("prediction") == prediction
+
+
+@pytest.mark.slow
+def test_a_failed_fit_still_trains_the_hero_without_a_prediction(tiny_dataset, tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["fit"] = {**raw.get("fit", {}), "irreducible": 50.0}   # above every loss: no law can be fitted
+    spec = tmp_path / "ladder.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "ladder"
+    run = glassroom("ladder", "run", spec, "--out", out, "--data", tiny_dataset, "--hero")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "no prediction: fit.irreducible 50 is not below" in run.stderr and "way forward:" in run.stderr
+    fit = next((out / "ladders").glob("*-fit-*"))
+    assert not (fit / "prediction.json").exists()
+    missing = json.loads((fit / "no-prediction.json").read_text())
+    assert "fit.irreducible" in missing["reason"] and missing["metric"] == "eval/macro/loss"
+    hero = next((out / "runs").glob("hero-*"))
+    with StoreReader(hero) as reader:
+        assert reader.status()["state"] == "finished" and reader.artifact("prediction") is None
+        assert [e["kind"] for e in reader.events()][:2] == ["no_prediction", "start"]
+
+
+def test_ladder_run_bad_input(tmp_path):
+    missing = glassroom("ladder", "run", SPEC, "--out", tmp_path / "l", "--data", tmp_path / "nodata")
+    assert missing.returncode == 2 and "not a built dataset" in missing.stderr
+    assert not (tmp_path / "l").exists()
+    bad = glassroom("ladder", "run", tmp_path / "none.yaml", "--out", tmp_path / "l")
+    assert bad.returncode == 2 and "no such file" in bad.stderr
