@@ -30,7 +30,7 @@ def device_rate(gpu: Optional[str], gpus: int, mfu: Optional[float], cpu_flops: 
         if cpu_flops is None:
             from glassroom.train.hardware import measured_cpu_peak  # lazy: torch loads only when this runs
 
-            cpu_flops = measured_cpu_peak(None)
+            cpu_flops = measured_cpu_peak(None, 2048, 5)
         peak, mfu, device, gpus = cpu_flops, CPU_MFU if mfu is None else mfu, "cpu", 1
     return {"device": device, "peak_flops": peak, "devices": gpus, "mfu": mfu, "flops_per_s": peak * gpus * mfu}
 
