@@ -91,14 +91,17 @@ def test_resume_of_a_run_killed_before_its_start_was_journaled_records_the_start
 @pytest.mark.slow
 def test_a_second_train_into_a_running_run_is_refused_in_one_line(tiny_dataset, tmp_path):
     out = tmp_path / "busy"
-    proc = start(out, tiny_dataset, "train.steps=400")
+    # Far more steps than can run while the second train starts: the first must still be writing when
+    # SIGTERM comes, on a machine of any speed.
+    proc = start(out, tiny_dataset, "train.steps=1000000")
     try:
         wait_for(lambda: logged_steps(out) >= 2, proc)
-        second = run_train(out, tiny_dataset, "train.steps=400", resume=True)
+        second = run_train(out, tiny_dataset, "train.steps=1000000", resume=True)
         lines = second.stderr.strip().splitlines()
         assert second.returncode == 2 and len(lines) == 1, second.stderr
         assert "another glassroom train is writing this run now" in lines[0]
         assert proc.poll() is None  # the first run goes on
+        assert logged_steps(out) < 1000000
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
