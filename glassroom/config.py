@@ -23,6 +23,7 @@ import yaml
 
 from glassroom import yaml_io
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.numbers import shown
 from glassroom.units import parse_count
 
 # Field metadata for a float that may be `.inf` (e.g. a warning threshold switched off); NaN never is.
@@ -51,6 +52,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             raise ConfigError(f"--set {item!r}: expected key.path=value")
         try:
             value = yaml_io.safe_load(text) if text.strip() else None
+        except yaml_io.NumberNodeError as exc:   # a 5,000-digit integer: refused, not kept as text
+            raise ConfigError(f"--set {key.strip()}: {exc.problem}") from None
         except yaml.YAMLError:
             value = text
         except yaml_io.YamlLimitError as exc:
@@ -107,7 +110,7 @@ def _describe(value: Any) -> str:
         return "nothing (null)"
     if isinstance(value, (dict, list)):
         return f"a {type(value).__name__}"
-    return f"{value!r}"
+    return shown(value, 60) if isinstance(value, str) else f"{value!r}"
 
 
 def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
@@ -163,7 +166,7 @@ def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
             except ValueError:
                 raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}") from None
             if not math.isfinite(number) or number != int(number):
-                raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+                raise ConfigError(f"{path}: expected a whole number, got {_describe(value)}")
             value = int(number)
         if abs(value) > MAX_INT:  # what the run store (SQLite), numpy and torch hold
             raise ConfigError(f"{path}: {value:.3g} is too large (at most 2**63 - 1)")
@@ -182,7 +185,7 @@ def _convert(hint: Any, value: Any, path: str, allow_inf: bool = False) -> Any:
         if number is None:
             raise ConfigError(f"{path}: expected a number, got {_describe(value)}")
         if math.isnan(number) or (math.isinf(number) and not allow_inf):
-            raise ConfigError(f"{path}: must be a finite number, got {value!r}")
+            raise ConfigError(f"{path}: must be a finite number, got {_describe(value)}")
         return number
     if hint is str:
         if not isinstance(value, str):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from glassroom.numbers import MAX_FLOAT_CHARS, shown
+
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
 _COUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)\s*$")
 
@@ -16,18 +18,24 @@ def parse_count(value: int | float | str) -> float:
     """
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a count")
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
+        if abs(value) >= 2 ** 1023:
+            raise ValueError(f"{shown(value)} is beyond a float's range")
+        return float(value)
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{value!r} is not a count")
-        return float(value)
+        return value
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a count")
+        raise ValueError(f"{shown(repr(value))} is not a count")
+    if len(value) > MAX_FLOAT_CHARS:
+        raise ValueError(f"{shown(value)} is not a count (at most {MAX_FLOAT_CHARS} characters)")
     match = _COUNT.match(value.replace("_", "").replace(",", ""))
     if not match:
-        raise ValueError(f"{value!r} is not a count (use a number with an optional K, M, B or T)")
+        raise ValueError(f"{shown(value)} is not a count (use a number with an optional K, M, B or T)")
     count = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
     if not math.isfinite(count):
-        raise ValueError(f"{value!r} is not a finite count")
+        raise ValueError(f"{shown(value)} is not a finite count")
     return count
 
 

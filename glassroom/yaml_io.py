@@ -6,16 +6,20 @@ PyYAML's safe loader refuses code, but not size: a few hundred bytes of nested a
 composes the node graph first (aliases stay shared references, so composing is cheap), counts the
 nodes the document would have once every alias is expanded, and refuses it when that count, the
 nesting depth or the text's size passes a limit. A key given twice in one mapping is refused too
-(PyYAML would keep the last one silently). Only then is the document constructed.
+(PyYAML would keep the last one silently). Only then is the document constructed, by a loader whose
+integers and floats are read by glassroom/numbers.py: a 5,000-digit integer or `1.0e400` is refused
+with its line instead of a traceback (or a silent infinity).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from glassroom import numbers
 from glassroom.errors import GlassroomError
 
 MAX_BYTES = 4 * 1024 * 1024        # a config is a few KB; a ladder spec or recipe a few tens
@@ -25,6 +29,35 @@ MAX_DEPTH = 64                     # nesting of mappings and sequences
 
 class YamlLimitError(ValueError):
     """The document is bigger, deeper or more aliased than any config needs."""
+
+
+class NumberNodeError(yaml.constructor.ConstructorError):
+    """A number in the document past numbers.py's bounds; its problem names the limit."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader whose int and float scalars go through numbers.py's bounds."""
+
+    def construct_yaml_int(self, node):
+        try:
+            numbers.check_int_text(str(node.value).replace("_", ""))
+        except numbers.NumberError as exc:
+            raise NumberNodeError(None, None, str(exc), node.start_mark) from None
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        value = super().construct_yaml_float(node)
+        try:
+            numbers.check_float_text(str(node.value))
+            if isinstance(value, float) and math.isinf(value) and not str(node.value).lstrip("+-").lower() == ".inf":
+                numbers.check_finite(value, str(node.value))
+        except numbers.NumberError as exc:
+            raise NumberNodeError(None, None, str(exc), node.start_mark) from None
+        return value
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
 
 
 def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
@@ -85,7 +118,7 @@ def safe_load(text: str) -> Any:
     """Like yaml.safe_load, with the limits above. Raises yaml.YAMLError or YamlLimitError."""
     if len(text) > MAX_BYTES:
         raise YamlLimitError(f"{len(text):,} characters, more than the {MAX_BYTES:,} a config may have")
-    loader = yaml.SafeLoader(text)
+    loader = BoundedLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -102,6 +135,8 @@ def describe_error(exc: Exception) -> str:
         return f"refused: {exc}"
     mark = getattr(exc, "problem_mark", None)
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    if isinstance(exc, NumberNodeError):
+        return f"refused{where}: {exc.problem}"
     problem = getattr(exc, "problem", None) or "cannot be parsed"
     return f"not valid YAML{where}: {problem}"
 

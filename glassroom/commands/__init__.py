@@ -1,13 +1,31 @@
 """One module per `glassroom` subcommand (cli.py lists them): `register(subparsers)` and `run(args)`;
 chatset.py and ladder_design.py are sub-subcommands their parent registers, sample_chat.py a helper of
-sample.py. Shared here: the subcommand parser and count options."""
+sample.py. Shared here: the subcommand parser, count options and the argparse types `whole` and
+`number` (glassroom/numbers.py's bounds: no 5,000-digit integer, no NaN or infinity)."""
 
 from __future__ import annotations
 
 import argparse
 
+from glassroom import numbers
 from glassroom.errors import GlassroomError
 from glassroom.units import parse_count
+
+
+def whole(text: str) -> int:
+    """argparse type of a whole-number option: at most 2**63 - 1, refused in one line otherwise."""
+    try:
+        return numbers.option_int(text)
+    except numbers.NumberError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def number(text: str) -> float:
+    """argparse type of a number option: finite and of bounded length."""
+    try:
+        return numbers.option_float(text)
+    except numbers.NumberError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def new_command(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.data.chatset import SOURCES
 from glassroom.errors import GlassroomError
 
@@ -39,8 +39,8 @@ example:
 def register_chatset(sub) -> None:
     p = new_command(sub, "chatset", "questions and answers from man pages, Python docstrings, dictionaries", DESCRIPTION)
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write the set into (new or empty)")
-    p.add_argument("--seed", type=int, default=0, help="phrasing, caps, held-out subjects and rejected answers (default 0)")
-    p.add_argument("--max-per-source", type=int, default=4000, metavar="N",
+    p.add_argument("--seed", type=whole, default=0, help="phrasing, caps, held-out subjects and rejected answers (default 0)")
+    p.add_argument("--max-per-source", type=whole, default=4000, metavar="N",
                    help="conversations per source at most, whole subjects (default 4000)")
     p.add_argument("--sources", default=",".join(SOURCES), metavar="LIST",
                    help=f"comma-separated, of {', '.join(SOURCES)} (default all)")

@@ -11,7 +11,7 @@ import json
 import math
 import sys
 
-from glassroom.commands import new_command, positive_count
+from glassroom.commands import new_command, positive_count, whole, number
 from glassroom.commands.chatset import register_chatset, run_chatset
 from glassroom.errors import GlassroomError
 from glassroom.units import format_count
@@ -98,11 +98,11 @@ def register_build(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="dataset folder to create")
     p.add_argument("--force", action="store_true", help="replace DIR if it holds a glassroom dataset and nothing else (never any other folder)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe value, e.g. dedup.threshold=0.7")
-    p.add_argument("--workers", type=int, help="local processes for the per-document stages (default: one per core)")
+    p.add_argument("--workers", type=whole, help="local processes for the per-document stages (default: one per core)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the per-document stages on Ray: `local` starts Ray on this "
                    "machine, an address (auto, host:6379, ray://host:10001) joins a cluster whose nodes see the "
                    "sources and DIR's parent at the same paths; the output is byte-identical to a local build")
-    p.add_argument("--progress-every", type=float, default=5.0, metavar="S", help="seconds between progress lines (default 5)")
+    p.add_argument("--progress-every", type=number, default=5.0, metavar="S", help="seconds between progress lines (default 5)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON instead of the summary")
     p.set_defaults(run=run_build)
 
@@ -197,8 +197,8 @@ def register_mixture(sub) -> None:
     p.add_argument("--weights", required=True, help="domain=weight or domain:qN=weight (a quality cell, "
                    "docs/data-quality.md),... (normalised; omitted ones get 0)")
     p.add_argument("--tokens", required=True, help="planned training tokens, e.g. 200M")
-    p.add_argument("--seq-len", type=int, default=512, help="sequence length (default 512)")
-    p.add_argument("--max-epochs", type=float, default=4.0, help="warn for domains repeated more than this (default 4)")
+    p.add_argument("--seq-len", type=whole, default=512, help="sequence length (default 512)")
+    p.add_argument("--max-epochs", type=number, default=4.0, help="warn for domains repeated more than this (default 4)")
     p.set_defaults(run=run_mixture)
 
 
@@ -255,14 +255,14 @@ example:
 def register_atlas(sub) -> None:
     p = new_command(sub, "atlas", "cluster and map what a dataset holds (DIR/atlas/atlas.json)", ATLAS_DESCRIPTION)
     p.add_argument("dataset", metavar="DIR", help="a built dataset")
-    p.add_argument("--k", type=int, default=40, help="clusters (default 40)")
-    p.add_argument("--sample", type=int, default=20_000, metavar="N", help="documents to sample (default 20000)")
+    p.add_argument("--k", type=whole, default=40, help="clusters (default 40)")
+    p.add_argument("--sample", type=whole, default=20_000, metavar="N", help="documents to sample (default 20000)")
     p.add_argument("--sampling", choices=["uniform", "per-domain"], default="uniform",
                    help="uniform over documents, or the same number from each domain (default uniform)")
     p.add_argument("--method", choices=["fast", "better"], default="fast", help="embedding (default fast)")
-    p.add_argument("--fine", type=int, default=0, metavar="F", help="cluster into F first, then merge to K (e.g. 1000)")
-    p.add_argument("--max-tokens", type=int, default=512, help="tokens of each document to embed (default 512)")
-    p.add_argument("--seed", type=int, default=0, help="sampling and clustering seed (default 0)")
+    p.add_argument("--fine", type=whole, default=0, metavar="F", help="cluster into F first, then merge to K (e.g. 1000)")
+    p.add_argument("--max-tokens", type=whole, default=512, help="tokens of each document to embed (default 512)")
+    p.add_argument("--seed", type=whole, default=0, help="sampling and clustering seed (default 0)")
     p.add_argument("--weights", help="domain=weight,... for the mixture panel (default: proportional to train tokens)")
     p.add_argument("--tokens", help="planned training tokens for the mixture panel, e.g. 1B (default: one pass)")
     p.add_argument("--json", action="store_true", help="print atlas.json's summary fields as JSON instead of the table")
@@ -311,11 +311,11 @@ example:
 def register_tasks(sub) -> None:
     p = new_command(sub, "tasks", "write local lm-eval tasks over the validation split (DIR/tasks)", TASKS_DESCRIPTION)
     p.add_argument("dataset", metavar="DIR", help="a built dataset")
-    p.add_argument("--seq-len", type=int, default=512, metavar="L", help="window of the bits-per-byte tasks: the run's train.seq_len (default 512)")
-    p.add_argument("--windows", type=int, default=32, metavar="N", help="windows per domain: the run's train.eval_sequences (default 32)")
-    p.add_argument("--items", type=int, default=200, metavar="N", help="multiple-choice items per domain (default 200)")
-    p.add_argument("--choices", type=int, default=4, metavar="K", help="choices per item, the true one included: 2 to 26 (default 4)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the items and distractors (default 0)")
+    p.add_argument("--seq-len", type=whole, default=512, metavar="L", help="window of the bits-per-byte tasks: the run's train.seq_len (default 512)")
+    p.add_argument("--windows", type=whole, default=32, metavar="N", help="windows per domain: the run's train.eval_sequences (default 32)")
+    p.add_argument("--items", type=whole, default=200, metavar="N", help="multiple-choice items per domain (default 200)")
+    p.add_argument("--choices", type=whole, default=4, metavar="K", help="choices per item, the true one included: 2 to 26 (default 4)")
+    p.add_argument("--seed", type=whole, default=0, metavar="S", help="seed of the items and distractors (default 0)")
     p.add_argument("--json", action="store_true", help="print the tasks manifest as JSON instead of the summary")
     p.set_defaults(run=run_tasks)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -24,7 +24,7 @@ example:
 def register(sub) -> None:
     p = new_command(sub, "demo", "corpus, ladder, prediction, hero, dashboard and site, end to end", DESCRIPTION)
     p.add_argument("--out", default="lab", metavar="DIR", help="where everything goes (default ./lab)")
-    p.add_argument("--port", type=int, default=8080, help="dashboard port (default 8080; a free one if taken)")
+    p.add_argument("--port", type=whole, default=8080, help="dashboard port (default 8080; a free one if taken)")
     p.add_argument("--no-serve", action="store_true", help="do not start the dashboard")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=run)

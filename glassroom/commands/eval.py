@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.errors import GlassroomError
 from glassroom.observe.run_folder import config_path, has_config
 
@@ -44,11 +44,11 @@ def register(sub) -> None:
     p.add_argument("path", metavar="PATH", help="a run folder or a Hugging Face folder")
     p.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task or group names")
     p.add_argument("--tasks-dir", metavar="DIR", help="folder of task files (default: the run's DATASET/tasks)")
-    p.add_argument("--step", type=int, metavar="N", help="the checkpoint at step N (default: the newest intact one)")
-    p.add_argument("--limit", type=int, metavar="N",
+    p.add_argument("--step", type=whole, metavar="N", help="the checkpoint at step N (default: the newest intact one)")
+    p.add_argument("--limit", type=whole, metavar="N",
                    help="at most N items per task (scores of a task cut short are printed, not stored)")
-    p.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per forward (default 8)")
-    p.add_argument("--max-length", type=int, metavar="L",
+    p.add_argument("--batch-size", type=whole, default=8, metavar="B", help="sequences per forward (default 8)")
+    p.add_argument("--max-length", type=whole, metavar="L",
                    help="longest sequence the model sees (default: a run's train.seq_len, else the model's max_seq_len)")
     p.add_argument("--json", action="store_true", help="print the scores as JSON")
     p.set_defaults(run=run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 
 DESCRIPTION = """\
 Export a run's checkpoint as a Hugging Face folder that transformers (AutoModelForCausalLM,
@@ -33,7 +33,7 @@ def register(sub) -> None:
                     DESCRIPTION)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to write (new or empty)")
-    p.add_argument("--step", type=int, help="the checkpoint's step (default: the newest intact one)")
+    p.add_argument("--step", type=whole, help="the checkpoint's step (default: the newest intact one)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="tensor type on disk (default fp32)")
     p.add_argument("--max-shard-size", default="2GB", metavar="SIZE",
                    help="largest safetensors file before sharding, e.g. 2GB, 500MB (default 2GB)")

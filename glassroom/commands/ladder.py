@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import asdict
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole, number
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
@@ -65,9 +65,9 @@ def register_plan(sub) -> None:
                     "example:\n  glassroom ladder plan experiments/ladder-story.yaml --gpu h200 --gpus 704 --mfu 0.22")
     p.add_argument("spec", metavar="SPEC", help="ladder spec YAML (see experiments/ladder-*.yaml)")
     p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16), help="GPU type (default: this CPU)")
-    p.add_argument("--gpus", type=int, default=1, help="number of GPUs (default 1)")
-    p.add_argument("--mfu", type=float, help="model FLOP utilisation, 0-1 (default 0.4 on GPUs, 0.15 on CPU)")
-    p.add_argument("--cpu-flops", type=float, metavar="F", help="CPU peak FLOP/s instead of measuring it")
+    p.add_argument("--gpus", type=whole, default=1, help="number of GPUs (default 1)")
+    p.add_argument("--mfu", type=number, help="model FLOP utilisation, 0-1 (default 0.4 on GPUs, 0.15 on CPU)")
+    p.add_argument("--cpu-flops", type=number, metavar="F", help="CPU peak FLOP/s instead of measuring it")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run_plan)
 
@@ -417,7 +417,7 @@ def register_run(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="the ladder folder (pipeline workspace)")
     p.add_argument("--data", metavar="DATA_DIR", help="dataset folder (default: the spec's base data.path)")
     p.add_argument("--hero", action="store_true", help="also fit, preregister and train the hero")
-    p.add_argument("--jobs", type=int, default=1, help="rungs trained at once (default 1)")
+    p.add_argument("--jobs", type=whole, default=1, help="rungs trained at once (default 1)")
     p.add_argument("--force", action="append", default=[], metavar="NAME", help="retrain this step and what follows")
     p.set_defaults(run=run_run)
 

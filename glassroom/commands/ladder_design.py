@@ -10,7 +10,7 @@ import argparse
 import json
 import math
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.errors import GlassroomError
 
 MAX_SIMULATIONS = 10_000  # per candidate; the default 400 takes seconds, 10000 about two minutes on the demo
@@ -57,13 +57,13 @@ def register_design(sub) -> None:
                         "size's seeds (default 0: then no eval_sequences multiplier is tried)")
     p.add_argument("--law", default="chinchilla", metavar="LAW",
                    help="truth to simulate: chinchilla, besiroglu, a ladder folder or a results file (default chinchilla)")
-    p.add_argument("--smallest", type=int, metavar="D_MODEL",
+    p.add_argument("--smallest", type=whole, metavar="D_MODEL",
                    help="smallest dial value a candidate may use (default: half the spec's smallest rung)")
     p.add_argument("--data", metavar="DATA_DIR",
                    help="dataset folder, for the domains each evaluation covers (default: the spec's base data.path)")
-    p.add_argument("--simulations", type=int, default=400, metavar="N",
+    p.add_argument("--simulations", type=whole, default=400, metavar="N",
                    help="simulated ladders per candidate, at least 10 (default 400); fewer: faster, wider MC intervals")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the simulations (default 0)")
+    p.add_argument("--seed", type=whole, default=0, help="random seed of the simulations (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run_design)
 

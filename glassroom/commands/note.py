@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.errors import GlassroomError
 
 MAX_NOTE_CHARS = 20_000      # a note is read on every page load and stream; link to longer text
@@ -34,7 +34,7 @@ def register(sub) -> None:
     p = new_command(sub, "note", "add a note to a run's journal; mark a note or a run private", DESCRIPTION)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("text", nargs="?", help="the note (optional with --private-run / --public-run)")
-    p.add_argument("--step", type=int, help="the step it refers to (default: the run's latest step)")
+    p.add_argument("--step", type=whole, help="the step it refers to (default: the run's latest step)")
     p.add_argument("--private", metavar="TEXT", help="add TEXT as a private note, kept out of the published site")
     visibility = p.add_mutually_exclusive_group()
     visibility.add_argument("--private-run", action="store_true",

@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from glassroom.commands import new_command, positive_count
+from glassroom.commands import new_command, positive_count, whole, number
 from glassroom.errors import GlassroomError
 from glassroom.model.accounting import AC_MODES, GIB, GPU_MEMORY_GIB, GPU_PEAK_BF16, PRECISIONS, expert_shard_dim, plan
 from glassroom.model.config import load_model_config
@@ -40,24 +40,24 @@ def register(sub) -> None:
     p = new_command(sub, "plan", "size, FLOPs, time and memory of a model config", DESCRIPTION)
     p.add_argument("files", nargs="+", metavar="FILE", help="YAML config(s) with a model: section")
     p.add_argument("--tokens", help="training tokens, e.g. 18.75T: adds total FLOPs (and days)")
-    p.add_argument("--seq-len", type=int,
+    p.add_argument("--seq-len", type=whole,
                    help="sequence length for the attention FLOPs and the activations (default model.max_seq_len)")
     p.add_argument("--gpu", choices=sorted(GPU_PEAK_BF16),
                    help="GPU type: wall-clock days with --tokens, and its memory ("
                         + ", ".join(f"{k} {v}" for k, v in sorted(GPU_MEMORY_GIB.items())) + " GiB)")
-    p.add_argument("--gpus", type=int, help="number of GPUs, dp x ep (default dp x ep)")
-    p.add_argument("--dp", type=int, help="data-parallel degree (default gpus / ep, else 1)")
-    p.add_argument("--ep", type=int, help="expert-parallel degree: each GPU holds n_experts / ep experts "
+    p.add_argument("--gpus", type=whole, help="number of GPUs, dp x ep (default dp x ep)")
+    p.add_argument("--dp", type=whole, help="data-parallel degree (default gpus / ep, else 1)")
+    p.add_argument("--ep", type=whole, help="expert-parallel degree: each GPU holds n_experts / ep experts "
                                           "(default 1, or gpus / dp)")
-    p.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-step (default 1)")
+    p.add_argument("--micro-batch", type=whole, default=1, help="sequences per GPU per micro-step (default 1)")
     p.add_argument("--activation-checkpointing", choices=AC_MODES, default="none",
                    help="what each block keeps for backward: none (everything), full (its input), "
                         "selective (matmul and attention outputs) (default none)")
     p.add_argument("--precision", choices=PRECISIONS, default="bf16",
                    help="compute precision; weights, gradients and AdamW stay fp32 (default bf16)")
-    p.add_argument("--gpu-memory", type=float, metavar="GIB",
+    p.add_argument("--gpu-memory", type=number, metavar="GIB",
                    help="memory per GPU in GiB (default the --gpu's): adds whether it fits and the headroom")
-    p.add_argument("--mfu", type=float, default=0.4, help="model FLOP utilisation, 0-1 (default 0.4)")
+    p.add_argument("--mfu", type=number, default=0.4, help="model FLOP utilisation, 0-1 (default 0.4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value, e.g. model.n_layers=24")
     p.add_argument("--json", action="store_true", help="print one JSON object per file")
     p.set_defaults(run=run)

@@ -7,7 +7,7 @@ import math
 import os
 from pathlib import Path
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole, number
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -38,8 +38,8 @@ def register(sub) -> None:
                    help="where outputs go (default $GLASSROOM_WORKSPACE, else ./workspace)")
     p.add_argument("--ray", metavar="local|ADDRESS",
                    help="run steps as Ray tasks: 'local' starts Ray on this machine, else a cluster address")
-    p.add_argument("--jobs", type=int, metavar="N", help="local runner: steps at once (default: CPU count)")
-    p.add_argument("--progress-every", type=float, default=5.0, metavar="S",
+    p.add_argument("--jobs", type=whole, metavar="N", help="local runner: steps at once (default: CPU count)")
+    p.add_argument("--progress-every", type=number, default=5.0, metavar="S",
                    help="seconds between progress lines (default 5)")
     p.set_defaults(run=run)
 

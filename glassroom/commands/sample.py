@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import glassroom
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole, number
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -60,13 +60,13 @@ def register(sub) -> None:
     p.add_argument("--chat", action="store_true",
                    help="apply the model's chat template: the prompt is a user message, print the answer alone")
     p.add_argument("--system", metavar="TEXT", help="with --chat: a system message before the user's")
-    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="at most N new tokens (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+    p.add_argument("--max-new-tokens", type=whole, default=64, metavar="N", help="at most N new tokens (default 64)")
+    p.add_argument("--temperature", type=number, default=0.0, metavar="T",
                    help="0 is greedy (default); above 0 samples from softmax(logits / T)")
-    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+    p.add_argument("--top-p", type=number, default=1.0, metavar="P",
                    help="sample from the most likely tokens whose probability reaches P, in (0, 1] (default 1)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampling generator, 0 to 2**64 - 1 (default 0)")
-    p.add_argument("--step", type=int, metavar="N", help="a run folder's checkpoint at step N (default: newest intact)")
+    p.add_argument("--seed", type=whole, default=0, metavar="S", help="seed of the sampling generator, 0 to 2**64 - 1 (default 0)")
+    p.add_argument("--step", type=whole, metavar="N", help="a run folder's checkpoint at step N (default: newest intact)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

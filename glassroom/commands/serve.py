@@ -7,7 +7,7 @@ import errno
 import socket
 from pathlib import Path
 
-from glassroom.commands import new_command
+from glassroom.commands import new_command, whole
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p = new_command(sub, "serve", "live read-only dashboard over the runs below a folder", DESCRIPTION)
     p.add_argument("dir", metavar="DIR", help="folder holding runs (searched recursively), or one run")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--port", type=whole, default=8080, help="port (default 8080)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="also answer requests whose Host header names NAME (e.g. the machine's DNS name "
                         "behind a proxy); repeatable")

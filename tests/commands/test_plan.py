@@ -171,10 +171,10 @@ BAD_OPTIONS = {
     "unknown checkpointing": (["experiments/llama3-8b.yaml", "--activation-checkpointing", "some"], "invalid choice"),
     "negative gpu memory": (["experiments/llama3-8b.yaml", "--gpu-memory", "-80"],
                             "--gpu-memory: must be a positive number of GiB, got -80"),
-    "nan gpu memory": (["experiments/llama3-8b.yaml", "--gpu-memory", "nan"], "--gpu-memory: must be a positive"),
+    "nan gpu memory": (["experiments/llama3-8b.yaml", "--gpu-memory", "nan"], "--gpu-memory: 'nan' is not a number (NaN)"),
     "micro-batch past a float": (["experiments/llama3-8b.yaml", "--micro-batch", "1" + "0" * 400],
-                                 "beyond what a float can hold"),
-    "micro-batch not a number": (["experiments/llama3-8b.yaml", "--micro-batch", "two"], "invalid int value"),
+                                 "an integer of 401 digits; numbers here have at most 30 digits"),
+    "micro-batch not a number": (["experiments/llama3-8b.yaml", "--micro-batch", "two"], "'two' is not a whole number"),
 }
 
 
