@@ -50,6 +50,7 @@ from glassroom.ladder.rungs import check_rungs, group_sizes, load_rungs, measure
 from glassroom.model.accounting import count_params, flops_per_token
 from glassroom.observe.prediction import band_problem, predicted_run, run_digest, seal
 from glassroom.observe.prediction import deviation  # noqa: F401  (re-exported: the band's deviation)
+from glassroom.observe.record import measure_settings
 from glassroom.observe.run_folder import checkpoints_path, store_path
 from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.provenance import git_state
@@ -153,7 +154,8 @@ def make_prediction(ladder_dir: str | Path, hero_config: dict, fit_cfg=None, par
         "sizes": size_summary(rungs, fit_cfg.metric), "code": _code_version(),
         "hero": {"name": model_name(counts.total, counts.active), "params": n, "steps": cfg.train.steps,
                  "tokens": cfg.train.steps * tokens_per_step, "schedule": cfg.train.schedule,
-                 "run_config": hero_run, "config_sha256": run_digest(hero_run)},
+                 "run_config": hero_run, "config_sha256": run_digest(hero_run),
+                 "measure": measure_settings(cfg.to_dict())},   # what the band is compared with (observe/record.py)
         **band, "endpoint_check": endpoint, "reliable": not warnings, "warnings": warnings,
         "notes": reversals + fit.notes + (endpoint["law"]["notes"] if endpoint else []),
     }

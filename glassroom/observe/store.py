@@ -44,6 +44,7 @@ from glassroom.errors import GlassroomError
 from glassroom.observe import journal, tiles
 from glassroom.observe.buckets import LEVELS, SHIFT, bucket_of, downsample, finite, fold
 from glassroom.observe.run_folder import STORE_FILE, store_path
+from glassroom.observe.store_journal import JournalQueries
 
 WRITE_ONCE_ARTIFACTS = ("prediction",)  # ladder/predict.py's preregister; docs/ladder.md
 
@@ -116,50 +117,8 @@ def has_journal(path: Path) -> bool:
         return True
 
 
-class _JournalQueries:
-    """Reads of the journal that a writer (inside its transaction) and a reader both make."""
 
-    conn: sqlite3.Connection
-
-    def journal_events(self, kind: Optional[str] = None, event_id: Optional[int] = None) -> list[dict]:
-        """Events (of `kind`, or the one with `event_id`) oldest first, texts whole; data that cannot
-        be parsed reads None."""
-        where, args = ("id = ?", (event_id,)) if event_id is not None else ("kind = ?", (kind,))
-        rows = self.conn.execute(f"SELECT id, time, step, kind, text, data FROM events WHERE {where} ORDER BY id", args)
-        out = []
-        for id_, when, step, kind_, text, data in rows:
-            try:
-                parsed = None if data is None else json.loads(data)
-            except (ValueError, RecursionError):
-                parsed = None
-            out.append({"id": id_, "time": when, "step": step, "kind": kind_, "text": text, "data": parsed})
-        return out
-
-    def event_ids(self, kind: str, limit: int) -> list[int]:
-        """Ids of the oldest `limit` events of `kind`."""
-        rows = self.conn.execute("SELECT id FROM events WHERE kind = ? ORDER BY id LIMIT ?", (kind, limit))
-        return [r[0] for r in rows]
-
-    def newest_step(self, ignore_kind: str) -> int:
-        """The newest step the run has reached: its status, its series (each by its index) and its
-        events (less those of `ignore_kind`); 0 for none."""
-        steps = [0]
-        row = self.conn.execute("SELECT value FROM artifacts WHERE name = 'status'").fetchone()
-        try:
-            status = json.loads(row[0]) if row else None
-        except (ValueError, RecursionError):
-            status = None
-        if isinstance(status, dict) and isinstance(status.get("step"), int) and not isinstance(status["step"], bool):
-            steps.append(status["step"])
-        for table in ("metrics", "vectors"):
-            rows = self.conn.execute(f"SELECT (SELECT MAX(step) FROM {table} WHERE name_id = names.id) FROM names")
-            steps += [r[0] for r in rows if isinstance(r[0], int)]
-        row = self.conn.execute("SELECT MAX(step) FROM events WHERE kind != ?", (ignore_kind,)).fetchone()
-        steps.append(row[0] if row and isinstance(row[0], int) else 0)
-        return max(steps)
-
-
-class StoreWriter(_JournalQueries):
+class StoreWriter(JournalQueries):
     """Appends to a run's store. Use as a context manager, or call close()."""
 
     def __init__(self, run_dir: str | Path, flush_rows: int = 8000, flush_seconds: float = 1.0):
@@ -325,7 +284,7 @@ class StoreWriter(_JournalQueries):
         self.close()
 
 
-class StoreReader(_JournalQueries):
+class StoreReader(JournalQueries):
     """Reads a run's store, also while a writer appends. Read-only: never changes the file."""
 
     def __init__(self, run_dir: str | Path):
@@ -577,35 +536,6 @@ class StoreReader(_JournalQueries):
                                  (*args, int(limit)))
         return [{"id": i, "time": t, "step": s, "kind": k, "text": x if isinstance(x, str) else "",
                  "data": event_data(d)} for i, t, s, k, x, d in rows]
-
-    def seal_evidence(self) -> dict:
-        """What observe/prediction.verify_run checks, read raw in one snapshot (the store may have been
-        edited, tables removed): {"tables": names, "prediction": (time, value) of the artifact or None,
-        "events": [(id, time, step, kind, data)], "digests": {id: digest} of prediction events (None
-        without the digest column), "chain": journal.verify_chain, "metrics": (first time, rows, rows
-        whose time is not a number)}; the last four are None when the events or metrics table is gone."""
-        own = not self.conn.in_transaction
-        if own:
-            self.conn.execute("BEGIN")
-        try:
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            out: dict[str, Any] = {"tables": tables, "prediction": None, "events": None, "digests": None,
-                                   "chain": None, "metrics": None}
-            if "artifacts" in tables:
-                out["prediction"] = self.conn.execute(
-                    "SELECT time, value FROM artifacts WHERE name = 'prediction'").fetchone()
-            if "events" not in tables or "metrics" not in tables:
-                return out
-            out["events"] = self.conn.execute("SELECT id, time, step, kind, data FROM events ORDER BY id").fetchall()
-            if journal.has_digest_column(self.conn):
-                out["digests"] = dict(self.conn.execute("SELECT id, digest FROM events WHERE kind = 'prediction'"))
-            out["chain"] = journal.verify_chain(self.conn)
-            out["metrics"] = self.conn.execute(
-                "SELECT MIN(time), COUNT(*), SUM(typeof(time) NOT IN ('real', 'integer')) FROM metrics").fetchone()
-            return out
-        finally:
-            if own and self.conn.in_transaction:
-                self.conn.execute("COMMIT")
 
     def artifact(self, name: str) -> Any:
         row = self.conn.execute("SELECT value FROM artifacts WHERE name = ?", (name,)).fetchone()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glassroom.errors import GlassroomError
+from glassroom.observe import record
 from glassroom.observe.run_folder import checkpoints_path, config_path
 from glassroom.train import checkpoint as ckpt
 from glassroom.train.run_dir import config_differences
@@ -72,7 +73,9 @@ class ResumeMixin:
             notes, data = self.objective.start_notes()
             if self.lineage is not None:
                 data["lineage"] = self.lineage
-            self.record_event("start", self._start_text() + notes, 0, data or None)
+            # the record's format and what the loss is measured with (observe/record.py): chained from the start
+            data["record"] = {"format": record.FORMAT, "measure": self._measure()}
+            self.record_event("start", self._start_text() + notes, 0, data)
             return
         text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
         if choice.path is not None:
@@ -81,7 +84,12 @@ class ResumeMixin:
             data["discarded_rows"] = self._store_from(self.step, choice)
             if data["discarded_rows"]:
                 text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
+        data["record"] = {"measure": self._measure()}
         self.record_event("resume", text, self.step, data)
+
+    def _measure(self) -> dict:
+        """The settings that change the measured loss, and the dataset's digest (observe/record.py)."""
+        return record.measure_settings(self.cfg.to_dict(), getattr(self, "manifest", None))
 
     def _journaled_start(self) -> bool:
         """Whether the journal holds this run's start (main rank; other ranks assume it does)."""
@@ -136,5 +144,6 @@ class ResumeMixin:
         if choice.path is not None and self._replayed[("checkpoint", step)] == 0:
             self.store.event("checkpoint", f"saved {choice.path.name} (journaled on resume: the run was stopped "
                              "between the checkpoint and its event)", step,
-                             {"path": choice.path.name, "journaled_on_resume": True})
+                             {"path": choice.path.name, "journaled_on_resume": True,
+                              "record": record.close_window(self.store, step)})
         return self.store.discard_after(step)

@@ -30,6 +30,7 @@ from glassroom.downstream.run import metric_values, summary
 from glassroom.errors import GlassroomError
 from glassroom.model.accounting import count_params, flops_per_token
 from glassroom.model.transformer import build_model
+from glassroom.observe import record
 from glassroom.observe.anomalies import AnomalyObserver
 from glassroom.observe.prediction import BandWatcher
 from glassroom.observe.store import StoreReader, StoreWriter, store_path
@@ -280,7 +281,8 @@ class Trainer(ResumeMixin):
             if not final_eval:
                 final_eval = self.run_eval()
             if self.store is not None:
-                self._journal("end", f"finished at step {self.step}", self.step, final_eval)
+                self._journal("end", f"finished at step {self.step}", self.step,
+                              {**final_eval, "record": record.close_window(self.store, self.step)})
                 self.store.set_status("finished", self.step, final=final_eval)
             return final_eval
         except GlassroomError as exc:
@@ -503,7 +505,9 @@ class Trainer(ResumeMixin):
         path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
                                     self.cfg.train.keep_last, self.cfg.train.keep_every,
                                     on_visible=self._checkpoint_visible)
-        self.record_event("checkpoint", f"saved {path.name}", self.step, {"path": path.name})
+        window = record.close_window(self.store, self.step) if self.store is not None else None
+        self.record_event("checkpoint", f"saved {path.name}", self.step,
+                          {"path": path.name, **({"record": window} if window else {})})
 
     def _checkpoint_visible(self, path: Path) -> None:
         """Runs on rank 0 right after the checkpoint's rename, before its event: the
