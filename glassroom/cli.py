@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "glassroom.commands.incident",
     "glassroom.commands.run",
     "glassroom.commands.ladder",
+    "glassroom.commands.verify",
     "glassroom.commands.show",
     "glassroom.commands.serve",
     "glassroom.commands.publish",

@@ -28,8 +28,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom import yaml_io
+from glassroom.observe import anchor
 from glassroom.observe.journal import canonical, sha256_hex
+from glassroom.observe.prediction import verify_run
 from glassroom.observe.run_folder import config_path
+from glassroom.observe.store import StoreReader
 
 FORMAT = 2
 MEASURE_KEYS = ("data_path", "eval_sequences", "precision", "seq_len")
@@ -185,16 +188,9 @@ def _differences(a: dict, b: dict, keys) -> str:
     return "; ".join(diffs)
 
 
-def chain_listing(events) -> list[list]:
-    """[id, digest, kind, step, time] of every chained event, oldest first."""
-    return [[e[0], e[6], e[3], e[2], e[1]] for e in events if e[6] is not None]
-
-
-def head_of(listing: list[list]) -> Optional[dict]:
-    if not listing:
-        return None
-    id_, digest, kind, step, when = listing[-1]
-    return {"id": id_, "digest": digest, "kind": kind, "step": step, "time": when}
+def chain_rows(events) -> list[tuple]:
+    """record_evidence()'s events as StoreReader.chain_rows() gives them (the chained ones)."""
+    return [(e[0], e[1], e[2], e[3], e[5], e[6]) for e in events if e[6] is not None]
 
 
 def verify_record(run_dir: str | Path) -> dict:
@@ -202,9 +198,6 @@ def verify_record(run_dir: str | Path) -> dict:
     (when it holds one) the sealed prediction (prediction.verify_run). Returns {"ok", "problem",
     "format", "lacks", "events", "head", "listing", "windows", "chained_rows", "tail_rows",
     "superseded", "measure", "sealed"}. Raises FileNotFoundError without a store."""
-    from glassroom.observe.prediction import verify_run
-    from glassroom.observe.store import StoreReader
-
     run_dir = Path(run_dir)
     with StoreReader(run_dir) as reader:
         ev = reader.record_evidence()
@@ -215,8 +208,8 @@ def verify_record(run_dir: str | Path) -> dict:
         out["problem"] = "the events or metrics table was removed from the store"
         return out
     events, chain = ev["events"], ev["chain"]
-    out["events"], out["listing"] = len(events), chain_listing(events)
-    out["head"] = head_of(out["listing"])
+    rows = chain_rows(events)
+    out["events"], out["listing"], out["head"] = len(events), anchor.listing(rows), anchor.head(rows)
     if not chain["ok"]:
         out["problem"] = chain["problem"]
         return out

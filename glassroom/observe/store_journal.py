@@ -126,3 +126,18 @@ class JournalQueries:
         finally:
             if own and self.conn.in_transaction:
                 self.conn.execute("COMMIT")
+
+    def chain_rows(self) -> list[tuple[int, float, Optional[int], str, Optional[str], str]]:
+        """(id, time, step, kind, data text, digest) of every chained event, oldest first: what a
+        published chain.json lists and a saved copy is compared by ([] without the digest column)."""
+        if not journal.has_digest_column(self.conn):
+            return []
+        return self.conn.execute("SELECT id, time, step, kind, data, digest FROM events WHERE digest IS NOT NULL "
+                                 "ORDER BY id").fetchall()
+
+    def chain_tail(self) -> list[tuple[int, float, Optional[int], str, Optional[str], str]]:
+        """chain_rows() of the newest chained event only ([] when none): the head, read cheaply."""
+        if not journal.has_digest_column(self.conn):
+            return []
+        return self.conn.execute("SELECT id, time, step, kind, data, digest FROM events WHERE digest IS NOT NULL "
+                                 "ORDER BY id DESC LIMIT 1").fetchall()

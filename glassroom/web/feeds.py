@@ -4,7 +4,8 @@ the whole lab (its newest MAX_ENTRIES entries over all runs). Served live by `gl
 SITE/runs/<run>/feed.atom), with the site's incidents.json and search.json (`publish_feeds`).
 
 Entries: anomalies, notes, prediction events (the preregistration, leaving or entering the band),
-checkpoints, ends (end, stopped, error, ...) and incidents (opened, updated, resolved). Each entry's
+checkpoints, ends (end, stopped, error, ...), incidents (opened, updated, resolved) and the record's
+head (category "chain", id ending in /chain/<event id>: glassroom.web.site_chain). Each entry's
 id is a tag: URI made of the lab folder's name, the run id and the event id, so it stays the same
 from one export or request to the next and live and published feeds agree; its link is the run
 page's permalink at the event's step (`#point=S&start=..&end=..`, glassroom.web frontend contract).
@@ -28,11 +29,12 @@ from typing import Callable, Optional
 from urllib.parse import quote
 
 from glassroom.folders import replace_file
-from glassroom.observe import incidents as incidents_mod
+from glassroom.observe import anchor, incidents as incidents_mod
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs
 from glassroom.observe.store import StoreReader
 from glassroom.web.search import site_index
+from glassroom.web.site_chain import feed_entry
 from glassroom.web.views import EVENT_TEXT_CHARS, render_page, run_is_private, shown
 
 ATOM = "http://www.w3.org/2005/Atom"
@@ -125,7 +127,14 @@ def run_entries(run_id: str, run_dir: Path, root: Optional[Path], public: bool, 
             all_incident_events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
             folded = {i["id"]: i for i in incidents_mod.fold(all_incident_events)}
         run_last = last_step(reader)
+        tail = reader.chain_tail()
     out = []
+    if tail:   # the record's head, for watchers to keep (glassroom.web.site_chain)
+        head = anchor.head(tail)
+        title, content = feed_entry(run_id, head)
+        out.append({"id": f"tag:glassroom,2026:{quote(lab, safe='')}/{quote(run_id)}/chain/{head['id']}",
+                    "title": title, "updated": head["time"], "link": link(permalink_hash(head["step"], run_last)),
+                    "content": content, "kind": "chain", "run": run_id})
     for event in events:
         title, content = _entry(run_id, event, folded)
         out.append({"id": f"tag:glassroom,2026:{quote(lab, safe='')}/{quote(run_id)}/event/{int(event['id'])}",
