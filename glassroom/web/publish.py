@@ -4,7 +4,8 @@ file server can host, optionally re-exported every few seconds so a public copy 
 Layout of SITE:
   index.html, compare.html, runs/<run>/index.html   the same pages as `glassroom serve`, in static mode
   static/                                            the frontend's JS and CSS, uPlot included
-  site.json                                          {generation, generated, interval, runs}
+  site.json                                          {generation, generated, interval, runs, chains}
+  runs/<run>/chain.json                              the run's chain and its head (glassroom.web.site_chain)
   data/<generation>/runs.json                        the run list
   data/<generation>/runs/<run>/meta.json             status, names, events, redacted config, prediction
   data/<generation>/runs/<run>/series/<hash>.json    one series' overview (min/max buckets) and, for a
@@ -50,6 +51,7 @@ from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
 from glassroom.web.ladder_page import publish_ladders
+from glassroom.web.site_chain import publish_chains
 from glassroom.web.site_tiles import ChunkStore, SiteWriteError
 from glassroom.web.views import FRONTEND, render_page
 
@@ -215,7 +217,9 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     # the runs found once above, passed down (no walk of DIR again)
     publish_ladders(root, out, set(exported), log=log, runs={i: runs[i] for i in exported})
     publish_feeds(root, out, exported, data_dir / generation, runs=runs)   # feeds, incidents.json, search.json
-    site = {"generation": generation, "generated": now, "interval": interval, "runs": exported}
+    # each run's chain.json, and its head here: what a watcher keeps (glassroom.web.site_chain)
+    chains = publish_chains(out, {i: runs[i] for i in exported}, now)
+    site = {"generation": generation, "generated": now, "interval": interval, "runs": exported, "chains": chains}
     replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
 
     _drop_what_is_no_longer_published(out, data_dir, generation, set(exported))
