@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import anyio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -56,6 +57,23 @@ MAX_RAW_NAMES = 2_000        # name= parameters in one query, repeats included
 MAX_WORK = 1_000_000         # distinct names x points in one series request
 REQUEST_SECONDS = 20.0       # a series request that takes longer than this is cut off with 503
 MAX_STREAMS = 64             # live streams open at once (one per open page)
+STREAM_THREADS = 4           # worker threads the live streams' store polls share (the API keeps the rest)
+
+
+class CountedStream(StreamingResponse):
+    """A stream whose place among the open streams was taken before the endpoint returned; the
+    place is given back when the response ends however it ends (finished, client gone, cancelled),
+    also when its body was never started."""
+
+    def __init__(self, content, release, **kwargs):
+        super().__init__(content, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def host_name(header: str) -> str:
@@ -225,9 +243,18 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                public: bool | None = None, max_streams: int = MAX_STREAMS) -> Starlette:
     """The dashboard app over `root`. `hosts`: the Host names answered besides the loopback ones
     (default: loopback only). `public` (default: not loopback_only) hides private runs and notes.
-    At most `max_streams` live streams at once (503 past that)."""
+    At most `max_streams` live streams at once (503 past that): a stream's place is counted and taken
+    in the request's first step, before anything is awaited, so a burst cannot pass the limit; the
+    streams poll their stores on STREAM_THREADS threads of their own, so they never queue the API."""
     root = Path(root)
     open_streams = [0]
+    stream_threads = anyio.CapacityLimiter(STREAM_THREADS)
+
+    async def in_stream_thread(fn, *args):
+        return await anyio.to_thread.run_sync(fn, *args, limiter=stream_threads)
+
+    def release_stream():
+        open_streams[0] -= 1
     public = (not loopback_only) if public is None else public
     runs = Runs(root, public=public)
 
@@ -350,12 +377,13 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         ids = list(dict.fromkeys(i for i in raw if i))
         if len(ids) > 12:
             raise HTTPException(400, "a stream follows at most 12 runs")
-        dirs = [(i, runs.get(i)) for i in ids]
-        if open_streams[0] >= max_streams:
+        if open_streams[0] >= max_streams:   # no await since the request began: the check and the
             raise HTTPException(503, f"{open_streams[0]} live pages are open, the most this server follows at once; "
                                      "close some and reload")
-        return StreamingResponse(_counted(_events(dirs)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        dirs = [(i, runs.get(i)) for i in ids]
+        open_streams[0] += 1                 # place taken here, given back by CountedStream
+        return CountedStream(_closing(_events(dirs)), release_stream, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def _open_cursors(dirs) -> tuple[list, str]:
         cursors: list = []
@@ -387,13 +415,11 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                 updates.append(update)
         return updates, ""
 
-    async def _counted(events):
-        open_streams[0] += 1
+    async def _closing(events):
         try:
             async for message in events:
                 yield message
         finally:
-            open_streams[0] -= 1
             await events.aclose()
 
     async def _events(dirs):
@@ -401,7 +427,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         so nothing falls between), then `update` messages, or `runs` summaries on the run list.
         A run store that cannot be read ends the stream with one `error` event (the page then stops
         reconnecting and shows the message)."""
-        cursors, failed = await run_in_threadpool(_open_cursors, dirs)
+        cursors, failed = await in_stream_thread(_open_cursors, dirs)
         if failed:
             yield f"retry: 60000\nevent: error\ndata: {json.dumps({'error': failed})}\n\n"
             return
@@ -410,7 +436,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
             last_sent, last_summary = time.monotonic(), ""
             while True:
                 if cursors:
-                    updates, failed = await run_in_threadpool(_poll, cursors)
+                    updates, failed = await in_stream_thread(_poll, cursors)
                     for update in updates:
                         yield f"event: update\ndata: {json.dumps(update)}\n\n"
                         last_sent = time.monotonic()
@@ -419,7 +445,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
                         return
                     await asyncio.sleep(POLL_SECONDS)
                 else:
-                    listing = await run_in_threadpool(list_runs, None)
+                    listing = await in_stream_thread(list_runs, None)
                     # Ages tick every second; send when anything else changed, or every 10 s.
                     key = json.dumps([{k: v for k, v in r.items() if k != "age_s"} for r in listing["runs"]])
                     if key != last_summary or time.monotonic() - last_sent > 10:
