@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from glassroom.folders import OWNED
 from glassroom.observe.incidents import open_incident, resolve_incident, update_incident
 from glassroom.observe.store import StoreWriter
 from web_helpers import write_prediction, write_run
@@ -76,10 +77,11 @@ def make_lab(root: Path, ladder: bool = True) -> Path:
 
 
 def manifest(site: Path, generation: str) -> dict[str, str]:
-    """sha256 of every file of the site, the export's times and generation name made constant (TIMED)."""
+    """sha256 of every file of the site, the export's times and generation name made constant (TIMED);
+    the ownership manifest is left out (it holds the sha256 of the files with times)."""
     out = {}
     for path in sorted(site.rglob("*")):
-        if path.is_file():
+        if path.is_file() and path.name != OWNED:
             rel = path.relative_to(site).as_posix().replace(generation, "GEN")
             body = TIMED.sub(rb'"\1":0', path.read_bytes().replace(generation.encode(), b"GEN"))
             out[rel] = hashlib.sha256(body).hexdigest()

@@ -30,8 +30,9 @@ from glassroom.data.embed import spread_windows
 from glassroom.data.mixture import Dataset, check_weights
 from glassroom.data.progress import Progress
 from glassroom.data.shards import SPLITS
+from glassroom.data.staging import COMMAND
 from glassroom.errors import GlassroomError
-from glassroom.folders import replace_file
+from glassroom.folders import record_owned, replace_file
 
 FORMAT = "glassroom-atlas/1"
 SAMPLINGS = ("uniform", "per-domain")
@@ -432,6 +433,7 @@ def write_atlas(path: Path, atlas: dict) -> Path:
     folder.mkdir(exist_ok=True)
     out = folder / "atlas.json"
     replace_file(out, json.dumps(atlas, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+    record_owned(Path(path), COMMAND, ["atlas/atlas.json"])   # the build's --force may replace it with the dataset
     return out
 
 

@@ -42,12 +42,12 @@ from glassroom.data.stages import (
     BATCH_BYTES, choose_encoder as _encoder, Corpus, decontaminate, quality_scores, Stats,
     tokenizer_stage as _tokenizer, write_jsonl)
 from glassroom.data.staging import (  # noqa: F401  (re-exported: readers import them from here)
-    DATASET_ENTRIES, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
+    COMMAND, DATASET_ENTRIES, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
     build_lock, dataset_format, require_dataset,
 )
 from glassroom.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, save_tokenizer, token_dtype
 from glassroom.errors import GlassroomError
-from glassroom.folders import swap_into_place
+from glassroom.folders import swap_into_place, write_owned
 
 TOKENIZE_BATCH_BYTES = 4 * BATCH_BYTES
 
@@ -117,6 +117,8 @@ def build_dataset(recipe: Recipe, out: str | Path, *, force: bool = False, worke
                                      "choose an --out in a folder you can write") from None
             try:
                 manifest = _build(recipe, tmp, ex, recipe_file, log, progress_interval)
+                write_owned(tmp, COMMAND)   # last: every file of the build; --force later replaces only these
+                check_out(out, force)   # again just before the swap: nothing put in DIR since is ever deleted
                 swap_into_place(tmp, out)
             except OSError as exc:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -2,8 +2,8 @@
 
 A build holds an exclusive lock (`.DIR.lock`, flock) for its whole run, so a second build to the
 same DIR is refused; under that lock, folders left beside DIR by builds that were killed are
-removed (or, for a kill mid-swap, put back); `--force` replaces only a folder whose manifest.json
-says it is a glassroom dataset and that holds nothing a build does not write (DATASET_ENTRIES);
+removed (or, for a kill mid-swap, put back); `--force` replaces only a folder whose every file is
+listed, unchanged, in the ownership manifest a build wrote there (glassroom.folders.OWNED);
 DIR and the source folders may not contain one another (docs/data-build.md, Safety rules).
 """
 
@@ -23,10 +23,12 @@ from glassroom.data import executor
 from glassroom.data.recipe import Recipe
 from glassroom.data.sources import check_source, source_roots
 from glassroom.errors import GlassroomError
+from glassroom.folders import check_owned
 
 FORMAT = "glassroom-dataset/1"  # manifest.json's marker; `glassroom-dataset/<N>` for later versions
 FORMAT_RE = re.compile(r"glassroom-dataset/[0-9]+")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+COMMAND = "data build"   # its name in DIR's ownership manifest (glassroom.folders.OWNED)
 
 # What a build (and `data atlas`) writes at the top of DIR: --force replaces a dataset holding nothing else.
 DATASET_ENTRIES = frozenset({"manifest.json", "stats.json", "tokenizer.json", "shards", "atlas", "build.json",
@@ -79,33 +81,20 @@ def check_parent(out: Path) -> None:
 
 
 def check_out(out: Path, force: bool) -> None:
-    """DIR may be new, an empty folder, or (with --force) a glassroom dataset; nothing else."""
-    if not out.exists() and not out.is_symlink():
-        return
+    """DIR may be new, an empty folder, or (with --force) a dataset a build wrote: every file in it
+    listed, unchanged, in its ownership manifest (glassroom.folders.OWNED; `data atlas` adds its
+    file there), or in a tasks/ folder `data tasks` wrote (derived from the dataset); nothing else."""
     if out.is_symlink() and not out.exists():
         raise GlassroomError(f"{out}: is a broken symbolic link; remove it or choose another --out")
-    if not out.is_dir():
-        raise GlassroomError(f"{out}: exists and is not a folder; choose another --out")
-    try:
-        empty = not any(out.iterdir())
-    except OSError as exc:
-        raise GlassroomError(f"{out}: cannot be read ({exc.strerror}); choose another --out") from None
-    if empty:
-        return
-    if dataset_format(out) is None:
-        raise GlassroomError(f"{out}: holds files and is not a glassroom dataset (no manifest.json with "
-                             f"\"format\": \"{FORMAT}\"); not replacing it, even with --force: choose another --out")
-    if not force:
+    if check_owned(out, COMMAND, label="--out", adopt=lambda rel, body: _derived_tasks(out, rel)) is not None and not force:
         raise GlassroomError(f"{out}: already exists; pass --force to replace it or choose another --out")
+
+
+def _derived_tasks(out: Path, rel: str) -> bool:
     # lazy: numpy loads only when this runs
     from glassroom.data.tasks import written_here  # DIR/tasks of `data tasks`: derived from the dataset
 
-    foreign = sorted(p.name for p in out.iterdir()
-                     if p.name not in DATASET_ENTRIES and not (p.name == "tasks" and written_here(p)))
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise GlassroomError(f"{out}: is a glassroom dataset but also holds {shown}, which a build does not "
-                             "write; not replacing it, even with --force: move them out or choose another --out")
+    return rel.startswith("tasks/") and written_here(out / "tasks")
 
 
 def check_sources(recipe: Recipe, out: Path) -> None:

@@ -4,7 +4,8 @@ tokenizer files, generation_config.json, the model card and a marker that says g
 `write_folder` writes any glassroom model section + state dict (glassroom/train/run_folder.py's
 `export_run` exports a run's checkpoint with it). The folder is written into
 a temporary folder beside `out` and renamed into place: it is complete or absent. `out` must not
-exist, be empty, or (with `force`) be an earlier glassroom export, which is replaced.
+exist, be empty, or (with `force`) be an earlier glassroom export, which is replaced: only when
+every file in it is listed, unchanged, in its ownership manifest (glassroom.folders.OWNED).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from glassroom.config import build_section
 from glassroom.data.chat import IM_END, IM_START, JINJA
 from glassroom.data.tokenizer import load_tokenizer
 from glassroom.errors import GlassroomError
-from glassroom.folders import swap_into_place
+from glassroom.folders import check_owned, swap_into_place, write_owned
 from glassroom.hf.architectures import CLASSES, choose, hf_config
 from glassroom.hf.tensors import to_hf
 from glassroom.model.config import ModelConfig
 
 MARKER = "glassroom-export.json"
+COMMAND = "export"   # its name in the ownership manifest
 DTYPES = {"fp32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16")}
 DEFAULT_SHARD = 2 * 10**9
 EOS = "<|endoftext|>"
@@ -46,33 +48,16 @@ def parse_size(text: str | int) -> int:
 
 
 def check_out(out: Path, force: bool, inside: Optional[Path] = None) -> None:
-    """Refuse an --out that would destroy something: a file, a non-empty folder that is not a
-    glassroom export (or one without --force), a folder inside `inside` (the run folder)."""
+    """Refuse an --out that would destroy something: a file, a folder inside `inside` (the run
+    folder), a non-empty folder without --force, or one holding anything that its ownership manifest
+    (glassroom.folders.OWNED) does not list as written by an export and unchanged since."""
     out = Path(out)
     if inside is not None and out.resolve().is_relative_to(Path(inside).resolve()):
         raise GlassroomError(f"--out {out}: is inside the run folder {inside}; export to a folder outside it")
     if out.is_symlink():  # replacing it would write into (or over) the folder it points to
         raise GlassroomError(f"--out {out}: is a symbolic link; give the folder itself, or a new path")
-    if out.exists() and not out.is_dir():
-        raise GlassroomError(f"--out {out}: exists and is not a folder; choose another path")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / MARKER).is_file():
-            raise GlassroomError(f"--out {out}: exists and is not empty (and is not a glassroom export); "
-                                 "choose a new folder")
-        if not force:
-            raise GlassroomError(f"--out {out}: holds an earlier export; add --force to replace it, or choose a new folder")
-        foreign = sorted(p.name for p in out.iterdir() if p.is_symlink() or not p.is_file() or not _exported_name(p.name))
-        if foreign:  # --force replaces what an export wrote, never what was put there since
-            raise GlassroomError(f"--out {out}: holds {foreign[0]!r}, which no export writes; move it out of the "
-                                 "folder (or choose a new folder) before --force replaces the export")
-
-
-_EXPORTED = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-             "generation_config.json", "README.md", MARKER, "model.safetensors", "model.safetensors.index.json"}
-
-
-def _exported_name(name: str) -> bool:
-    return name in _EXPORTED or re.fullmatch(r"model-\d{5}-of-\d{5}\.safetensors", name) is not None
+    if check_owned(out, COMMAND) is not None and not force:
+        raise GlassroomError(f"--out {out}: holds an earlier export; add --force to replace it, or choose a new folder")
 
 
 def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
@@ -152,6 +137,7 @@ def write_folder(out: Path, model: dict[str, Any], state: dict[str, torch.Tensor
             (tmp / "README.md").write_text(card(CLASSES[arch]))
         _dump(tmp / MARKER, {"format": 1, "architecture": CLASSES[arch], "dtype": dtype_name,
                              "weights": files, **(provenance or {})})
+        write_owned(tmp, COMMAND)   # last: every file above, so --force later replaces only these
         _replace(tmp, out, force)
     except OSError as exc:  # disk full, permissions: nothing half-written is left at --out
         shutil.rmtree(tmp, ignore_errors=True)

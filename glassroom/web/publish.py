@@ -18,6 +18,13 @@ Layout of SITE:
   incidents.html, data/<generation>/incidents.json   every run's incidents (glassroom.observe.incidents)
   data/<generation>/search.json                      metric names and event texts the pages search
   ladders/, atlas/                                   ladder and data atlas pages (ladder_page, atlas_page)
+  .glassroom-manifest.json                           every file the publish wrote, with its sha256
+                                                     (glassroom.folders.OWNED)
+
+SITE must be new, empty, or a site a publish wrote: a re-publish refuses, in one line and touching
+nothing, a folder holding any file its manifest does not list or that changed since (a stray
+site.json does not make a site). The manifest is written "in progress" before the first file and
+"complete" after the last, so a publish killed midway is taken up by the next one.
 
 Each export writes a new generation into a temporary folder, renames it into place, and only then
 replaces site.json (an atomic rename), so a reader sees the old site or the new one, never half of
@@ -42,7 +49,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from glassroom.errors import GlassroomError
-from glassroom.folders import replace_file
+from glassroom.folders import OWNED, check_owned, folder_files, replace_file, write_owned
 from glassroom.observe.buckets import downsample
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
@@ -60,6 +67,9 @@ VECTOR_POINTS = 400
 STATIC_SUFFIXES = {".js", ".css"}
 SITE_MARKER = "site.json"
 SITE_PARTS = ("data", "static", "runs", "atlas", "ladders", "index.html", "compare.html", SITE_MARKER)
+SITE_LAYOUT = frozenset(SITE_PARTS) | {"feed.atom", "incidents.html"}   # every top-level name a publish writes
+COMMAND = "publish"   # its name in SITE's ownership manifest (glassroom.folders.OWNED)
+IN_PROGRESS = "in progress"
 
 
 def _write_json(path: Path, payload) -> None:
@@ -101,25 +111,49 @@ def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = No
     return meta
 
 
-def check_site_folder(out: Path, root: Optional[Path] = None) -> None:
-    """Refuse to write into a folder that holds something other than a glassroom site, or into DIR
-    itself or a folder above it (a site inside DIR, e.g. lab/site for lab, is fine)."""
+def check_site_folder(out: Path, root: Optional[Path] = None) -> Optional[dict]:
+    """Refuse to write into a folder that holds anything an earlier publish did not write (every file
+    listed, unchanged, in its ownership manifest glassroom.folders.OWNED, or written by a publish
+    that was stopped: _stopped_publish), or into DIR itself or a folder above it (a site inside
+    DIR, e.g. lab/site for lab, is fine). Returns the manifest (None: a new or empty folder)."""
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: exists and is not a folder; give a new or empty folder")
     if root is not None and root.is_dir():
         real_root, real_out = root.resolve(), out.resolve()
         if real_out == real_root or real_out in real_root.parents:
             raise GlassroomError(f"--out {out}: is DIR or a folder above it; give a folder of its own, e.g. {root / 'site'}")
-    try:
-        busy = out.is_dir() and any(out.iterdir())
-    except OSError as exc:
-        raise GlassroomError(f"--out {out}: cannot be read ({exc.strerror}); give a folder you can write") from None
-    if busy and not (out / SITE_MARKER).is_file():
-        raise GlassroomError(f"--out {out}: folder is not empty and is not a glassroom site; give a new or empty folder")
     for name in SITE_PARTS:   # writing through a symlink would replace files somewhere else
         if (out / name).is_symlink():
             raise GlassroomError(f"--out {out}: {name} is a symbolic link; a site's folders must be its own "
                                  "(remove the link or give a new folder)")
+    return check_owned(out, COMMAND, refused="not publishing over it: move it out or give a new or empty folder",
+                       adopt=lambda rel, body: _stopped_publish(out, rel, body))
+
+
+def _stopped_publish(out: Path, rel: str, body: dict) -> bool:
+    """A file a publish stopped midway (killed) wrote: the manifest still says "in progress", the file
+    is in the site's layout and was written after that manifest. The next publish takes it as its own."""
+    if body.get("state") != IN_PROGRESS or rel.split("/")[0] not in SITE_LAYOUT:
+        return False
+    try:
+        path = out / rel
+        return not path.is_symlink() and path.stat().st_mtime_ns >= (out / OWNED).stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def _owned_now(out: Path, before: set[str], since: int) -> list[str]:
+    """What this publish leaves as its own: what was the site's when it began, and what it wrote."""
+    mine = []
+    for rel in folder_files(out):
+        path = out / rel
+        try:
+            new = rel.split("/")[0] in SITE_LAYOUT and not path.is_symlink() and path.stat().st_mtime_ns >= since
+        except OSError:
+            continue
+        if rel in before or new:
+            mine.append(rel)
+    return mine
 
 
 def _drop_what_is_no_longer_published(out: Path, data_dir: Path, generation: str, exported: set[str]) -> None:
@@ -161,6 +195,11 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GlassroomError(f"--out {out}: cannot be created ({exc.strerror}); give a folder you can write") from None
+    # Before the first file: the site is ours while this publish writes it; one killed midway leaves
+    # an "in progress" manifest, and the next publish takes up what was written after it (_stopped_publish).
+    before = set(folder_files(out))
+    write_owned(out, COMMAND, before, state=IN_PROGRESS)
+    since = (out / OWNED).stat().st_mtime_ns
     generation = f"g{time.time_ns() // 1_000_000}"
     data_dir = out / "data"
     tmp = data_dir / f".tmp-{generation}-{os.getpid()}"
@@ -230,6 +269,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 continue
             shutil.rmtree(p, ignore_errors=True)
     chunks.collect(log)   # after the switch: chunk files that no kept generation references
+    write_owned(out, COMMAND, _owned_now(out, before, since))   # complete: the files a re-publish may replace
     log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
     return site
 

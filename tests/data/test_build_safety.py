@@ -23,6 +23,7 @@ from glassroom.data.build import FORMAT, build_dataset, dataset_format
 from glassroom.data.mixture import Dataset
 from glassroom.data.recipe import load_recipe
 from glassroom.errors import GlassroomError
+from glassroom.folders import record_owned
 
 EOS = "<|endoftext|>"
 
@@ -100,7 +101,7 @@ def test_force_never_replaces_a_folder_that_is_not_a_dataset(lab, folder, capsys
     before = tree_digest(root)
     code = main(["data", "build", str(recipe), "--out", str(root / folder), "--force", "--workers", "1"])
     line = one_error_line(capsys.readouterr().err)
-    assert code == 2 and "is not a glassroom dataset" in line and "not replacing it" in line and folder in line
+    assert code == 2 and "no valid .glassroom-manifest.json" in line and "not replacing it" in line and folder in line
     assert tree_digest(root) == before
 
 
@@ -111,7 +112,7 @@ def test_a_symlinked_manifest_does_not_make_a_dataset(lab, tmp_path):
     (target / "precious.txt").write_text("mine\n")
     os.symlink(out / "manifest.json", target / "manifest.json")
     assert dataset_format(target) is None
-    with pytest.raises(GlassroomError, match="not a glassroom dataset"):
+    with pytest.raises(GlassroomError, match="not replacing it"):
         build_dataset(load_recipe(recipe), target, force=True, workers=1, log=io.StringIO())
     assert (target / "precious.txt").read_text() == "mine\n"
 
@@ -121,6 +122,9 @@ def test_force_replaces_a_dataset_and_an_empty_folder_is_used(lab, tmp_path):
     ds = tmp_path / "again"
     build_dataset(load_recipe(recipe), ds, workers=1, log=io.StringIO())
     (ds / "shards" / "stale-marker").write_text("from the first build\n")
+    with pytest.raises(GlassroomError, match="holds shards/stale-marker, which glassroom data build did not write"):
+        build_dataset(load_recipe(recipe), ds, force=True, workers=1, log=io.StringIO())
+    record_owned(ds, "data build", ["shards/stale-marker"])  # one the build wrote, as a build that wrote more would
     build_dataset(load_recipe(recipe), ds, force=True, workers=1, log=io.StringIO())
     assert dataset_format(ds) == FORMAT and not (ds / "shards" / "stale-marker").exists()
     empty = tmp_path / "empty"
@@ -401,8 +405,8 @@ BAD_INPUTS = [
     ("out is the recipe", ["data", "build", "{recipe}", "--out", "{recipe}", "--force"], "exists and is not a folder"),
     ("out parent is a file", ["data", "build", "{recipe}", "--out", "{root}/plain-file/o"], "is a file, not a folder"),
     ("out parent missing", ["data", "build", "{recipe}", "--out", "{root}/no/such/o"], "no such folder for --out"),
-    ("out not a dataset", ["data", "build", "{recipe}", "--out", "{root}/notes", "--force"], "is not a glassroom dataset"),
-    ("out is the corpus root", ["data", "build", "{recipe}", "--out", "{root}", "--force"], "is not a glassroom dataset"),
+    ("out not a dataset", ["data", "build", "{recipe}", "--out", "{root}/notes", "--force"], "not replacing it"),
+    ("out is the corpus root", ["data", "build", "{recipe}", "--out", "{root}", "--force"], "not replacing it"),
     ("out exists", ["data", "build", "{recipe}", "--out", "{ds}"], "already exists; pass --force"),
     ("out name too long", ["data", "build", "{recipe}", "--out", "{root}/" + "x" * 300], "folder name is too long"),
     ("out parent name too long", ["data", "build", "{recipe}", "--out", "{root}/" + "x" * 300 + "/o"],

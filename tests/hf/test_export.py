@@ -154,7 +154,7 @@ def test_cli_export_then_out_rules(runs, tmp_path):
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    one_line_error(glassroom("export", str(run), "--out", str(other), "--force"), "not empty")
+    one_line_error(glassroom("export", str(run), "--out", str(other), "--force"), "holds keep.txt", "not replacing it")
     assert (other / "keep.txt").read_text() == "mine"
     one_line_error(glassroom("export", str(run), "--out", str(run / "hf")), "inside the run folder")
     assert not (run / "hf").exists()
@@ -342,12 +342,12 @@ def _run_config(path, dataset, init) -> None:
 def test_force_never_deletes_what_no_export_wrote(dense_run, tmp_path):
     out = export_folder(dense_run, tmp_path / "hf")
     (out / "notes.txt").write_text("mine")
-    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "notes.txt", "no export writes")
+    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "notes.txt", "did not write")
     assert (out / "notes.txt").read_text() == "mine"
     (out / "notes.txt").unlink()
     (out / "lab").mkdir()  # e.g. a run folder moved inside it
     (out / "lab" / "config.yaml").write_text("x")
-    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "'lab'")
+    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "lab/config.yaml")
     assert (out / "lab" / "config.yaml").is_file() and (out / "model.safetensors").is_file()
     shutil.rmtree(out / "lab")
     assert cli("export", str(dense_run), "--out", str(out), "--force").returncode == 0

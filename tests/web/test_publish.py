@@ -131,7 +131,7 @@ def test_reexport_is_atomic_for_readers(lab, tmp_path):
 def test_refuses_a_folder_that_is_not_a_site(lab, tmp_path):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("x")
-    with pytest.raises(GlassroomError, match="not a glassroom site"):
+    with pytest.raises(GlassroomError, match="holds keep.txt, and no valid .glassroom-manifest.json"):
         publish(lab, tmp_path / "mine")
     with pytest.raises(GlassroomError, match="no such folder"):
         publish(tmp_path / "missing", tmp_path / "site")

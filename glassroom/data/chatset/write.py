@@ -3,7 +3,8 @@
 The folder is written beside DIR under a temporary name and swapped into place at the end, so a
 failed run leaves an existing DIR as it was; runs writing the same DIR take turns (the data build's
 lock beside DIR), and the second finds DIR written and needs --force like any other run. An existing DIR that is not empty is replaced only with
---force, and only when it holds a chatset.json (a folder this command wrote).
+--force, and only when every file in it is listed, unchanged, in the ownership manifest this command
+wrote there (glassroom.folders.OWNED): a user's file, a .git/ or a stray chatset.json is never deleted.
 """
 
 from __future__ import annotations
@@ -16,22 +17,21 @@ from pathlib import Path
 
 from glassroom.data.chatset.readme import readme
 from glassroom.errors import GlassroomError
-from glassroom.folders import swap_into_place
+from glassroom.folders import check_owned, swap_into_place, write_owned
 
 FORMAT = "glassroom-chatset/1"
 SPLITS = {"train": "train", "heldout": "validation"}  # file name -> the recipe's split
+COMMAND = "data chatset"   # its name in the ownership manifest
 
 
 def check_out(out: Path, force: bool) -> None:
+    """DIR may be new or empty; with --force, a chat set this command wrote, every file in it listed
+    unchanged in its ownership manifest (glassroom.folders.OWNED); nothing else."""
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: is a file; give a folder for the chat set")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise GlassroomError(f"--out {out}: exists and is not empty; choose a new folder, or --force to replace "
-                                 "a chat set written earlier")
-        if not (out / "chatset.json").is_file():
-            raise GlassroomError(f"--out {out}: holds no chatset.json, so it is not a chat set this command wrote; "
-                                 "--force never replaces it: choose another folder")
+    if check_owned(out, COMMAND) is not None and not force:
+        raise GlassroomError(f"--out {out}: exists and is not empty; choose a new folder, or --force to replace "
+                             "a chat set written earlier")
 
 
 def _jsonl(path: Path, records: list[dict]) -> None:
@@ -110,6 +110,8 @@ def _write(final: Path, made: dict, *, seed: int, max_per_source: int, sources: 
         }
         (tmp / "chatset.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (tmp / "README.md").write_text(readme(info, made), encoding="utf-8")
+        write_owned(tmp, COMMAND)   # last: every file above; --force later replaces only these
+        check_out(final, True)   # again just before the swap: nothing put in DIR since is ever deleted
         swap_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

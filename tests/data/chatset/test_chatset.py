@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from data_helpers import run_cli, error_line
 from glassroom.cli import main
 from glassroom.data.chatset import dictionary, man, pydoc
 from glassroom.data.chatset.common import answer, squash
+from glassroom.folders import OWNED
 
 CAP = 250
 SOURCES = ("man", "python", "gcide", "wn")
@@ -29,9 +31,10 @@ def records(path: Path) -> list[dict]:
 
 
 def data_files(folder: Path) -> dict[str, bytes]:
-    """Every file but the recipes (they name the folder's own path)."""
+    """Every file but the recipes (they name the folder's own path) and the ownership manifest (it
+    holds the recipes' sha256)."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.suffix != ".yaml"}
+            if p.is_file() and p.suffix != ".yaml" and p.name != OWNED}
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +121,11 @@ def test_pairs_reject_another_subjects_answer(chatset):
 
 def test_same_seed_same_bytes_and_force_replaces_only_a_chatset(chatset, tmp_path, capsys):
     again = tmp_path / "again"
-    again.mkdir()
-    (again / "chatset.json").write_text("{}")  # an earlier chat set: --force may replace it
-    (again / "old.txt").write_text("left by the earlier set")
+    shutil.copytree(chatset, again)  # an earlier chat set, its manifest included: --force may replace it
+    (again / "chatset.json").write_text("{}")
+    code, _, err = run_cli(["data", "chatset", "--out", str(again), "--force"], capsys)
+    assert code == 2 and "chatset.json was changed since" in error_line(err)  # edited since: not replaced
+    (again / "chatset.json").write_bytes((chatset / "chatset.json").read_bytes())
     code, out, err = run_cli(["data", "chatset", "--out", str(again), "--max-per-source", str(CAP), "--seed", "3",
                               "--force"], capsys)
     assert code == 0, err
@@ -205,10 +210,9 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("mine")
-    code, _, err = run_cli(["data", "chatset", "--out", str(full)], capsys)
-    assert code == 2 and "exists and is not empty" in error_line(err) and "--force" in error_line(err)
-    code, _, err = run_cli(["data", "chatset", "--out", str(full), "--force"], capsys)
-    assert code == 2 and "no chatset.json" in error_line(err)
+    for force in ([], ["--force"]):  # a folder this command did not write: never replaced
+        code, _, err = run_cli(["data", "chatset", "--out", str(full), *force], capsys)
+        assert code == 2 and "holds notes.txt" in error_line(err) and "even with --force" in error_line(err)
     assert (full / "notes.txt").read_text() == "mine" and sorted(os.listdir(full)) == ["notes.txt"]
     (tmp_path / "file").write_text("mine")
     code, _, err = run_cli(["data", "chatset", "--out", str(tmp_path / "file"), "--force"], capsys)
@@ -273,7 +277,6 @@ WN = "/usr/share/dictd/wn"
 
 
 def _dictd(folder, index_lines, dz=True):
-    import shutil
 
     folder.mkdir()
     (folder / "wn.index").write_text("\n".join(index_lines) + "\n")
