@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -27,6 +28,12 @@ def run_train(out: Path, dataset: Path, *sets: str, resume: bool = False, env: d
               config: Path = TINY) -> subprocess.CompletedProcess:
     return subprocess.run(train_cmd(out, dataset, *sets, resume=resume, config=config), cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file below `folder` (hidden ones and the store's -wal/-shm included), by path."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 def losses(run_dir: Path, name: str = "train/loss") -> np.ndarray:

@@ -13,6 +13,8 @@ checkpoint written before manifests existed is checked as far as its own index a
 readable, .metadata readable, every data file as long as the index says); flipped bytes inside it
 cannot be seen. Retention keeps the newest `keep_last` checkpoints that look intact (manifest sizes
 match) and every `keep_every`-th step's for good; it never deletes one in favour of damaged ones.
+It runs after every save and on every resume, over all checkpoints: one a kill between a save and
+its pruning left past `keep_last` is removed by the next save or resume.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
         _fsync_dir(folder)
         if on_visible is not None:
             on_visible(final)
-        _apply_retention(run_dir, keep_last, keep_every)
+        apply_retention(run_dir, keep_last, keep_every)
     _barrier()
     return final
 
@@ -193,9 +195,11 @@ def _looks_intact(path: Path) -> bool:
         return False
 
 
-def _apply_retention(run_dir: Path, keep_last: int, keep_every: Optional[int]) -> None:
+def apply_retention(run_dir: Path, keep_last: int, keep_every: Optional[int]) -> None:
     """Delete intact-looking checkpoints beyond the newest `keep_last` intact ones (keep_every's
-    steps stay); a damaged one is never counted, so it can never push out the last intact one."""
+    steps stay); a damaged one is never counted, so it can never push out the last intact one.
+    What should exist is computed from the whole list, not from the one just superseded, so every
+    save and every resume also removes what a run killed before its pruning left behind."""
     intact = [(step, path) for step, path in list_checkpoints(run_dir) if _looks_intact(path)]
     newest = {step for step, _ in intact[-keep_last:]} if keep_last > 0 else set()
     for step, path in intact:

@@ -18,13 +18,15 @@ same model in other batches than the reference's (which counted some pairs as "c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
 from glassroom.errors import GlassroomError
 from glassroom.train.dpo import (SUM_NAMES, logps_of, metrics_from_sums, open_pairs, pair_indices, pair_terms,
                                  term_sums)
-from glassroom.train.dpo_reference import load_or_compute, pair_logps, reference_digest
+from glassroom.train.dpo_reference import load_or_compute, pair_logps, read_cached, reference_digest
 from glassroom.train.objectives import Micro, Objective, StepBatch
 from glassroom.train.parallel import all_reduce_sum
 
@@ -63,6 +65,10 @@ class DPO(Objective):
                 {"pairs": {"train": self.train_pairs.counts, "heldout": self.heldout.counts}})
 
     # ------------------------------------------------------------------ reference (once, before step 1)
+
+    def check_resume(self, run_dir: Path, step: int) -> None:
+        """A resume past step 0 needs the cached reference, made for this data and base."""
+        read_cached(run_dir, reference_digest(self.dataset, self.cfg), step)
 
     def start(self, trainer) -> None:
         """After the resume: the reference log-probabilities, computed from the model as it is now

@@ -55,9 +55,10 @@ def pair_logps(model, pairs, micro_pairs: int, device, autocast_dtype, eos_id: i
     return out, forwards
 
 
-def load_or_compute(run_dir: Path, digest: str, step: int, compute, is_main: bool = True):
-    """(train logps, held-out logps, meta, computed). `compute()` -> (train, heldout, forwards) runs
-    only when RUN_DIR holds no complete reference and the run is at step 0."""
+def read_cached(run_dir: Path, digest: str, step: int):
+    """(train logps, held-out logps, meta) from RUN_DIR, or None when it holds none and the run is at
+    step 0 (the reference is computed then); a GlassroomError for a file that cannot serve this run.
+    Reads only: a resume refused here changes nothing in RUN_DIR."""
     npy, meta_path = Path(run_dir) / REFERENCE_FILE, Path(run_dir) / REFERENCE_META
     if meta_path.is_file():
         try:
@@ -72,10 +73,20 @@ def load_or_compute(run_dir: Path, digest: str, step: int, compute, is_main: boo
         if meta.get("digest") != digest:
             raise GlassroomError(f"{meta_path}: the reference log-probabilities were computed for other data or "
                                  "another base (digest differs); rebuilt data needs a new run folder")
-        return values[:n_train], values[n_train:], meta, False
+        return values[:n_train], values[n_train:], meta
     if step > 0:
         raise GlassroomError(f"{meta_path}: missing, and the run is at step {step}: the reference log-probabilities "
                              "come from the starting model; start the run again in a new folder")
+    return None
+
+
+def load_or_compute(run_dir: Path, digest: str, step: int, compute, is_main: bool = True):
+    """(train logps, held-out logps, meta, computed). `compute()` -> (train, heldout, forwards) runs
+    only when RUN_DIR holds no complete reference and the run is at step 0."""
+    cached = read_cached(run_dir, digest, step)
+    if cached is not None:
+        return (*cached, False)
+    npy, meta_path = Path(run_dir) / REFERENCE_FILE, Path(run_dir) / REFERENCE_META
     train, heldout, forwards = compute()
     meta = {"pairs": len(train) + len(heldout), "train_pairs": len(train), "heldout_pairs": len(heldout),
             "forwards": forwards, "computed_at_step": 0, "digest": digest}

@@ -80,6 +80,10 @@ class Objective(ABC):
     def start(self, trainer) -> None:  # noqa: B027 - an optional hook, a no-op unless a task needs it
         """Once per process, after the resume and before any step or evaluation (dpo: the reference)."""
 
+    def check_resume(self, run_dir: Path, step: int) -> None:  # noqa: B027 - an optional hook
+        """Refuse a --resume from the checkpoint at `step` that this task cannot continue; reads only,
+        before RUN_DIR is written (glassroom/train/resume.py, ResumeMixin.check_resume)."""
+
     def begin(self, batch: StepBatch) -> None:  # noqa: B027 - an optional hook, a no-op unless a task needs it
         """Before the micro-batches of a step (e.g. global counts)."""
 
@@ -155,12 +159,15 @@ class SFT(Objective):
         self._global = {"mask": 0.0, "targets": 0.0, "real": 0.0}
 
     def start(self, trainer) -> None:
+        self.check_resume(trainer.run_dir, trainer.step)
+
+    def check_resume(self, run_dir: Path, step: int) -> None:
         """A resumed run's data still has the tokenizer the run started with (RUN_DIR/tokenizer.json):
         data rebuilt with another one would feed the model other ids under the same numbers."""
-        kept = Path(trainer.run_dir) / "tokenizer.json"
+        kept = Path(run_dir) / "tokenizer.json"
         data = Path(self.cfg.data.path).expanduser() / "tokenizer.json"
-        if trainer.step > 0 and kept.is_file() and not same_tokenizer(kept, data):
-            raise GlassroomError(f"data.path: {data} is not the tokenizer {trainer.run_dir} started with ({kept}); "
+        if step > 0 and kept.is_file() and not same_tokenizer(kept, data):
+            raise GlassroomError(f"data.path: {data} is not the tokenizer {run_dir} started with ({kept}); "
                                  "the data was rebuilt with another tokenizer: point data.path at data built with "
                                  "that one, or start a new run")
 

@@ -54,7 +54,8 @@ class ResumeMixin:
         a redone step records (REPLAYABLE_EVENTS) are not recorded a second time, and a checkpoint
         whose own event was lost (killed between its rename and its event) gets that event now."""
         self._replayed: Counter = Counter()
-        choice = ckpt.choose_for_resume(self.run_dir)
+        choice = getattr(self, "_resume_choice", None) or ckpt.choose_for_resume(self.run_dir)
+        self._resume_choice = None
         for step, path, problem in choice.damaged:
             if choice.path is not None:  # with none intact, the error below is the one line
                 self._warn(f"{problem}; {path.name} is damaged: moved to checkpoints/{ckpt.DAMAGED_DIR}/, "
@@ -63,11 +64,7 @@ class ResumeMixin:
                 self.store.event("checkpoint_damaged", f"{problem}; not resumed from", step,
                                  {"checkpoint": path.name, "problem": problem})
         if choice.path is None and choice.damaged:
-            problems = [problem for _, _, problem in choice.damaged]
-            listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-            raise GlassroomError(
-                f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
-                f"(move {checkpoints_path(self.run_dir)} aside to start again from step 0)")
+            raise self._none_intact(choice)
         if choice.path is None and (self.state_at_start != "resumed" or not self._journaled_start()):
             # a new run, or a resumed one killed before its start was journaled: this is its start
             notes, data = self.objective.start_notes()
@@ -80,6 +77,8 @@ class ResumeMixin:
         text, data = "no checkpoint yet; starting from step 0", {"checkpoint": None}
         if choice.path is not None:
             text, data = self._load(choice)
+            if self.info.is_main:  # a run killed between a save and its pruning keeps no checkpoint too many
+                ckpt.apply_retention(self.run_dir, self.cfg.train.keep_last, self.cfg.train.keep_every)
         if self.store is not None:
             data["discarded_rows"] = self._store_from(self.step, choice)
             if data["discarded_rows"]:
@@ -90,6 +89,26 @@ class ResumeMixin:
     def _measure(self) -> dict:
         """The settings that change the measured loss, and the dataset's digest (observe/record.py)."""
         return record.measure_settings(self.cfg.to_dict(), getattr(self, "manifest", None))
+
+    def check_resume(self) -> None:
+        """Every check that can refuse this --resume, run before RUN_DIR is written (config.yaml, the
+        journal, the status), so a refused resume changes nothing in the run folder: a checkpoint to
+        resume from (none intact: refused), written with this run's fixed settings, and what the
+        task needs to continue from its step (sft: the same tokenizer; dpo: the cached reference).
+        Every rank calls this; the choice is kept for resume_if_possible."""
+        choice = ckpt.choose_for_resume(self.run_dir)
+        if choice.path is None and choice.damaged:
+            raise self._none_intact(choice)
+        if choice.path is not None:
+            self._check_checkpoint_config(choice.path)
+            self.objective.check_resume(self.run_dir, choice.step)
+        self._resume_choice = choice
+
+    def _none_intact(self, choice: ckpt.ResumeChoice) -> GlassroomError:
+        problems = [problem for _, _, problem in choice.damaged]
+        listed = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        return GlassroomError(f"{self.run_dir}: {listed}; no intact checkpoint to resume from "
+                              f"(move {checkpoints_path(self.run_dir)} aside to start again from step 0)")
 
     def _journaled_start(self) -> bool:
         """Whether the journal holds this run's start (main rank; other ranks assume it does)."""

@@ -128,6 +128,8 @@ class Trainer(ResumeMixin):
         # One process trains a run folder at a time (main rank; held until run() ends).
         self._run_lock = lock_run_dir(self.run_dir) if self.info.is_main else None
         try:
+            if resume:  # every check that can refuse it, before config.yaml, the journal or the status is written
+                self.check_resume()
             self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
                                                   barrier=lambda: parallel.barrier(self.info))
         except BaseException:

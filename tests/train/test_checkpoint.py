@@ -16,7 +16,7 @@ import pytest
 
 from glassroom.observe.store import StoreReader
 from glassroom.train import checkpoint as ckpt
-from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd
+from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd, tree_hashes
 import dataclasses
 
 import torch
@@ -108,6 +108,7 @@ def test_no_intact_checkpoint_is_one_line_and_exit_2_with_nothing_moved(run, tin
     flip(data_file(run / "checkpoints" / "step_0000012"))
     (run / "checkpoints" / "step_0000008" / ".metadata").unlink()
     truncate(data_file(run / "checkpoints" / "step_0000004"))
+    before = tree_hashes(run)
     result = run_train(run, tiny_dataset, resume=True)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -116,10 +117,8 @@ def test_no_intact_checkpoint_is_one_line_and_exit_2_with_nothing_moved(run, tin
             "checkpoints/step_0000004/__0_0.distcp: truncated") in lines[0]
     assert lines[0].rstrip().endswith("no intact checkpoint to resume from "
                                       f"(move {run / 'checkpoints'} aside to start again from step 0)")
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == list(STEPS)
-    with StoreReader(run) as reader:
-        assert reader.status()["state"] == "failed"
-        assert [e["step"] for e in reader.events() if e["kind"] == "checkpoint_damaged"] == [12, 8, 4]
+    # A refused resume changes nothing: config.yaml, the journal and the status (still finished) as they were.
+    assert tree_hashes(run) == before
 
 
 def strip_manifests(run: Path) -> None:
@@ -150,11 +149,11 @@ def test_a_checkpoint_without_manifest_is_checked_by_its_index(run, tiny_dataset
 def test_retention_never_deletes_the_last_intact_checkpoint_for_damaged_ones(run):
     truncate(data_file(run / "checkpoints" / "step_0000012"))
     (run / "checkpoints" / "step_0000008" / "trainer.json").unlink()
-    ckpt._apply_retention(run, keep_last=1, keep_every=None)
+    ckpt.apply_retention(run, keep_last=1, keep_every=None)
     # step 4 is the newest intact one; the damaged ones are not retention's to delete.
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == list(STEPS)
     flip(data_file(run / "checkpoints" / "step_0000012"))  # sizes right, content wrong: still not counted
-    ckpt._apply_retention(run, keep_last=1, keep_every=None)
+    ckpt.apply_retention(run, keep_last=1, keep_every=None)
     assert (run / "checkpoints" / "step_0000004").is_dir()
 
 
@@ -208,13 +207,21 @@ def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(ru
     text = (run / "config.yaml").read_text()
     assert "d_model: 64" in text
     (run / "config.yaml").write_text(text.replace("d_model: 64", "d_model: 128"))
-    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    before = tree_hashes(run)
     result = subprocess.run([sys.executable, "-m", "glassroom", "train", "--out", str(run), "--resume", "--quiet",
                              "--set", "train.steps=16"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "step_0000012: written with another model.d_model (64 -> 128)" in lines[0] and "edited" in lines[0]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # nothing set aside as damaged
+    assert tree_hashes(run) == before  # nothing set aside, config.yaml not rewritten, nothing journaled
+
+
+def test_a_resume_prunes_what_a_kill_between_save_and_pruning_left(run, tiny_dataset):
+    # The run keeps 4, 8 and 12 (keep_last=10); with keep_last=1 that is what a kill between saving
+    # step 12 and pruning leaves behind. A finished run saves nothing more: the resume prunes.
+    result = run_train(run, tiny_dataset, "train.keep_last=1", "train.keep_every=8", resume=True)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000008", "step_0000012"]
 
 
 def test_a_damaged_run_store_is_one_line_for_resume_and_metrics(run, tiny_dataset):
@@ -313,6 +320,12 @@ def test_checkpoints_save_verify_keep_every_and_malformed_manifests(tmp_path):
     for step in range(1, 7):
         ckpt.save_checkpoint(tmp_path, step, model, optimizer, {"train_state": {}}, keep_last=2, keep_every=2)
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4, 5, 6]
+    # A kill between a save and its pruning leaves checkpoints past keep_last (here a copy of step 5
+    # as step 3, and step 1 again): the next save removes every one of them, not only the one it supersedes.
+    shutil.copytree(tmp_path / "checkpoints" / "step_0000005", tmp_path / "checkpoints" / "step_0000003")
+    shutil.copytree(tmp_path / "checkpoints" / "step_0000005", tmp_path / "checkpoints" / "step_0000001")
+    ckpt.save_checkpoint(tmp_path, 7, model, optimizer, {"train_state": {}}, keep_last=2, keep_every=2)
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 4, 6, 7]
 
     newest = tmp_path / "checkpoints" / "step_0000006"
     original = (newest / "manifest.json").read_text()

@@ -14,7 +14,7 @@ import torch
 
 from dpo_helpers import PROMPT, build_pairs, doc_sentences, reversed_words
 from hf_helpers import one_line_error, train_tiny_run
-from train_helpers import ROOT, assert_same_store, losses, run_train
+from train_helpers import ROOT, assert_same_store, losses, run_train, tree_hashes
 
 from glassroom.observe.store import StoreReader
 
@@ -96,8 +96,11 @@ def test_dpo_resumes_exactly_after_a_kill_without_recomputing_the_reference(setu
 
     # Past step 0 the starting model is gone: a missing reference is one line, nothing destroyed.
     (out / "dpo_reference.json").unlink()
+    before = tree_hashes(out)
     again = dpo(out, base, data, "train.steps=25", resume=True)
     one_line_error(again, "dpo_reference.json", "missing", "step 20")
+    # A refused resume changes nothing: config.yaml not rewritten, no event, the finished run not marked failed.
+    assert tree_hashes(out) == before
     assert (out / "dpo_reference.npy").is_file() and (out / "checkpoints").is_dir()
 
 
