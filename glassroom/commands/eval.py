@@ -89,6 +89,21 @@ def run(args: argparse.Namespace) -> int:
         raise GlassroomError(f"{path}: no such folder (a run folder or a Hugging Face folder)")
     is_run = has_config(path) or not is_hf_folder(path)
     step, max_length, special, seq_len = None, args.max_length, (None, None), None
+    if args.tasks_dir:
+        tasks_dir = Path(args.tasks_dir).expanduser()
+    elif is_run:
+        tasks_dir = run_tasks_dir(path)
+        if not tasks_dir.exists() and not any(n.startswith("glassroom") for n in names):
+            tasks_dir = None  # tasks lm-eval ships only: the dataset needs no tasks folder
+    else:
+        tasks_dir = None
+    if tasks_dir is not None and not tasks_dir.is_dir():
+        raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
+                             "(or give another with --tasks-dir)")
+    if tasks_dir is not None:
+        from glassroom.data.tasks import verify_folder
+
+        verify_folder(tasks_dir)  # a damaged task file or record: one line before the model loads
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer
         from glassroom.hf.load import build_from_state
@@ -108,17 +123,6 @@ def run(args: argparse.Namespace) -> int:
         special = special_ids(path, tokenizer)
     from glassroom.downstream import run as downstream
 
-    if args.tasks_dir:
-        tasks_dir = Path(args.tasks_dir).expanduser()
-    elif is_run:
-        tasks_dir = run_tasks_dir(path)
-        if not tasks_dir.exists() and not any(n.startswith("glassroom") for n in names):
-            tasks_dir = None  # tasks lm-eval ships only: the dataset needs no tasks folder
-    else:
-        tasks_dir = None
-    if tasks_dir is not None and not tasks_dir.is_dir():
-        raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
-                             "(or give another with --tasks-dir)")
     try:
         run_dataset = run_tasks_dir(path).parent if is_run else None
     except GlassroomError:  # no data.path in its config.yaml: --tasks-dir was given

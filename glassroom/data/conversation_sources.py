@@ -28,7 +28,6 @@ Message contents are normalised as the text of other sources is (NFC, CR LF to L
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import unicodedata
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Iterator
 
 from glassroom.data.chat import check_messages, render_text
 from glassroom.errors import GlassroomError
+from glassroom.numbers import loads as json_loads
 
 CHAT_KINDS = ("conversations", "preferences")
 SKIP_REASONS = ("no_assistant_turn", "last_not_assistant", "no_assistant_answer", "identical_pair")
@@ -66,9 +66,10 @@ def _records(path: Path, fields: list[str]) -> Iterator[tuple[str, object]]:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, RecursionError) as exc:
-                    raise GlassroomError(f"{path}:{lineno}: not valid JSON ({getattr(exc, 'msg', 'too deep')}); "
+                    record = json_loads(line)
+                except (ValueError, RecursionError) as exc:
+                    why = "too deep" if isinstance(exc, RecursionError) else getattr(exc, "msg", str(exc))
+                    raise GlassroomError(f"{path}:{lineno}: not valid JSON ({why}); "
                                          "each line must be one JSON object") from None
                 yield f"{path}:{lineno}", record
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
@@ -100,8 +101,8 @@ def _json_list(value, where: str, field: str):
     if not isinstance(value, str):
         return value
     try:
-        decoded = json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
+        decoded = json_loads(value)
+    except (ValueError, RecursionError):
         decoded = None
     if not isinstance(decoded, list):
         raise GlassroomError(f"{where}: {field!r} is a string, not a list of messages (nor a JSON text of one)")

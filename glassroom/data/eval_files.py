@@ -8,12 +8,12 @@ decontaminate.files[i].
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from glassroom.errors import GlassroomError
+from glassroom.numbers import NumberError, loads as json_loads
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".json")
 MAX_DEPTH = 8  # folder levels file_texts descends
@@ -59,14 +59,18 @@ def _texts_of_file(path: Path, where: str) -> list[str]:
             if not line.strip():
                 continue
             try:
-                out.extend(_strings(json.loads(line), where))
+                out.extend(_strings(json_loads(line), where))
+            except NumberError as exc:
+                raise GlassroomError(f"{where}: {path}:{line_no}: {exc}") from None
             except (ValueError, RecursionError):
                 raise GlassroomError(f"{where}: {path}:{line_no} is not a JSON value; "
                                      "fix the line (one JSON record per line)") from None
         return out
     if path.suffix.lower() == ".json":
         try:
-            return list(_strings(json.loads(text), where))
+            return list(_strings(json_loads(text), where))
+        except NumberError as exc:
+            raise GlassroomError(f"{where}: {path}: {exc}") from None
         except (ValueError, RecursionError):
             raise GlassroomError(f"{where}: {path} is not valid JSON; fix it or give it as .txt") from None
     return [text] if text.strip() else []

@@ -15,7 +15,6 @@ import glob as globlib
 import gzip
 import hashlib
 import io
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from typing import Iterator
 from glassroom.data.formats import detag_brown, html_to_text, pack, split_long, strip_gutenberg
 from glassroom.data.recipe import SourceConfig
 from glassroom.errors import GlassroomError
+from glassroom.numbers import loads as json_loads
 
 INSTALL_HINT = "run scripts/install-corpora.sh (as root) to install the corpora"
 # What reading a damaged file (a truncated or fake .gz, an unreadable file) raises.
@@ -258,8 +258,8 @@ def _jsonl(cfg: SourceConfig, files: list[Path], report: SourceReport) -> Iterat
                     if not line.strip():
                         continue
                     try:
-                        record = json.loads(line)
-                    except (json.JSONDecodeError, RecursionError):
+                        record = json_loads(line)   # a 5,000-digit number or NaN: malformed too
+                    except (ValueError, RecursionError):
                         report.skip("malformed_jsonl", f"{path}:{lineno}")
                         continue
                     text = record.get(field) if isinstance(record, dict) else None

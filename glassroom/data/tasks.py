@@ -22,12 +22,16 @@ lm-eval executes the Python a task YAML names with `!function` (here utils.py), 
 someone else wrote is their code running in the evaluating process. `verify_folder` is the guard
 glassroom eval and train.eval_tasks pass through first: every YAML lm-eval would index must be the
 one this module writes for the manifest's tasks and groups, byte for byte, and utils.py must be
-task_utils.py; the documents (JSONL) are data, read with `json`.
+task_utils.py. The documents (JSONL) are data: `verify_folder` reads each record (with
+glassroom/numbers.py's bounds) and checks the fields the task files use (a multiple-choice record's
+context, choices and gold; a rolling record's text and n_bytes), so a damaged record is one line
+here instead of a template error inside lm-eval.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -38,6 +42,7 @@ import numpy as np
 from glassroom.data.mixture import Dataset
 from glassroom.data.tokenizer import encode
 from glassroom.errors import GlassroomError
+from glassroom.numbers import loads as json_loads
 
 FORMAT = "glassroom-tasks/1"
 CONTEXT_CHARS = 300
@@ -314,8 +319,8 @@ def _replace(final: Path, new: Path) -> None:
 def read_task_manifest(tasks_dir: Path) -> dict:
     path = Path(tasks_dir) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        manifest = json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise GlassroomError(f"{path}: cannot be read ({exc.__class__.__name__}); rewrite the tasks with "
                              "glassroom data tasks DATASET") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("tasks"), dict):
@@ -366,7 +371,56 @@ def verify_folder(tasks_dir: str | Path) -> dict:
         if not same:
             raise GlassroomError(f"{path}: not the file glassroom writes (lm-eval runs the code a tasks folder names, "
                                  "so only glassroom's own is run); rewrite the tasks with glassroom data tasks DATASET")
+    for name, task in manifest["tasks"].items():
+        check_documents(root / f"{name}.jsonl", task["kind"])
     return manifest
+
+
+def _record_problem(record, kind: str) -> str | None:
+    """What is wrong with one task record for the fields its task file reads, or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if kind == "multiple_choice":
+        choices, gold = record.get("choices"), record.get("gold")
+        if not isinstance(record.get("context"), str):
+            return "'context' is not text"
+        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+            return "'choices' is not a list of at least two texts"
+        if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(choices):
+            return f"'gold' is not the index of one of its {len(choices)} choices"
+        return None
+    n_bytes = record.get("n_bytes")
+    if not isinstance(record.get("text"), str):
+        return "'text' is not text"
+    if isinstance(n_bytes, bool) or not isinstance(n_bytes, (int, float)) or not 0 < n_bytes < math.inf:
+        return "'n_bytes' is not a positive number of bytes"
+    return None
+
+
+def check_documents(path: Path, kind: str) -> None:
+    """One line naming the file and line of the first record `path` holds that the task cannot use
+    (not JSON, a number past numbers.py's bounds, a field missing or of the wrong type)."""
+    rewrite = "rewrite the tasks with glassroom data tasks DATASET"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GlassroomError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc.__class__.__name__}); "
+                             f"{rewrite}") from None
+    records = 0
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json_loads(line)
+        except (ValueError, RecursionError) as exc:
+            why = "too deep" if isinstance(exc, RecursionError) else getattr(exc, "msg", str(exc))
+            raise GlassroomError(f"{path}:{lineno}: not a usable JSON record ({why}); {rewrite}") from None
+        problem = _record_problem(record, kind)
+        if problem:
+            raise GlassroomError(f"{path}:{lineno}: {problem}; {rewrite}")
+        records += 1
+    if not records:
+        raise GlassroomError(f"{path}: no records; {rewrite}")
 
 
 def written_here(tasks_dir: Path) -> bool:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any, Optional
 import numpy as np
 
 from glassroom.errors import GlassroomError
+from glassroom.numbers import loads as json_loads
 from glassroom.units import parse_count
 
 REQUIRED = ("name", "params", "tokens", "loss")
@@ -176,7 +176,7 @@ def _jsonl_rows(path: Path, lines: list[tuple[int, str]]) -> tuple[list[str], li
             raise GlassroomError(f"{path} line {lineno}: not a JSON object (mixed formats? a JSON lines file "
                                  "holds one object per line)")
         try:
-            obj = json.loads(line)
+            obj = json_loads(line)
         except ValueError as exc:
             raise GlassroomError(f"{path} line {lineno}: unparseable JSON ({exc})") from None
         if not isinstance(obj, dict):

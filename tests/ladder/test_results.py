@@ -85,7 +85,7 @@ GOOD = "name,params,tokens,flops,loss\na,1e8,2e9,1.2e18,3.1\nb,2e8,4e9,4.8e18,2.
      "r.jsonl", "column params: [200000000.0] is not a number"),
     ('{"name": "a", "params": 1e8, "tokens": 2e9, "loss": 3}\n{"name": "b", "params": 2e8, \n', "r.jsonl", "line 2: unparseable JSON"),
     ('{"name": "a", "params": 1e8, "tokens": 2e9, "loss": NaN}\n{"name": "b", "params": 2e8, "tokens": 4e9, "loss": 2}\n',
-     "r.jsonl", "column loss: nan is not a finite"),
+     "r.jsonl", "line 1: unparseable JSON (NaN is not a number glassroom reads"),
     ("name,params,tokens,seed,loss\na,1e8,2e9,-1,3\nb,2e8,4e9,0,2.9\n", "r.csv", "column seed: -1 must be at least 0"),
     ("name,params,tokens,seed,loss\na,1e8,2e9,1.5,3\nb,2e8,4e9,0,2.9\n", "r.csv", "column seed: '1.5' is not a whole number"),
     ("name,params,tokens,loss,loss\na,1e8,2e9,3,3\n", "r.csv", "names column 'loss' twice"),
