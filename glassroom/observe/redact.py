@@ -26,8 +26,12 @@ docs/publish.md.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
+
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.plugins.base import RegexBasedDetector
 
 REDACTED = "<redacted>"
 
@@ -43,28 +47,109 @@ _COUNT_WORDS = {
     "rate", "step", "steps", "batch", "seq", "window", "seen", "id", "ids", "index", "share", "frac",
     "fraction", "bos", "eos", "pad", "unk", "sep", "cls", "mask", "special", "end", "start",
 }
+# Words that also name things in models and metrics (`num_key_value_heads`, `pass_at_k`,
+# `tokenizer_pat`, `sig_figs`): a credential only alone (`key`, `pass`), next to a word that says
+# whose or what kind (`api_key`, `db_pass`, `github_pat`), or, for `key` and `pass`, with no
+# neighbour that says it is something else (`openai_key` is a credential, `cache_key` is not).
+_QUALIFIERS = {
+    "api", "access", "secret", "private", "auth", "client", "service", "account", "signing", "sign",
+    "encryption", "enc", "ssh", "gpg", "pgp", "license", "licence", "master", "session", "deploy", "aws", "gcp",
+    "azure", "ado", "devops", "wandb", "hf", "huggingface", "openai", "anthropic", "github", "gh", "gitlab", "gl",
+    "bitbucket", "docker", "slack", "stripe", "db", "database", "admin", "root", "user", "login", "smtp", "mail",
+    "email", "ftp", "proxy", "basic", "bearer", "webhook", "hmac", "jwt", "personal", "bot", "consumer", "s3",
+    "storage", "shared", "url", "request", "app", "oauth", "git", "sas", "x",
+}
+_WEAK_WORDS = {"key", "keys", "pass", "pat", "sig"}
+_INNOCENT = {
+    "key": {
+        "value", "values", "val", "query", "queries", "head", "heads", "kv", "num", "n", "dim", "dims", "size",
+        "rng", "prng", "seed", "random", "sort", "group", "primary", "foreign", "partition", "cache", "lookup",
+        "dict", "map", "mapping", "column", "columns", "col", "field", "fields", "name", "names", "id", "ids",
+        "index", "metric", "metrics", "frame", "frames", "join", "text", "label", "labels", "input", "inputs",
+        "output", "outputs", "prompt", "prompts", "answer", "answers", "target", "targets", "image", "images",
+        "feature", "features", "content", "message", "messages", "response", "responses", "chosen", "rejected",
+        "dataset", "data", "split", "layer", "layers", "proj", "projection", "norm", "weight", "weights", "bias",
+        "attention", "attn", "state", "states", "step", "steps", "tensor", "tensors", "param", "params", "module",
+        "hot", "press", "point", "points", "event", "events", "lora", "hash", "order", "by", "path", "file",
+    },
+    "pass": {
+        "at", "k", "rate", "rates", "forward", "backward", "fwd", "bwd", "first", "second", "single", "two",
+        "multi", "one", "n", "num", "count", "counts", "through", "fail", "eval", "test", "tests", "score",
+        "scores", "ratio", "mean", "avg", "top", "max", "min", "total", "frac", "fraction", "pct", "percent",
+        "metric", "metrics", "filter", "band", "low", "high",
+    },
+}
+_INNOCENT["keys"] = _INNOCENT["key"]
 # Whole sections that hold the machine's environment are never shown.
 ENV_WORDS = {"env", "environ", "environment", "envvars"}
 
-# Token shapes found anywhere inside a string, whatever their key.
-_B = r"(?<![A-Za-z0-9_\-])"          # a token starts at a word edge
-_TOKENS = [
-    r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])",   # AWS access key ids
-    _B + r"hf_[A-Za-z0-9]{16,}",                                     # Hugging Face
-    _B + r"sk-[A-Za-z0-9_\-]{16,}",                                  # OpenAI, Anthropic (sk-proj-, sk-ant-)
-    _B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",                    # Stripe
-    _B + r"gh[pousr]_[A-Za-z0-9]{20,}",                              # GitHub tokens
-    _B + r"github_pat_[A-Za-z0-9_]{20,}",
-    _B + r"glpat-[A-Za-z0-9_\-]{20,}",                               # GitLab
-    _B + r"xox[abprs]-[A-Za-z0-9\-]{10,}",                           # Slack
-    _B + r"npm_[A-Za-z0-9]{30,}",
-    _B + r"AIza[0-9A-Za-z_\-]{35}",                                  # Google API keys
-    _B + r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*",   # JWTs
-    _B + r"ya29\.[0-9A-Za-z_\-]{20,}",                               # Google OAuth access tokens
-    r"(?<=hooks\.slack\.com/services/)[A-Za-z0-9/_\-]{8,}",          # Slack webhook URLs (the path is the secret)
-    r"(?<=/api/webhooks/)[0-9]+/[A-Za-z0-9_\-]{20,}",                 # Discord webhook URLs
+# Token shapes found anywhere inside a string, whatever their key: the regex rules of detect-secrets'
+# plugins (read from the installed package when this module loads, LIBRARY_RULES), then the shapes
+# it lacks (OWN_RULES). A token starts anywhere but inside a run of letters and digits, so one right
+# after `-`, `_`, `/` or `.` (`exp-hf_...`, `sweep_ghp_...`, `run-sk-proj-...`) is found too.
+_S = r"(?<![A-Za-z0-9])"
+# detect-secrets plugins not used: a public IP address is no credential; URL credentials, private
+# key blocks and JWTs are found by OWN_RULES below (its private key rule matches only the BEGIN line;
+# its JWT regex takes quadratic time on a long run of `eyJ`); its keyword and entropy plugins are
+# not regex rules, and were measured and left out (bench/redaction_rules.py: the entropy plugins
+# flag commit shas and sha256 digests, the keyword plugin misses most shapes).
+# Its rules that read a keyword before the value (Cloudant, IBM, SoftLayer) do what the key rule
+# (`key_is_secret` on KEY=VALUE and KEY: VALUE) does for every key, at a quarter of the whole cost.
+_LIBRARY_SKIP = {"IPPublicDetector", "BasicAuthDetector", "PrivateKeyDetector", "JwtTokenDetector",
+                 "CloudantDetector", "IbmCloudIamDetector", "IbmCosHmacDetector", "SoftlayerDetector"}
+
+
+def _library_rules() -> list[re.Pattern]:
+    """The compiled regexes of detect-secrets' regex-based plugins, as its plugin registry lists them."""
+    rules = []
+    for _, plugin in sorted(get_mapping_from_secret_type_to_class().items()):
+        if issubclass(plugin, RegexBasedDetector) and plugin.__name__ not in _LIBRARY_SKIP:
+            rules += list(plugin().denylist)
+    return rules
+
+
+LIBRARY_RULES = _library_rules()
+# (pattern, group holding the secret (0: the whole match), text every match holds or None).
+OWN_RULES = [
+    (_S + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Za-z0-9])", 0, None),   # AWS access key ids
+    (_S + r"(?:F[wQ]oGZXIvYXdz|[A-Z][A-Za-z0-9]oJb3JpZ2lu)[A-Za-z0-9/+=]{40,}", 0, None),   # AWS session tokens
+    (_S + r"hf_(?![a-z]+(?![A-Za-z0-9]))[A-Za-z0-9]{16,}", 0, 'hf_'),   # Hugging Face (not one lower-case word)
+    (_S + r"api_org_[A-Za-z0-9]{20,}", 0, 'api_org_'),   # Hugging Face organisation
+    (_S + r"sk-(?:proj|svcacct|admin|ant-[a-z]+[0-9]*|or-v[0-9]+)-[A-Za-z0-9_\-]{16,}", 0, 'sk-'),   # OpenAI, Anthropic..
+    (_S + r"sk-(?![a-z]+(?![A-Za-z0-9]))[A-Za-z0-9]{20,}[A-Za-z0-9_\-]*", 0, 'sk-'),   # OpenAI (legacy), not a word
+    (_S + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}", 0, 'k_'),   # Stripe
+    (_S + r"gh[pousr]_[A-Za-z0-9]{20,}", 0, 'gh'),   # GitHub tokens
+    (_S + r"github_pat_[A-Za-z0-9_]{20,}", 0, 'github_pat_'),
+    (_S + r"v1\.[0-9a-f]{40}(?![0-9a-f])", 0, 'v1.'),   # GitHub App installation tokens
+    (_S + r"glpat-[A-Za-z0-9_\-]{20,}", 0, 'glpat-'),   # GitLab
+    (_S + r"xox[abeoprs]-[A-Za-z0-9\-]{10,}", 0, 'xox'),   # Slack
+    (r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9/_\-]{8,})", 1, 'hooks.slack.com/'),   # Slack webhooks: the path
+    (r"discord(?:app)?\.com/api(?:/v[0-9]+)?/webhooks/([0-9]+/[A-Za-z0-9_\-]{20,})", 1, 'discord'),   # Discord webhooks
+    (r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,40}", 0, None),   # Discord bot
+    (r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}", 0, ':AA'),   # Telegram bot tokens (api.telegram.org/bot..)
+    (_S + r"npm_[A-Za-z0-9]{30,}", 0, 'npm_'),
+    (_S + r"pypi-AgE[A-Za-z0-9_\-]{50,}", 0, 'pypi-AgE'),   # PyPI (and TestPyPI)
+    (_S + r"AIza[0-9A-Za-z_\-]{35}", 0, 'AIza'),   # Google API keys
+    (_S + r"GOCSPX-[A-Za-z0-9_\-]{20,}", 0, 'GOCSPX-'),   # Google OAuth client secrets
+    (_S + r"ya29\.[0-9A-Za-z_\-]{20,}", 0, 'ya29.'),   # Google OAuth access tokens
+    (_S + r"eyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*", 0, 'eyJ'),   # JWTs
+    (_S + r"SK[0-9a-fA-F]{32}(?![A-Za-z0-9])", 0, 'SK'),   # Twilio API keys
+    (_S + r"SG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}", 0, 'SG.'),   # SendGrid
+    (_S + r"key-[0-9a-f]{32}(?![A-Za-z0-9])", 0, 'key-'),   # Mailgun
+    (_S + r"shp(?:at|ss|ca|pa)_[0-9a-fA-F]{32}", 0, 'shp'),   # Shopify
+    (_S + r"dp\.(?:st|pt|sa|ct|scim|audit)\.(?:[A-Za-z0-9_\-]{1,40}\.)?[A-Za-z0-9]{40,}", 0, 'dp.'),   # Doppler
+    (_S + r"AGE-SECRET-KEY-1[0-9A-Z]{50,}", 0, 'AGE-SECRET-KEY-1'),   # age
+    (_S + r"lin_api_[A-Za-z0-9]{32,}", 0, 'lin_api_'),   # Linear
+    (_S + r"dapi[0-9a-f]{32}(?:-[0-9]+)?(?![A-Za-z0-9])", 0, 'dapi'),   # Databricks
+    (_S + r"gsk_[A-Za-z0-9]{40,}", 0, 'gsk_'),   # Groq
+    (_S + r"r8_[A-Za-z0-9]{30,}", 0, 'r8_'),   # Replicate
+    # PuTTY private key files: from the header to the MAC (or the end), and a Private-Lines body alone.
+    (r"PuTTY-User-Key-File-[0-9]+:.*?(?:Private-MAC:[^\n]*|\Z)", 0, 'PuTTY-User-Key-File-'),
+    (r"Private-Lines:[ \t]*[0-9]+[ \t]*\r?\n(?:[A-Za-z0-9+/=]+\r?\n?)+", 0, 'Private-Lines:'),
 ]
-_TOKEN_RE = re.compile("|".join(f"(?:{p})" for p in _TOKENS))
+_OWN = [(re.compile(p, re.S), g, needle) for p, g, needle in OWN_RULES]
+# <password>...</password>, <apiKey>..</apiKey>: the text between tags whose name looks secret.
+_XML_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_.\-]{0,60})>([^<]{1,4096})</\1>")
 _PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
 # An AWS secret access key: 40 base64-ish characters (not all lowercase hex, so a commit sha is
 # kept) within 60 characters after the word aws or secret.
@@ -74,7 +159,7 @@ _AWS_SECRET_RE = re.compile(
 # (A scheme starts where a run of scheme characters starts, and is read in one go: a long run of
 # `a-a-a-...` costs linear time, not quadratic.)
 _URL_CREDS_RE = re.compile(r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*+://)([^\s/?#\"'<>]+)@")
-_BEARER_RE = re.compile(r"\b(Bearer|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
+_BEARER_RE = re.compile(r"\b(Bearer|bearer|BEARER|Basic)\s+([A-Za-z0-9._~+/\-]{8,}=*)")
 # KEY=VALUE and KEY: VALUE (the key optionally quoted), and --key=value / --key value. Only the key
 # and separator are matched first, so a harmless pair never swallows a secret that follows it.
 _VALUE_RE = re.compile(r"\\\"[^\"]*?\\\"|\"[^\"]*\"|'[^']*'|[^\s,;&\"'{}\[\]()<>]+")
@@ -101,12 +186,25 @@ def _words(key: Any) -> list[str]:
     return [p for p in re.split(r"[^a-z0-9]+", text) if p]
 
 
+def _weak_word_is_secret(word: str, parts: list[str]) -> bool:
+    others = [p for p in parts if p != word]
+    if not others or any(p in _QUALIFIERS for p in others):
+        return True
+    if word in ("pat", "sig"):
+        return False
+    return not any(p in _INNOCENT[word] or p.isdigit() for p in others)
+
+
 def key_is_secret(key: Any) -> bool:
-    """True for keys like `api_key`, `hf_token`, `wandbApiKey`, `db-password`, `secret`, `auth`;
-    False for `tokens`, `tokenizer`, `max_tokens`, `tokens_per_step`, `token_budget`, `lr`."""
+    """True for keys like `api_key`, `hf_token`, `wandbApiKey`, `db-password`, `secret`, `auth`,
+    `github_pat`; False for `tokens`, `tokenizer`, `max_tokens`, `tokens_per_step`, `token_budget`,
+    `lr`, `num_key_value_heads`, `pass_at_k`, `tokenizer_pat`, `sig_figs`."""
     parts = _words(key)
-    hits = [p for p in parts if p in SECRET_WORDS]
-    if hits and not (set(hits) == {"token"} and any(p in _COUNT_WORDS for p in parts)):
+    hits = {p for p in parts if p in SECRET_WORDS}
+    if "token" in hits and any(p in _COUNT_WORDS for p in parts):
+        hits.discard("token")
+    hits = {w for w in hits if w not in _WEAK_WORDS or _weak_word_is_secret(w, parts)}
+    if hits:
         return True
     joined = "".join(parts)
     return any(w in joined for w in _SECRET_JOINED)
@@ -122,7 +220,68 @@ def _bearer(match: re.Match) -> str:
     cred = match.group(2)
     if match.group(1) == "Basic" and not re.search(r"[A-Z0-9+/=]", cred):
         return match.group(0)   # "Basic authentication": a word, not a credential
+    if match.group(1) != "Bearer" and cred.isalpha() and cred.islower() and len(cred) < 20:
+        return match.group(0)   # "the bearer instrument": a word
     return f"{match.group(1)} {REDACTED}"
+
+
+def _token_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every token found by LIBRARY_RULES and OWN_RULES, overlaps merged."""
+    spans = []
+    for rule in LIBRARY_RULES:
+        for m in rule.finditer(text):
+            # the secret is the first group of 8 or more characters, else the whole match; the
+            # separators some rules take around it (space, quote, `=`, `:`) stay
+            start, end = next(((m.start(i), m.end(i)) for i in range(1, (rule.groups or 0) + 1)
+                               if m.group(i) and len(m.group(i)) >= 8), m.span())
+            while start < end and text[start] in _EDGE_CHARS:
+                start += 1
+            while end > start and text[end - 1] in _EDGE_CHARS:
+                end -= 1
+            url = _URL_HEAD_RE.match(text, start, end)   # a whole URL: its scheme and host stay
+            start = url.end() if url else start
+            if end > start:
+                spans.append((start, end))
+    for rule, group, needle in _OWN:
+        if needle is None or needle in text:   # a rule's fixed start first: most texts hold none
+            spans += [m.span(group) for m in rule.finditer(text)]
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+_EDGE_CHARS = " \t\r\n\"'=:"
+_URL_HEAD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s]+/(?:[a-z]+/)*")
+
+
+def _redact_tokens(text: str) -> str:
+    spans = _token_spans(text)
+    if not spans:
+        return text
+    out, pos = [], 0
+    for start, end in spans:
+        out.append(text[pos:start] + REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _xml(match: re.Match) -> str:
+    if not key_is_secret(match.group(1)) or _is_marker(match.group(2)):
+        return match.group(0)
+    return f"<{match.group(1)}>{REDACTED}</{match.group(1)}>"
+
+
+# What a name holds where its secret was: `redacted-` and 8 hex digits (public_name).
+_MARKER_RE = re.compile(r"redacted-[0-9a-f]{8}")
+
+
+def _is_marker(value: str) -> bool:
+    return value == REDACTED or _MARKER_RE.fullmatch(value) is not None
 
 
 def _redact_pairs(text: str) -> str:
@@ -137,7 +296,7 @@ def _redact_pairs(text: str) -> str:
         if inner and key_is_secret(inner.group(1)):
             continue   # "key: HF_TOKEN=...": the inner pair is redacted on its own
         value = _VALUE_RE.match(text, m.end())
-        if value is None or value.group(0) in ('""', "''"):
+        if value is None or value.group(0) in ('""', "''") or _is_marker(value.group(0)):
             continue
         quote = value.group(0)[:2] if value.group(0).startswith('\\"') else (
             value.group(0)[0] if value.group(0)[0] in "\"'" else "")
@@ -177,14 +336,34 @@ def redact_text(text: str, pairs: bool = True) -> str:
 def _redact_visible(text: str, pairs: bool) -> str:
     out = _PEM_RE.sub(REDACTED, text)
     out = _URL_CREDS_RE.sub(lambda m: f"{m.group(1)}{REDACTED}@", out)
-    out = _TOKEN_RE.sub(REDACTED, out)
+    out = _redact_tokens(out)
     out = _AWS_SECRET_RE.sub(lambda m: m.group(0)[: m.start(1) - m.start(0)] + REDACTED, out)
     out = _BEARER_RE.sub(_bearer, out)
+    out = _XML_RE.sub(_xml, out)
     if not pairs:
         return out
     out = _USER_PASS_RE.sub(lambda m: m.group(0) if m.group(4).isdigit()   # docker -u 1000:1000
                             else f"{m.group(1)}{m.group(2)}{m.group(3)}:{REDACTED}", out)
     return _redact_pairs(out)
+
+
+def public_name(name: str) -> str:
+    """`name` as it may stand in a URL, a file name and an id (a run's folder path): the name itself
+    when it holds no secret, else the name with each secret replaced by `redacted-` and 8 hex digits
+    of a SHA-256 of the whole name (the same folder always gets the same public name, two folders
+    get different ones, and nothing of the secret can be read back from it)."""
+    if not isinstance(name, str):
+        return name
+    shown = redact_text(name)
+    if shown == name:
+        return name
+    pieces = shown.split(REDACTED)
+    out = pieces[0]
+    for i, piece in enumerate(pieces[1:]):
+        out += "redacted-" + hashlib.sha256(f"{i}\0{name}".encode()).hexdigest()[:8] + piece
+    if redact_text(out) != out:   # the rest still reads as a secret: nothing of the name is kept
+        out = "redacted-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return out
 
 
 def _scalar_under_secret(value: Any) -> Any:
