@@ -3,13 +3,16 @@
 Used by the dashboard (`glassroom serve`) and the static site (`glassroom publish`); never writes and
 never imports torch. A run is a folder holding `store.sqlite`; its id is its path relative to the
 folder being watched (`hero`, `ladders/l1/rung-2`), or its own folder name when the watched folder is
-itself a run. Every file is opened only when it resolves inside the watched folder (`inside`), and
+itself a run; a path that holds a secret (`runs/exp-hf_...`) gives the id `runs/exp-redacted-<8 hex>`
+(glassroom.observe.redact.public_name), the same at every export, so every URL, file name and feed
+shows that and every route finds the run by it. Every file is opened only when it resolves inside the watched folder (`inside`), and
 configs are read with the bounded YAML reader and redacted (glassroom.observe.redact; `redact`,
 `key_is_secret` and REDACTED are re-exported here) before anyone sees them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from glassroom import yaml_io
-from glassroom.observe.redact import REDACTED, key_is_secret, redact, redact_text  # noqa: F401 (re-exported)
+from glassroom.observe.redact import REDACTED, key_is_secret, public_name, redact, redact_text  # noqa: F401 (re-exported)
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, STORE_FILE, config_path
 from glassroom.observe.store import StoreReader
 
@@ -59,16 +62,24 @@ def _is_store(root: Path, folder: Path) -> bool:
 
 def find_runs(root: str | Path, max_depth: int = 6) -> dict[str, Path]:
     """Run id -> run folder for every run at or below `root`. Symlinked folders are not followed,
-    and a run whose store.sqlite is a symlink that leaves `root` is not a run here."""
+    and a run whose store.sqlite is a symlink that leaves `root` is not a run here. The id is the
+    folder's path with any secret in it replaced (public_name)."""
     root = Path(root)
     runs: dict[str, Path] = {}
+
+    def add(path: str, folder: Path) -> None:
+        run_id = public_name(path)
+        if run_id in runs:   # a folder already named like another's public id
+            run_id = "redacted-" + hashlib.sha256(path.encode()).hexdigest()[:16]
+        runs[run_id] = folder
+
     if _is_store(root, root):
-        runs[root.resolve().name or "run"] = root
+        add(root.resolve().name or "run", root)
     base_depth = len(root.parts)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
         if here != root and STORE_FILE in filenames and _is_store(root, here):
-            runs[here.relative_to(root).as_posix()] = here
+            add(here.relative_to(root).as_posix(), here)
         dirnames[:] = sorted(
             d for d in dirnames
             if d not in SKIP_DIRS and not d.startswith(".") and len(here.parts) - base_depth < max_depth
@@ -155,9 +166,9 @@ def _jsonable(node: Any, depth: int = 0) -> Any:
 
 
 def looks_secret(name: str) -> bool:
-    """True when a name shown as it is (a run's folder path, a metric name) holds something the
-    redaction would remove (`ghp_...`, `secret/sk-...`): such a run or series is not shown at all,
-    since a name cannot be redacted without breaking the links that use it."""
+    """True when a name shown as it is (a metric name, a ladder's or dataset's folder) holds something
+    the redaction would remove (`ghp_...`, `secret/sk-...`): such a series or folder is not shown at
+    all. (Runs are shown under their public id instead: find_runs.)"""
     return isinstance(name, str) and redact_text(name) != name
 
 
