@@ -148,10 +148,13 @@ def _verify_site(site, copies) -> dict:
     runs = site_runs(site)
     for saved in anchors:
         run = saved["run"]
-        if run is None:   # a saved run folder: the site's run of that name
-            names = [r for r in runs if r.rsplit("/", 1)[-1] == saved["where"].rstrip("/").rsplit("/", 1)[-1]]
+        if run is None:   # a saved run folder: the site's run that starts with the same event, or of its name
+            first = saved["events"][0][:2] if saved["events"] else None
+            names = ([r for r, listing in runs.items() if listing and listing[0][:2] == first]
+                     or [r for r in runs if r.rsplit("/", 1)[-1] == saved["where"].rstrip("/").rsplit("/", 1)[-1]])
             if len(names) != 1:
-                raise GlassroomError(f"--against {saved['where']}: no single run of that name in {site}")
+                raise GlassroomError(f"--against {saved['where']}: no run of the site {site} starts with its first "
+                                     "event or has its folder's name")
             run = names[0]
         if run not in runs:
             return {**result, "ok": False, "problem": f"run {run}, published in the saved copy {saved['where']}, "

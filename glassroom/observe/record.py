@@ -161,13 +161,14 @@ def check_measure(events, prediction: Optional[dict], run_dir: Path) -> tuple[Op
         return None, None
     first_id, _, first = marks[0]
     for id_, kind, measure in marks[1:]:
-        diff = _differences(first, measure, ("eval_sequences", "precision", "seq_len", "dataset_sha256"))
+        diff = _differences(first, measure, ("eval_sequences", "precision", "seq_len", "dataset_sha256"),
+                            "at start", f"at {kind}")
         if diff:
             return f"the run changed how it measures at {kind} event {id_}: {diff}", first
     hero = (prediction or {}).get("hero") if isinstance((prediction or {}).get("hero"), dict) else {}
     sealed = hero.get("measure")
     if isinstance(sealed, dict):
-        diff = _differences(sealed, first, tuple(k for k in MEASURE_KEYS if k != "data_path"))
+        diff = _differences(sealed, first, tuple(k for k in MEASURE_KEYS if k != "data_path"), "sealed", "measured")
         if diff:
             return f"the run measures otherwise than the sealed prediction says (start event {first_id}): {diff}", first
     path = config_path(run_dir)
@@ -177,14 +178,14 @@ def check_measure(events, prediction: Optional[dict], run_dir: Path) -> tuple[Op
         except Exception as exc:
             return f"{path} is damaged ({type(exc).__name__})", first
         now = measure_settings(config if isinstance(config, dict) else {})
-        diff = _differences(marks[-1][2], now, MEASURE_KEYS)
+        diff = _differences(marks[-1][2], now, MEASURE_KEYS, "recorded", "in config.yaml")
         if diff:
             return f"{path} was edited after the run recorded its settings (event {marks[-1][0]}): {diff}", first
     return None, first
 
 
-def _differences(a: dict, b: dict, keys) -> str:
-    diffs = [f"{k} {a.get(k)!r} then, {b.get(k)!r} now" for k in keys if k in a and a.get(k) != b.get(k)]
+def _differences(a: dict, b: dict, keys, then: str = "then", now: str = "now") -> str:
+    diffs = [f"{k} {a.get(k)!r} {then}, {b.get(k)!r} {now}" for k in keys if k in a and a.get(k) != b.get(k)]
     return "; ".join(diffs)
 
 

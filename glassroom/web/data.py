@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from glassroom.observe import anchor
 from glassroom.observe.buckets import bucket_index
 from glassroom.observe.redact import redact, redact_event
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
@@ -139,6 +140,7 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         lineage = reader.artifact("lineage")
         artifacts["lineage"] = lineage_view(lineage, run_dir, root, public, runs)
         status = reader.status()
+        chain = anchor.head(reader.chain_tail())   # the record's head (glassroom.web.site_chain)
     config, config_text = read_config(run_dir, root)
     private_base = (artifacts["lineage"] or {}).get("base") == PRIVATE_BASE
     hidden = hidden_base(lineage, run_dir, root, public, runs) if private_base else []   # named nowhere on the page
@@ -154,6 +156,7 @@ def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bo
         "config_text": config_text,
         "compute": run_compute(config),   # the compare page's tokens and FLOPs axes
         "artifacts": {k: v for k, v in artifacts.items() if v is not None},
+        "chain": chain,
     }
 
 

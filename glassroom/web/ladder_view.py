@@ -61,6 +61,7 @@ from glassroom.ladder.rungs import (
     read_spec_settings,
     rung_dirs,
 )
+from glassroom.observe.prediction import check_seal
 from glassroom.observe.redact import redact_text
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, config_path, store_path
 from glassroom.observe.runs import find_folders, find_runs, inside, is_private, looks_secret
@@ -237,10 +238,29 @@ def hero_runs(root: Path, runs: dict[str, Path]) -> list[tuple[str, dict]]:
 
 
 def _same_prediction(a: dict, b: dict) -> bool:
+    """The same hero and metric (a prediction.json edited since sealing still finds its hero: then
+    sealed_disagreement says what differs)."""
     ha, hb = a.get("hero") or {}, b.get("hero") or {}
-    return (isinstance(ha, dict) and isinstance(hb, dict) and ha.get("config_sha256") == hb.get("config_sha256")
-            and a.get("metric") == b.get("metric") and _num(a.get("final_loss")) is not None
-            and _num(a.get("final_loss")) == _num(b.get("final_loss")))
+    return (isinstance(ha, dict) and isinstance(hb, dict) and isinstance(ha.get("config_sha256"), str)
+            and ha.get("config_sha256") == hb.get("config_sha256") and a.get("metric") == b.get("metric"))
+
+
+UNSEALED_KEYS = ("created", "created_iso", "seal")   # what sealing sets (observe/prediction.seal)
+
+
+def sealed_disagreement(file_prediction: dict, sealed: dict) -> Optional[str]:
+    """None when the hero's sealed prediction verifies and prediction.json says what it says; else,
+    in words, what disagrees (the page then shows the sealed numbers)."""
+    problem = check_seal(sealed)
+    if problem:
+        return f"the hero run's sealed prediction does not verify: {problem}"
+    keys = sorted((set(file_prediction) | set(sealed)) - set(UNSEALED_KEYS))
+    differ = [k for k in keys if json.dumps(file_prediction.get(k), sort_keys=True) != json.dumps(sealed.get(k), sort_keys=True)]
+    if not differ:
+        return None
+    listed = ", ".join(differ[:4]) + (f" and {len(differ) - 4} more" if len(differ) > 4 else "")
+    return (f"{PREDICTION_FILE} disagrees with the hero run's sealed prediction ({listed}): it was edited after "
+            "sealing; this page shows the sealed numbers")
 
 
 def _hero_actual(run_dir: Path, metric: str, steps: Any) -> Optional[dict]:
@@ -412,6 +432,9 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
         heroes = hero_runs(root, runs) if heroes is None else heroes
         run_id, sealed = next(((i, p) for i, p in heroes if _same_prediction(p, prediction)), (None, None))
         chosen = sealed if sealed is not None else prediction
+        disagreement = sealed_disagreement(prediction, sealed) if sealed is not None else None
+        if disagreement:
+            notes.insert(0, disagreement)
         interval = chosen.get("final_interval") if isinstance(chosen.get("final_interval"), list) else [None, None]
         seal = chosen.get("seal") if isinstance(chosen.get("seal"), dict) else {}
         hero = {"name": str(info.get("name", "hero")), "run": run_id, "flops": hero_flops,
@@ -421,6 +444,8 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 "confidence": _level(chosen.get("confidence"), confidence),
                 "source": "the hero run's sealed prediction" if sealed is not None else PREDICTION_FILE,
                 "seal": seal.get("digest") if isinstance(seal.get("digest"), str) else None,
+                "sealed_check": disagreement or ("the sealed prediction verifies and prediction.json agrees with it"
+                                                 if sealed is not None else None),
                 "created_iso": chosen.get("created_iso"),
                 "law_at_hero": _num(check.get("final_loss")),
                 "law_interval_at_hero": check.get("final_interval"),

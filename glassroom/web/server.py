@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error
-from glassroom.web import data, feeds, run_list
+from glassroom.web import data, feeds, run_list, site_chain
 from glassroom.web import search as search_mod
 from glassroom.web.atlas_page import atlas_routes
 from glassroom.web.ladder_page import ladder_routes
@@ -298,6 +298,14 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         run_id = _one(request, "run")
         return data.run_meta(run_id, runs.get(run_id), root=root, public=public)
 
+    def chain(request: Request):
+        """The run's chain and head, as the published SITE/runs/<run>/chain.json holds them."""
+        run_id = _one(request, "run")
+        found = site_chain.run_chain(runs.get(run_id), run_id)
+        if found is None:
+            raise HTTPException(404, f"run {redact_text(run_id[:200])!r} has no chained event yet")
+        return found
+
     def series(request: Request):
         run_dir = runs.get(_one(request, "run"))
         names = _distinct(request, "name", data.MAX_NAMES)
@@ -470,6 +478,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         Route("/compare", compare_page),
         Route("/api/runs", api(list_runs)),
         Route("/api/run", api(run_meta)),
+        Route("/api/chain", api(chain)),
         Route("/api/series", api(series)),
         Route("/api/vectors", api(vectors)),
         Route("/api/events", api(events)),

@@ -344,6 +344,7 @@ GR.runPage = async function () {
       }
     }
     GR.showSeal(seal);
+    GR.showChain(meta.chain);
     GR.showModel(meta.artifacts && meta.artifacts.export);
     GR.showLineage(meta.artifacts && meta.artifacts.lineage);
     GR.showSamples(events);
@@ -364,6 +365,19 @@ GR.runPage = async function () {
     reload: () => build().catch(showError),
     failed: unreadable,
   });
+};
+
+// The record's head (the newest chained event): what a watcher keeps to run `glassroom verify --against`.
+GR.showChain = function (head) {
+  const box = document.getElementById("chain");
+  if (!box) return;
+  const ok = head && typeof head.digest === "string" && /^[0-9a-f]{64}$/.test(head.digest);
+  box.hidden = !ok;
+  if (!ok) return;
+  document.getElementById("chain-digest").textContent = head.digest;
+  const at = head.step === null || head.step === undefined ? "" : ` at step ${GR.fmt(head.step)}`;
+  document.getElementById("chain-meta").textContent =
+    `event ${head.id} (${head.kind || "private note"}${at}); keep it: glassroom verify checks the record still extends it`;
 };
 
 // The preregistered prediction's seal (`glassroom ladder verify` checks it): its SHA-256 digest in
