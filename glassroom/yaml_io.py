@@ -56,6 +56,17 @@ class BoundedLoader(yaml.SafeLoader):
         return value
 
 
+    def construct_mapping(self, node, deep=False):
+        """As SafeLoader's, naming the key whose value is a refused number."""
+        try:
+            return super().construct_mapping(node, deep)
+        except NumberNodeError as exc:
+            for key, value in node.value:
+                if value.start_mark is exc.problem_mark and isinstance(key, yaml.ScalarNode):
+                    exc.problem = f"{key.value}: {exc.problem}"
+            raise
+
+
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
 BoundedLoader.add_constructor("tag:yaml.org,2002:float", BoundedLoader.construct_yaml_float)
 
