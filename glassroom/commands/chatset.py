@@ -64,6 +64,7 @@ def parse_sources(text: str) -> list[str]:
 def run_chatset(args: argparse.Namespace) -> int:
     from glassroom.data.chatset import make
     from glassroom.data.chatset.write import check_out, write
+    from glassroom.data.tokenizer import load_tokenizer
 
     if args.max_per_source < 1:
         raise GlassroomError(f"--max-per-source: must be at least 1, got {args.max_per_source}")
@@ -73,6 +74,11 @@ def run_chatset(args: argparse.Namespace) -> int:
         path = Path(args.tokenizer).expanduser()
         if not path.is_file():
             raise GlassroomError(f"--tokenizer {args.tokenizer}: no such file; give a tokenizer.json (a base model's)")
+        try:   # read now: a file that is not a tokenizer would only be found when a recipe is built
+            load_tokenizer(path)
+        except GlassroomError as exc:
+            raise GlassroomError(f"--tokenizer {args.tokenizer}: {str(exc).partition(': ')[2] or exc}; give a "
+                                 "tokenizer.json (a base model's)") from None
         tokenizer = str(path.resolve())
     out = Path(args.out).expanduser()
     check_out(out, args.force)  # before minutes of reading

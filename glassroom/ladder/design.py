@@ -149,6 +149,18 @@ def eval_domains(spec: LadderSpec, data: Optional[str] = None) -> tuple[int, str
     spec's data.weights, else 1 (said so: the evaluations' compute is then a lower bound)."""
     section = spec.base.get("data", {})
     path = data or section.get("path", "")
+    if data:   # named on purpose (--data): a folder that is not a built dataset is a mistake, not a fallback
+        try:
+            domains = read_manifest(data).get("domains")
+        except (OSError, AttributeError, ValueError) as exc:
+            raise GlassroomError(f"--data {data}: its manifest.json cannot be read ({exc.__class__.__name__}); "
+                                 "give a folder glassroom data build wrote") from None
+        except GlassroomError as exc:
+            raise GlassroomError(f"--data {exc}") from None
+        if not isinstance(domains, (list, dict)) or not domains:
+            raise GlassroomError(f"--data {data}: its manifest.json lists no domains; give a folder glassroom data "
+                                 "build wrote")
+        return len(domains), f"{len(domains)} domains (from {data}/manifest.json)"
     try:
         domains = read_manifest(path).get("domains")
         if isinstance(domains, (list, dict)) and domains:

@@ -255,3 +255,16 @@ def test_spec_seeds_per_rung_and_tokens_per_rung(tmp_path):
     lines = report["recommended"]["spec_lines"]
     tokens = dict(zip([16, 24, 32, 48], [200000, 400000, 600000, 1200000]))
     assert lines[1] == f"tokens: [{', '.join(str(tokens[d]) for d in report['recommended']['rungs'])}]"
+
+
+def test_data_named_on_purpose_must_be_a_built_dataset(tmp_path):
+    """--data at an empty folder, or at a manifest listing no domains, is refused in one line (the
+    spec's own data.path may still be unbuilt: then the spec's weights or one domain, said so)."""
+    spec = load_spec("tests/configs/ladder-tiny.yaml")
+    with pytest.raises(GlassroomError, match="--data .*: not a built dataset"):
+        D.eval_domains(spec, str(tmp_path))
+    (tmp_path / "manifest.json").write_text('{"domains": {}}')
+    with pytest.raises(GlassroomError, match="lists no domains"):
+        D.eval_domains(spec, str(tmp_path))
+    (tmp_path / "manifest.json").write_text('{"domains": {"prose": {}, "code": {}}}')
+    assert D.eval_domains(spec, str(tmp_path))[0] == 2
