@@ -162,7 +162,7 @@ def _verify_site(site, copies) -> dict:
         problem = anchor.extends(runs[run], saved["head"], saved["events"])
         if problem:
             return {**result, "ok": False, "problem": f"run {run}: {problem} (against {saved['where']})"}
-    lines = [f"ok: {site}: {result['runs']} runs' chains match site.json; {result['events_checked']} published events "
+    lines = [f"ok: {site}: {result['runs']} run chain(s) match site.json; {result['events_checked']} published events "
              f"match their digests" + (f", {result['events_redacted']} redacted (not checkable)" if result["events_redacted"] else ""),
              f"predictions: {result['seals']} sealed and matching their preregistration; {result['ladders']} ladder "
              "pages show the sealed numbers",
