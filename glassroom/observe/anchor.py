@@ -69,15 +69,15 @@ def extends(current: list[list], saved_head: dict, saved: Optional[list[list]] =
                         f"({_what(kind, step)}) and every one after it were erased")
             return f"event {id_} ({_what(kind, step)}) of the saved copy was removed from the journal"
         if now[1] != digest:
-            if saved and id_ == saved[0][0]:
+            if not saved:
+                return (f"event {id_} ({_what(kind, step)}), the saved head, has another digest now: the journal "
+                        "was rewritten, renumbered or replaced at or before it")
+            if id_ == saved[0][0]:
                 return (f"the record was replaced: its first event {id_} ({_what(kind, step)} in the saved copy) "
                         "differs, and so does every event after it (another run's store swapped in, or the whole "
                         "journal rewritten)")
             if (now[2], now[3]) != (kind, step) and kind is not None and now[2] is not None:
                 return (f"event {id_} was {_what(kind, step)} in the saved copy and is {_what(now[2], now[3])} now: "
                         "an event before it was removed or inserted and the journal renumbered")
-            if not saved:
-                return (f"event {id_} ({_what(kind, step)}), the saved head, has another digest now: the journal "
-                        "was rewritten at or before it")
             return f"event {id_} ({_what(kind, step)}) was rewritten since the saved copy (its digest differs)"
     return None
