@@ -127,7 +127,7 @@ def run_entries(run_id: str, run_dir: Path, root: Optional[Path], public: bool, 
             all_incident_events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
             folded = {i["id"]: i for i in incidents_mod.fold(all_incident_events)}
         run_last = last_step(reader)
-        tail = reader.chain_tail()
+        tail = [] if public and run_is_private(reader) else reader.chain_tail()
     out = []
     if tail:   # the record's head, for watchers to keep (glassroom.web.site_chain)
         head = anchor.head(tail)

@@ -69,7 +69,7 @@ def test_live_feeds_parse_and_carry_every_kind_with_permalinks(lab):
         assert client.get("/feed.atom?run=a&run=b").status_code == 400
         assert client.post("/feed.atom").status_code == 405
         incidents = client.get("/api/incidents").json()["incidents"]
-    assert kinds(one) == {"anomaly", "note", "prediction", "checkpoint", "end", "incident"}
+    assert kinds(one) == {"anomaly", "note", "prediction", "checkpoint", "end", "incident", "chain"}
     assert {e.id for e in one.entries} <= {e.id for e in whole.entries}
     body = "\n".join(e.title + e.content[0].value for e in whole.entries)
     assert PRIVATE not in body and "private run's incident" not in body and "scratch" not in body
@@ -100,7 +100,7 @@ def test_published_feeds_match_live_and_leave_private_things_out(lab, tmp_path):
     whole = parse((site / "feed.atom").read_text(encoding="utf-8"))
     one = parse((site / "runs" / "runs" / "hero" / "feed.atom").read_text(encoding="utf-8"))
     assert not (site / "runs" / "runs" / "scratch").exists()
-    assert kinds(one) == {"anomaly", "note", "prediction", "checkpoint", "end", "incident"}
+    assert kinds(one) == {"anomaly", "note", "prediction", "checkpoint", "end", "incident", "chain"}
     text = (site / "feed.atom").read_text(encoding="utf-8") + json.dumps([e.content[0].value for e in one.entries])
     assert PRIVATE not in text and SECRET not in text and "scratch" not in text
     spike = next(e for e in one.entries if e.tags[0].term == "anomaly")
@@ -164,7 +164,7 @@ def test_hostile_events_never_break_feeds_incidents_or_search(tmp_path):
     with TestClient(create_app(root), base_url="http://127.0.0.1") as client:
         for path in ("/feed.atom", "/feed.atom?run=bad"):
             feed = parse(client.get(path).text)
-            assert {e.tags[0].term for e in feed.entries} == {"incident", "anomaly", "note", "end"}
+            assert {e.tags[0].term for e in feed.entries} == {"incident", "anomaly", "note", "end", "chain"}
             assert any(e.content[0].value == "\ufffd bad chars" for e in feed.entries)   # control chars dropped
             weird = next(e for e in feed.entries if e.content[0].value == "weird")
             assert weird.updated == "1970-01-01T00:00:00Z" and weird.link == "http://127.0.0.1/runs/bad"
