@@ -473,8 +473,8 @@ def register_verify(sub) -> None:
                     "the prediction was sealed before the run started and before its first metric; and the\n"
                     "run's config.yaml is the hero it was made for. Exit 0 and one line when intact;\n"
                     f"exit {ALTERED_EXIT} and one line saying what was altered otherwise; exit 2 for bad input.\n"
-                    "It cannot catch someone who rewrote the whole chain and seal: keep a copy of the digest\n"
-                    "(docs/ladder.md, \"The sealed prediction\").\n\n"
+                    "It cannot catch someone who rewrote the whole chain and seal: `glassroom verify RUN_DIR\n"
+                    "--against COPY` checks the run against a head saved earlier (docs/verify.md).\n\n"
                     "example:\n  glassroom ladder verify lab/runs/hero-bbaafd2d")
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run folder holding the prediction (its store.sqlite)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -13,7 +13,8 @@ event must carry one.
 What the chain proves, and what it cannot (docs/ladder.md, "The sealed prediction"): editing,
 inserting or deleting an event in the middle breaks it; whoever can write the file can also
 recompute every digest after an edit, or drop the newest events. An outside copy of the head
-digest (printed by `glassroom ladder verify`) is what catches that.
+(published in the site's chain.json, site.json and feeds: glassroom/web/site_chain.py) is what
+catches that: `glassroom verify --against` (glassroom/observe/anchor.py, docs/verify.md).
 """
 
 from __future__ import annotations
