@@ -23,6 +23,7 @@ verify_record says what it lacks. Torch-free: the dashboard and `glassroom verif
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -125,8 +126,11 @@ def check_windows(events, rows) -> tuple[Optional[str], dict]:
     by_window: dict[int, list] = {w["event"]: [] for w in standing}
     outside, tail = [], 0
     last_to = max((w["to"] for w in standing), default=None)
+    ordered = sorted(standing, key=lambda w: w["to"])
+    ends = [w["to"] for w in ordered]
     for name, step, value in rows:
-        owner = next((w for w in standing if (w["after"] is None or step > w["after"]) and step <= w["to"]), None)
+        i = bisect.bisect_left(ends, step)   # the first window ending at or after step: its own, if any
+        owner = ordered[i] if i < len(ordered) and (ordered[i]["after"] is None or step > ordered[i]["after"]) else None
         claim = claimed.get((name, step))
         if owner is not None and not (claim is not None and claim[0] > owner["event"]):
             by_window[owner["event"]].append((name, step, value))
