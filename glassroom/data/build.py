@@ -42,7 +42,7 @@ from glassroom.data.stages import (
     BATCH_BYTES, choose_encoder as _encoder, Corpus, decontaminate, quality_scores, Stats,
     tokenizer_stage as _tokenizer, write_jsonl)
 from glassroom.data.staging import (  # noqa: F401  (re-exported: readers import them from here)
-    COMMAND, DATASET_ENTRIES, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
+    COMMAND, FORMAT, FORMAT_RE, check_out, check_parent, check_sources, clear_stale,
     build_lock, dataset_format, require_dataset,
 )
 from glassroom.data.tokenizer import EOS_TOKEN, eos_id, load_tokenizer, save_tokenizer, token_dtype

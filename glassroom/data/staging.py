@@ -30,10 +30,6 @@ FORMAT_RE = re.compile(r"glassroom-dataset/[0-9]+")
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 COMMAND = "data build"   # its name in DIR's ownership manifest (glassroom.folders.OWNED)
 
-# What a build (and `data atlas`) writes at the top of DIR: --force replaces a dataset holding nothing else.
-DATASET_ENTRIES = frozenset({"manifest.json", "stats.json", "tokenizer.json", "shards", "atlas", "build.json",
-                             "quality", "removed"})
-
 
 def dataset_format(folder: str | Path) -> str | None:
     """The format marker of `folder`'s manifest.json (`glassroom-dataset/1`) when the folder is a
