@@ -27,7 +27,8 @@ chatset.json (counts, skips, licences, seed) and README.md. The same --seed give
 About 5% of subjects (commands, functions, words) are held out, each subject wholly in one split.
 
 A source that is not installed is skipped and counted (chatset.json skipped_sources); with none
-left it is an error. DIR must be new or empty; --force replaces only a folder with a chatset.json.
+left it is an error. DIR must be new or empty; --force replaces only a set this command wrote: every file listed,
+unchanged, in its .glassroom-manifest.json (a file of yours there is refused by name, never deleted).
 docs/chatset.md has the details.
 
 example:
@@ -47,7 +48,7 @@ def register_chatset(sub) -> None:
     p.add_argument("--tokenizer", metavar="PATH", help="a base model's tokenizer.json for the recipes (tokenizer: {path: PATH})")
     p.add_argument("--man-dir", default="/usr/share/man", metavar="DIR", help="where man1/ and man8/ are (default /usr/share/man)")
     p.add_argument("--dictd-dir", default="/usr/share/dictd", metavar="DIR", help="where gcide/wn .index and .dict.dz are (default /usr/share/dictd)")
-    p.add_argument("--force", action="store_true", help="replace DIR if it holds a chat set written earlier (chatset.json)")
+    p.add_argument("--force", action="store_true", help="replace DIR if it holds a chat set written earlier and nothing else")
     p.set_defaults(run=run_chatset)
 
 

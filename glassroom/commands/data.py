@@ -48,9 +48,9 @@ joins a cluster whose nodes see the sources and DIR's parent at the same paths).
 The build happens in a temporary folder renamed into place at the end: a failed build leaves an
 existing DIR as it was. Progress lines go to stderr, the summary to stdout.
 
-DIR may be new or an empty folder; an existing dataset is replaced only with --force, and a folder
-that is not a glassroom dataset (its manifest.json lacks "format": "glassroom-dataset/N") never,
-nor a dataset that also holds files a build does not write (your notes: move them out first).
+DIR may be new or an empty folder; an existing dataset is replaced only with --force, and only when
+every file in it is listed, unchanged, in the .glassroom-manifest.json a build wrote there: a
+folder holding anything else (your notes, a .git/, a file edited since) never (move it out first).
 One build at a time per DIR (a lock beside it, .DIR.lock); folders left by killed builds
 (.DIR.building-<pid>) are removed by the next build. Text in a document that spells a special
 token (<|endoftext|>) is encoded as ordinary text; only the builder ends documents with EOS.

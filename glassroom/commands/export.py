@@ -13,14 +13,15 @@ architecture that computes exactly this model (LlamaForCausalLM, MistralForCausa
 Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Glm4MoeForCausalLM, Dots1ForCausalLM),
 model.safetensors (sharded with model.safetensors.index.json above --max-shard-size),
 tokenizer.json, tokenizer_config.json, special_tokens_map.json, generation_config.json, a model
-card README.md (parameters, tokens by domain, bits per byte, downstream scores, provenance) and
-glassroom-export.json (the marker --force looks for).
+card README.md (parameters, tokens by domain, bits per byte, downstream scores, provenance),
+glassroom-export.json and .glassroom-manifest.json (every file written, with its sha256).
 
 The checkpoint is the newest intact one (each is verified against its checksums; a damaged newer
 one is named on stderr and skipped), or --step N, refused if missing or damaged. A model no
 architecture expresses is refused in one line naming the option. The folder is written beside
 --out and renamed into place: complete or absent. --out must be new or empty and outside the run
-folder; --force replaces only an earlier glassroom export.
+folder; --force replaces only an earlier glassroom export whose every file its manifest lists,
+unchanged (a file of yours there, or one edited since, is refused by name, never deleted).
 
 examples:
   glassroom export lab/runs/hero --out lab/export/hero
