@@ -1,27 +1,42 @@
 """Redaction: what every path that shows a run to the outside passes its text through.
 
 Used by `glassroom serve` (run meta, events, the live stream), `glassroom publish` (meta.json,
-config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). Two entry points:
+config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). Three entry points:
 
 - `redact(tree)`: a copy of a config-like tree (dicts, lists, scalars). A value under a key that
   looks secret (`api_key`, `hf_token`, `db-password`, `auth`, ...) becomes `<redacted>`, and so does a
   whole dict or list under such a key (`auth: {user: .., pass: ..}`) or under an environment section
   (`env`, `environment`, `env_vars`, ...); every other string goes through `redact_text`.
 - `redact_text(text)`: a copy of a string with, anywhere inside it, credentials in URLs
-  (`https://user:pass@host` -> `https://<redacted>@host`), PEM private key blocks, well-known token
-  shapes (AWS key ids and secret keys, `hf_`, `sk-`, `ghp_`.., `github_pat_`, `xox?-`, JWTs, ...),
-  `Bearer ...` credentials, and the values of `KEY=VALUE`, `KEY: VALUE`, `--key=value` and
-  `--key value` pairs whose key looks secret, replaced by `<redacted>` (a value after `KEY:` runs
-  to the end of the line or the next comma, semicolon or bracket; after `=` to the next space).
+  (`https://user:pass@host` -> `https://<redacted>@host`), PEM and PuTTY private keys, token shapes,
+  `Bearer ...` credentials, XML elements with a secret name (`<password>..</password>`), and the
+  values of `KEY=VALUE`, `KEY: VALUE`, `--key=value` and `--key value` pairs whose key looks secret,
+  replaced by `<redacted>` (a value after `KEY:` runs to the end of the line or the next comma,
+  semicolon or bracket; after `=` to the next space).
+- `public_name(name)`: a name that stands in URLs and file names (a run's folder path) with each
+  secret replaced by `redacted-<8 hex>`, stable per name (glassroom.observe.runs.find_runs).
+
+Token rules: the regex rules of detect-secrets' plugins (LIBRARY_RULES, read from its plugin
+registry when this module loads: a maintained source that grows with the package), less the ones
+listed in _LIBRARY_SKIP, plus OWN_RULES for the shapes it lacks (Slack workflow and trigger webhooks,
+Discord webhooks, Telegram tokens inside URLs, `hf_`, `api_org_`, `sk-proj-`, Mailgun, Shopify,
+Doppler, age, GOCSPX-, Linear, Databricks, Groq, Replicate, GitHub App `v1.` tokens, AWS session
+tokens, ...). A token is found wherever it starts except inside a run of letters and digits, so one
+right after `-`, `_`, `/` (`exp-hf_...`, `sweep_ghp_...`) is found too. detect-secrets' keyword and
+entropy plugins are not used: bench/redaction_rules.py measured them (the entropy plugins flag every
+quoted commit sha and sha256 digest, the keyword plugin found none of the planted shapes).
 
 Key rule (`key_is_secret`): the key is split into words on `_`, `-`, `.`, spaces and camelCase; it is
 secret when a word is one of SECRET_WORDS or the joined words contain `password`, `apikey`,
-`accesskey`, `secretkey` or `privatekey`. The word `token` is the exception that counts: a key where
-`token` stands next to a count word (`max_token`, `token_budget`, `token_count`, `eos_token_id`) is
-not secret, and `tokens`, `tokenizer`, `tokens_per_step` never contain the word `token` at all.
-Ordinary values survive: plain URLs, hex digests (commit shas, sha256), model names, paths, numbers.
-The limits (a 40-hex wandb key under an innocent name, a password inside free prose) are listed in
-docs/publish.md.
+`accesskey`, `secretkey` or `privatekey`. Words that also name model and metric things are judged
+by their neighbours: `token` next to a count word is a count (`max_token`, `token_budget`,
+`eos_token_id`; `tokens`, `tokenizer` never hold the word `token`); `key`, `pass`, `pat`, `sig` are
+secret alone or next to a word saying whose or what kind (`api_key`, `db_pass`, `github_pat`), `key`
+and `pass` also next to any word but those that make them something else (`num_key_value_heads`,
+`cache_key`, `pass_at_k` stay), `pat` and `sig` with other neighbours never (`tokenizer_pat`,
+`sig_figs`). Ordinary values survive: plain URLs, hex digests (commit shas, sha256), UUIDs, model
+names, paths, numbers. The limits (a 40-hex wandb key under an innocent name, a password inside
+free prose, a token of an unknown service) are listed in docs/publish.md.
 """
 
 from __future__ import annotations
