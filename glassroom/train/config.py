@@ -4,7 +4,8 @@ Fixed keys (users' files rely on them): data.path, data.weights, train.steps, tr
 (sequences per optimizer step, global), train.micro_batch_size, train.seq_len, train.lr,
 train.seed, train.checkpoint_every, train.eval_every, train.device. The others have documented
 defaults (docs/train.md). `load_run_config` applies `--set` overrides, validates everything and
-names the key path of any mistake. Every number must be finite (NaN and infinity are refused with
+names the key path of any mistake. Reading files (an `init:` base's model section and tokenizer) is
+`resolve_init`'s and `check_tokenizer`'s; `parse_run_config` itself reads none. Every number must be finite (NaN and infinity are refused with
 the key's path), except data.max_epochs, where `.inf` switches the warning off.
 """
 
@@ -235,29 +236,28 @@ class RunConfig:
         return out
 
 
-def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunConfig:
+def check_sections(raw: dict[str, Any]) -> None:
     for key in raw:
         if key not in ("model", "data", "train", "observe", "init"):
             raise ConfigError(f"{key}: unknown section (expected model, data, train, observe, init)")
     for key in ("data", "train"):
         if key not in raw:
             raise ConfigError(f"missing the {key}: section")
-    init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
-    model_raw = raw
-    if init is not None:  # the model section comes from init.from (or must agree with it)
 
-        # vocab_size alone may grow to the data's tokenizer (template tokens appended to the base's)
-        model_raw = {"model": grow_vocab(model_for_init(init, raw.get("model")), raw.get("data"))}
+
+def parse_run_config(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    """A RunConfig from a mapping whose init: base, if any, is already resolved (its model: section is
+    the base's, by `resolve_init`): parsing and validation only, no file is read."""
+    check_sections(raw)
+    init = InitSection.from_mapping(raw["init"]) if raw.get("init") is not None else None
     cfg = RunConfig(
-        model=model_config_from_mapping(model_raw, source),
+        model=model_config_from_mapping(raw, source),
         data=build_section(DataSection, raw["data"], "data"),
         train=build_section(TrainSection, raw["train"], "train"),
         observe=build_section(ObserveSection, raw.get("observe"), "observe"),
         init=init,
     )
-    if init is not None:
-        check_tokenizer(init, cfg.data.path)
-    elif cfg.train.task != "pretrain":
+    if init is None and cfg.train.task != "pretrain":
         raise ConfigError(f"init.from: train.task {cfg.train.task} starts from a model; add `init: {{from: RUN_DIR}}` "
                           "(a run folder, optionally with step) or a Hugging Face folder")
     ep = cfg.train.expert_parallel
@@ -269,6 +269,26 @@ def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunC
         raise ConfigError(
             f"train.seq_len: {cfg.train.seq_len} is longer than model.max_seq_len ({cfg.model.max_seq_len})"
         )
+    return cfg
+
+
+def resolve_init(raw: dict[str, Any]) -> dict[str, Any]:
+    """The mapping with an init: base's model: section read from the base folder (the keys the
+    mapping's own model: sets must agree with it; vocab_size may grow to the data's tokenizer).
+    This is where a config reads files; `parse_run_config` then reads none."""
+    check_sections(raw)
+    if raw.get("init") is None:
+        return raw
+    init = InitSection.from_mapping(raw["init"])
+    return {**raw, "model": grow_vocab(model_for_init(init, raw.get("model")), raw.get("data"))}
+
+
+def run_config_from_mapping(raw: dict[str, Any], source: str = "config") -> RunConfig:
+    """The door from a mapping to a RunConfig: the init: base resolved (files read), then parsed, then
+    the data's tokenizer checked against the base's."""
+    cfg = parse_run_config(resolve_init(raw), source)
+    if cfg.init is not None:
+        check_tokenizer(cfg.init, cfg.data.path)
     return cfg
 
 
