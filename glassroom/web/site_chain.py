@@ -2,8 +2,8 @@
 
 `glassroom publish` writes, for each run it exports, SITE/runs/<run>/chain.json:
 
-  {"chain": 1, "run": id, "published": unix time, "format": the record's format (observe/record.py),
-   "head": {"id", "digest", "kind", "step", "time"}, "events": [[id, digest, kind, step], ...],
+  {"chain": 1, "run": id, "generated": unix time of the export, "format": the record's format
+   (observe/record.py), "head": {"id", "digest", "kind", "step", "time"}, "events": [[id, digest, kind, step], ...],
    "sealed": the sealed prediction's digest or null}
 
 (observe/anchor.py: a private note lists its digest only), site.json's "chains" ({run: head}), and a
@@ -52,7 +52,7 @@ def run_chain(run_dir: Path, run_id: str, now: Optional[float] = None) -> Option
         return None
     fmt = record.record_of(start[0]["data"]).get("format") if start else None
     seal = prediction.get("seal") if isinstance(prediction, dict) and isinstance(prediction.get("seal"), dict) else {}
-    return {"chain": CHAIN_VERSION, "run": run_id, "published": time.time() if now is None else now,
+    return {"chain": CHAIN_VERSION, "run": run_id, "generated": time.time() if now is None else now,
             "format": fmt if isinstance(fmt, int) else 1, "head": anchor.head(rows), "events": anchor.listing(rows),
             "sealed": seal.get("digest") if isinstance(seal.get("digest"), str) else None}
 
