@@ -17,7 +17,7 @@ from pathlib import Path
 
 from glassroom.errors import GlassroomError
 from glassroom.observe import record
-from glassroom.observe.run_folder import checkpoints_path, config_path
+from glassroom.observe.run_folder import checkpoints_path, config_path, store_path
 from glassroom.train import checkpoint as ckpt
 from glassroom.train.run_dir import config_differences
 
@@ -25,6 +25,8 @@ from glassroom.train.run_dir import config_differences
 # (see Trainer.resume_if_possible): recorded once. start, resume, error, note, checkpoint_damaged
 # are never held back.
 REPLAYABLE_EVENTS = ("checkpoint", "eval", "skip", "anomaly", "prediction", "end", "downstream", "samples")
+
+SQLITE_HEADER = b"SQLite format 3\x00"   # the first bytes of every SQLite database file (an empty one is new)
 
 
 @dataclass
@@ -101,8 +103,37 @@ class ResumeMixin:
             raise self._none_intact(choice)
         if choice.path is not None:
             self._check_checkpoint_config(choice.path)
+            self._check_trainer_state(choice.path)
             self.objective.check_resume(self.run_dir, choice.step)
+        store = store_path(self.run_dir)
+        try:  # a store that is no database at all (its first bytes); one damaged deeper fails when opened
+            with open(store, "rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            header = SQLITE_HEADER
+        except OSError as exc:
+            raise self._damaged_store(exc) from None
+        if header and header != SQLITE_HEADER:
+            raise self._damaged_store("file is not a database")
         self._resume_choice = choice
+
+    def _check_trainer_state(self, path: Path) -> None:
+        """The checkpoint's trainer.json holds the training state this version reads (observers' states
+        are checked when they load)."""
+        try:
+            saved = json.loads((path / ckpt.TRAINER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # checked by the verification; the load names what is wrong
+        try:
+            int(saved["step"])
+            TrainState(**saved["train_state"])
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise self._foreign_state(path, exc) from None
+
+    @staticmethod
+    def _foreign_state(path: Path, exc: Exception) -> GlassroomError:
+        return GlassroomError(f"{path}/trainer.json: not the training state this version writes "
+                              f"({type(exc).__name__}: {str(exc)[:120]}); resume with the version that wrote it")
 
     def _none_intact(self, choice: ckpt.ResumeChoice) -> GlassroomError:
         problems = [problem for _, _, problem in choice.damaged]
@@ -125,8 +156,7 @@ class ResumeMixin:
             for observer in self.observers:
                 observer.load_state(self.state.extra.get(type(observer).__name__))
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
-            raise GlassroomError(f"{path}/trainer.json: not the training state this version writes "
-                                 f"({type(exc).__name__}: {str(exc)[:120]}); resume with the version that wrote it") from None
+            raise self._foreign_state(path, exc) from None
         data = {"checkpoint": path.name, "verified": choice.verified}
         text = f"resumed from {path.name} at step {self.step}"
         if not choice.verified:

@@ -198,9 +198,11 @@ def test_a_consistent_checkpoint_of_another_version_is_one_line(run, tiny_datase
     state["train_state"]["counter_of_a_later_version"] = 1
     (newest / "trainer.json").write_text(json.dumps(state))
     ckpt.write_manifest(newest)  # intact as far as checksums go
+    before = tree_hashes(run)
     result = run_train(run, tiny_dataset, resume=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"{newest}/trainer.json: not the training state this version writes" in result.stderr
+    assert tree_hashes(run) == before  # refused before config.yaml, the journal or the status is written
 
 
 def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(run):
@@ -228,13 +230,13 @@ def test_a_damaged_run_store_is_one_line_for_resume_and_metrics(run, tiny_datase
     (run / "store.sqlite").write_bytes(b"not a database at all, " * 200)
     for name in ("store.sqlite-wal", "store.sqlite-shm"):
         (run / name).unlink(missing_ok=True)
-    checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
+    before = tree_hashes(run)
     for argv in (train_cmd(run, tiny_dataset) + ["--resume"], [sys.executable, "-m", "glassroom", "metrics", str(run)]):
         result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
         assert f"{run / 'store.sqlite'}: cannot be read" in lines[0] and "damaged" in lines[0]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == checkpoints
+    assert tree_hashes(run) == before  # config.yaml not rewritten, the checkpoints where they were
     (run / "store.sqlite").rename(run / "store.sqlite.damaged")  # what the message says to do
     resumed = run_train(run, tiny_dataset, "train.steps=14", resume=True)
     assert resumed.returncode == 0, resumed.stderr
