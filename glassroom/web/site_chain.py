@@ -34,6 +34,7 @@ from glassroom.observe.prediction import check_seal
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.run_folder import has_store
 from glassroom.observe.store import StoreReader
+from glassroom.web.lineage import PRIVATE_BASE
 
 CHAIN_FILE = "chain.json"
 SITE_FILE = "site.json"
@@ -227,7 +228,7 @@ def _check_events(run_id: str, listing: list, meta: Any, out: dict, sealed: dict
         prev = digests.get(before.get(e["id"]), "") if e["id"] != ids[0] else ""
         if event_digest(prev, e["id"], e.get("time", 0), e.get("step"), e.get("kind", ""), e.get("text", ""), data) == digests[e["id"]]:
             out["events_checked"] += 1
-        elif REDACTED in (e.get("text") or "") or (data and REDACTED in data):
+        elif any(mark in (e.get("text") or "") or (data and mark in data) for mark in (REDACTED, PRIVATE_BASE)):
             out["events_redacted"] += 1
         else:
             return (f"run {run_id}: published event {e['id']} ({e.get('kind')}) does not match its digest in "
