@@ -243,6 +243,10 @@ def _check_events(run_id: str, listing: list, meta: Any, out: dict, sealed: dict
         if chained and chained[0]["data"]["seal_digest"] != prediction["seal"]["digest"]:
             return (f"run {run_id}: the published prediction's seal {prediction['seal']['digest'][:12]}... is not the "
                     f"one preregistered (event {chained[0]['id']}: {str(chained[0]['data']['seal_digest'])[:12]}...)")
+        first_start = next((row[0] for row in listing if row[2] in ("start", "resume")), None)
+        if chained and first_start is not None and first_start < chained[0]["id"]:
+            return (f"run {run_id}: the prediction was preregistered (event {chained[0]['id']}) after the run "
+                    f"started (event {first_start})")
         sealed[run_id] = prediction
         out["seals"] += 1
     return None
