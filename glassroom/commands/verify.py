@@ -127,6 +127,8 @@ def _verify_run(run_dir, copies) -> dict:
         if m:
             lines.append(f"measured with: eval_sequences {m.get('eval_sequences')}, precision {m.get('precision')}, "
                          f"seq_len {m.get('seq_len')}, data {m.get('data_path')}")
+    if result.get("changes"):
+        lines.append("measured otherwise after a resume: " + "; ".join(result["changes"]))
     if result["sealed"]:
         lines.append(f"prediction: sealed sha256 {result['sealed'][:16]}, before the first step, unchanged")
     if result["lacks"]:

@@ -157,8 +157,11 @@ def check_windows(events, rows) -> tuple[Optional[str], dict]:
                   "tail_rows": tail, "superseded": len(superseded), "last_window": last_to}
 
 
-def check_measure(events, prediction: Optional[dict], run_dir: Path) -> tuple[Optional[str], Optional[dict]]:
-    """(problem or None, the measured settings at start) across start, resumes, the seal and config.yaml."""
+def check_measure(events, prediction: Optional[dict], run_dir: Path,
+                  changes: Optional[list] = None) -> tuple[Optional[str], Optional[dict]]:
+    """(problem or None, the measured settings at start) across start, resumes, the seal and config.yaml;
+    an unsealed run's changes at a resume are appended to `changes` instead."""
+    changes = [] if changes is None else changes
     marks = [(e[0], e[3], record_of(_parsed(e[5])).get("measure")) for e in events if e[3] in ("start", "resume")]
     marks = [(i, k, m) for i, k, m in marks if isinstance(m, dict)]
     if not marks:
@@ -167,8 +170,10 @@ def check_measure(events, prediction: Optional[dict], run_dir: Path) -> tuple[Op
     for id_, kind, measure in marks[1:]:
         diff = _differences(first, measure, ("eval_sequences", "precision", "seq_len", "dataset_sha256"),
                             "at start", f"at {kind}")
-        if diff:
+        if diff and prediction is not None:   # a sealed band is compared with what the start measured
             return f"the run changed how it measures at {kind} event {id_}: {diff}", first
+        if diff:   # an unsealed run may change them on resume: said, not failed
+            changes.append(f"{kind} event {id_}: {diff}")
     hero = (prediction or {}).get("hero") if isinstance((prediction or {}).get("hero"), dict) else {}
     sealed = hero.get("measure")
     if isinstance(sealed, dict):
@@ -202,13 +207,13 @@ def verify_record(run_dir: str | Path) -> dict:
     """Check RUN_DIR's record on its own: the chain, the metric windows, the measured settings, and
     (when it holds one) the sealed prediction (prediction.verify_run). Returns {"ok", "problem",
     "format", "lacks", "events", "head", "listing", "windows", "chained_rows", "tail_rows",
-    "superseded", "measure", "sealed"}. Raises FileNotFoundError without a store."""
+    "superseded", "measure", "sealed", "changes" (an unsealed run's settings changed at a resume)}. Raises FileNotFoundError without a store."""
     run_dir = Path(run_dir)
     with StoreReader(run_dir) as reader:
         ev = reader.record_evidence()
     out: dict[str, Any] = {"ok": False, "problem": None, "format": 1, "lacks": [], "events": 0, "head": None,
                            "listing": [], "windows": 0, "chained_rows": 0, "tail_rows": 0, "superseded": 0,
-                           "measure": None, "sealed": None}
+                           "measure": None, "sealed": None, "changes": []}
     if ev["events"] is None or ev["rows"] is None:
         out["problem"] = "the events or metrics table was removed from the store"
         return out
@@ -234,7 +239,8 @@ def verify_record(run_dir: str | Path) -> dict:
             out["problem"] = problem
             return out
         out.update(counts)
-        problem, out["measure"] = check_measure(events, prediction if isinstance(prediction, dict) else None, run_dir)
+        problem, out["measure"] = check_measure(events, prediction if isinstance(prediction, dict) else None, run_dir,
+                                                out["changes"])
         if problem:
             out["problem"] = problem
             return out

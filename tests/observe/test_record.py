@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from glassroom.observe import record
-from glassroom.observe.store import StoreWriter
+from glassroom.observe.store import StoreReader, StoreWriter
 
 
 def ev(id_, step, kind, data=None):
@@ -70,3 +70,19 @@ def test_an_older_store_verifies_with_what_it_has_and_says_what_it_lacks(tmp_pat
     result = record.verify_record(tmp_path / "old")
     assert result["ok"] and result["format"] == 1
     assert any("metric windows" in lack for lack in result["lacks"])
+
+
+def test_settings_changed_at_a_resume_are_said_for_an_unsealed_run_and_fail_a_sealed_one(tmp_path):
+    write_run(tmp_path / "run")
+    with StoreWriter(tmp_path / "run") as w:
+        w.event("resume", "resumed", 6, {"record": {"measure": {"eval_sequences": 8, "precision": "auto", "seq_len": 32}}})
+    result = record.verify_record(tmp_path / "run")
+    assert result["ok"] and result["changes"] == ["resume event 4: eval_sequences 4 at start, 8 at resume"]
+    evidence = [(e[0], e[1], e[2], e[3], e[4], e[5], None) for e in _events(tmp_path / "run")]
+    problem, _ = record.check_measure(evidence, {"hero": {}}, tmp_path / "run")
+    assert problem == "the run changed how it measures at resume event 4: eval_sequences 4 at start, 8 at resume"
+
+
+def _events(run_dir: Path) -> list[tuple]:
+    with StoreReader(run_dir) as reader:
+        return [row[:6] for row in reader.record_evidence()["events"]]
