@@ -21,7 +21,7 @@ from typing import Optional
 from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.rungs import NO_PREDICTION_FILE, PREDICTION_FILE
-from glassroom.ladder.spec import load_spec
+from glassroom.ladder.spec import read_spec
 from glassroom.observe.store import StoreReader
 from glassroom.pipeline.experiment import load_experiment
 from glassroom.pipeline.status import DONE, read_status
@@ -40,12 +40,12 @@ DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     """The demo's steps: the corpus and its atlas, the ladder's rungs, the fit and prediction, the hero."""
     spec_path = experiments / "ladder-demo.yaml"
-    spec_raw = load_yaml(spec_path)
+    spec, spec_raw = read_spec(spec_path)
     # The downstream tasks' bits-per-byte windows are the hero's own evaluation windows.
     train = spec_raw["base"]["train"]
     tasks = {"seq_len": train["seq_len"], "windows": train["eval_sequences"], "items": DEMO_TASK_ITEMS}
     data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
-    rungs, later = ladder_steps(load_spec(spec_path), spec_raw, data / "dataset", with_hero=True)
+    rungs, later = ladder_steps(spec, spec_raw, data / "dataset", with_hero=True)
     hero = later[-1]
     atlas = atlas_step("demo-atlas", data, k=40)   # the story's composition page: 40 topics, published with the runs
     return [data, atlas, *rungs, *later, export_step("hero-model", hero), *posttrain_steps(experiments, hero)]

@@ -14,7 +14,6 @@ from dataclasses import asdict
 
 from glassroom.commands import new_command, whole, number
 from glassroom.commands.ladder_design import register_design, run_design
-from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder import LAW_KEYS
 from glassroom.model.accounting import GPU_PEAK_BF16
@@ -428,12 +427,11 @@ def run_run(args: argparse.Namespace) -> int:
     from glassroom.data.shards import read_manifest
     from glassroom.ladder.rungs import NO_PREDICTION_FILE
     from glassroom.steps.ladder import ladder_steps, run_experiment, write_experiment, write_ladder_folder
-    from glassroom.ladder.spec import load_spec
+    from glassroom.ladder.spec import read_spec
 
     if args.jobs < 1:
         raise GlassroomError(f"--jobs: must be at least 1, got {args.jobs}")
-    spec = load_spec(args.spec)
-    raw = load_yaml(args.spec)
+    spec, raw = read_spec(args.spec)  # read once: the steps and the ladder folder's spec.yaml come from it
     data = str(Path(args.data).resolve()) if args.data else None
     read_manifest(data or spec.base.get("data", {}).get("path", ""))  # a clear error before anything trains
     out = Path(args.out)
@@ -444,7 +442,7 @@ def run_run(args: argparse.Namespace) -> int:
     for name in args.force:  # before anything is written to --out
         if name not in names:
             raise GlassroomError(f"--force {name}: no such step; the steps are: {', '.join(names)}")
-    experiment = write_experiment(out, Path(args.spec), data, args.hero)
+    experiment = write_experiment(out, Path(args.spec), data, args.hero, rung_steps + later)
     graph, result = run_experiment(experiment, out, args.jobs, args.force or None)
     rungs = [node for node in graph if node.step.kind == "rungs"]
     write_ladder_folder(out, raw, [node.output for node in rungs])

@@ -246,7 +246,17 @@ class PlannedRun:
 
 def load_spec(path: str | Path) -> LadderSpec:
     """The validated spec of a YAML file; errors name the file and the key path."""
+    return read_spec(path)[0]
+
+
+def read_spec(path: str | Path) -> tuple[LadderSpec, dict[str, Any]]:
+    """(the validated spec, the mapping it was read from) with one read of the file: callers that
+    need both (to run the ladder and to record its spec) pass these along instead of reading again."""
     raw = load_yaml(path)
+    return spec_from_file_mapping(raw, path), raw
+
+
+def spec_from_file_mapping(raw: dict[str, Any], path: str | Path) -> LadderSpec:
     try:
         spec = build_section(LadderSpec, raw, "ladder")
         expand_seeds(spec)  # every rung, each of its seeds, and the hero must be a valid run config

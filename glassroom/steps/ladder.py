@@ -15,23 +15,23 @@ all of them as inputs, so it waits for every seed.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
-from glassroom.config import load_yaml
 from glassroom.errors import GlassroomError
 from glassroom.folders import replace_file
 from glassroom.ladder.predict import backtest, make_prediction, preregister
 from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
                                     load_rungs)
-from glassroom.ladder.spec import expand_seeds, load_spec
+from glassroom.ladder.spec import expand_seeds, read_spec
 from glassroom.observe.run_folder import has_config
 from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.context import StepContext
-from glassroom.pipeline.experiment import load_experiment
+from glassroom.pipeline.experiment import Experiment, load_experiment
 from glassroom.pipeline.provenance import run_context
 from glassroom.pipeline.runner_local import LocalBackend
 from glassroom.pipeline.scheduler import run_graph
@@ -154,7 +154,8 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
 
 def ladder_experiment(spec_path: str, data: Optional[str] = None, hero: bool = False) -> list[Step]:
     """The steps of a ladder, for an experiment file (`steps = ladder_experiment(...)`)."""
-    rungs, later = ladder_steps(load_spec(spec_path), load_yaml(spec_path), data, with_hero=hero)
+    spec, raw = read_spec(spec_path)
+    rungs, later = ladder_steps(spec, raw, data, with_hero=hero)
     return rungs + later
 
 
@@ -168,18 +169,24 @@ steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r})
 """
 
 
-def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], hero: bool) -> Path:
+def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], hero: bool,
+                     steps: list[Step]) -> Experiment:
+    """DIR/ladder_experiment.py (for `glassroom run` reruns and the steps' workers), and the
+    experiment it is, with the steps the caller built from the spec it read once."""
     ladder_dir.mkdir(parents=True, exist_ok=True)
-    path = ladder_dir / "ladder_experiment.py"
-    replace_file(path, EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero))
-    return path
+    path = (ladder_dir / "ladder_experiment.py").resolve()
+    text = EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero)
+    replace_file(path, text)
+    return Experiment(path=path, module=None, steps=steps, sha256=hashlib.sha256(text.encode()).hexdigest(),
+                      source=text)
 
 
-def run_experiment(experiment: Path, workspace: Path, jobs: int = 1, force: Optional[list[str]] = None,
-                   progress_every: float = 5.0):
-    """Run an experiment file with the local runner in `workspace`; returns (graph, RunResult)."""
+def run_experiment(experiment: Path | Experiment, workspace: Path, jobs: int = 1,
+                   force: Optional[list[str]] = None, progress_every: float = 5.0):
+    """Run an experiment (a file, or one whose steps are already built) with the local runner in
+    `workspace`; returns (graph, RunResult)."""
     workspace.mkdir(parents=True, exist_ok=True)
-    loaded = load_experiment(experiment)
+    loaded = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     graph = loaded.graph(workspace)
     selected, forced = graph.select(None, force)
     result = run_graph(graph, LocalBackend(jobs), selected, forced, experiment_path=loaded.path,

@@ -84,3 +84,26 @@ def test_ladder_run_bad_input(tmp_path):
     assert not (tmp_path / "l").exists()
     bad = glassroom("ladder", "run", tmp_path / "none.yaml", "--out", tmp_path / "l")
     assert bad.returncode == 2 and "no such file" in bad.stderr
+
+
+def test_ladder_run_builds_its_steps_from_one_read_and_they_are_the_written_experiments(tiny_dataset, tmp_path,
+                                                                                        monkeypatch):
+    """The command reads the spec once and runs the steps it built; the experiment file it writes for
+    the steps' workers (and for reruns) gives the very same steps."""
+    import glassroom.ladder.spec as spec_module
+    from glassroom.pipeline.experiment import load_experiment
+    from glassroom.steps.ladder import ladder_steps, write_experiment
+
+    reads = []
+    real = spec_module.load_yaml
+    monkeypatch.setattr(spec_module, "load_yaml", lambda path: reads.append(path) or real(path))
+    spec, raw = spec_module.read_spec(SPEC)
+    rungs, later = ladder_steps(spec, raw, str(tiny_dataset), with_hero=True)
+    built = write_experiment(tmp_path / "ladder", SPEC, str(tiny_dataset), True, rungs + later)
+    assert reads == [SPEC]
+    written = load_experiment(built.path)
+    assert written.sha256 == built.sha256 and written.source == built.source
+    ws = tmp_path / "ladder"
+    # A step's output folder is named by the digest of its function, config and inputs: equal folders,
+    # equal steps.
+    assert [(n.name, n.output) for n in built.graph(ws)] == [(n.name, n.output) for n in written.graph(ws)]
