@@ -72,13 +72,14 @@ def _body_digest(body: dict) -> str:
 
 def folder_files(folder: Path) -> list[str]:
     """Every file and symbolic link below `folder` (links not followed) as sorted relative POSIX
-    paths, the ownership manifest left out; empty folders hold nothing to lose and are not listed."""
+    paths, the ownership manifest (and its temporary file, which a kill mid-write leaves) left out;
+    empty folders hold nothing to lose and are not listed."""
     found = []
     for top, dirs, files in os.walk(folder, onerror=_raise):
         here = Path(top)
         for name in files + [d for d in dirs if (here / d).is_symlink()]:
             rel = (here / name).relative_to(folder).as_posix()
-            if rel != OWNED:
+            if rel != OWNED and not rel.startswith(f".{OWNED}.tmp-"):   # the manifest, or one half-written
                 found.append(rel)
     return sorted(found)
 
@@ -98,6 +99,9 @@ def write_owned(folder: Path, command: str, files: Optional[Iterable[str]] = Non
               if (folder / rel).is_file() and not (folder / rel).is_symlink()}
     body = {"format": OWNED_FORMAT, "command": command, "state": state, "files": listed, **extra}
     replace_file(folder / OWNED, json.dumps({**body, "digest": _body_digest(body)}, indent=1) + "\n")
+    for stale in folder.glob(f".{OWNED}.tmp-*"):   # one a process killed mid-write left
+        if stale.is_file() and not stale.is_symlink():
+            stale.unlink(missing_ok=True)
     return body
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
@@ -133,7 +134,7 @@ def check_site_folder(out: Path, root: Optional[Path] = None) -> Optional[dict]:
 def _stopped_publish(out: Path, rel: str, body: dict) -> bool:
     """A file a publish stopped midway (killed) wrote: the manifest still says "in progress", the file
     is in the site's layout and was written after that manifest. The next publish takes it as its own."""
-    if body.get("state") != IN_PROGRESS or rel.split("/")[0] not in SITE_LAYOUT:
+    if body.get("state") != IN_PROGRESS or not _in_layout(rel):
         return False
     try:
         path = out / rel
@@ -142,13 +143,35 @@ def _stopped_publish(out: Path, rel: str, body: dict) -> bool:
         return False
 
 
+_HALF_WRITTEN = re.compile(r"\.(.+)\.tmp-[0-9]+")   # folders.replace_file's temporary name, left by a kill
+
+
+def _in_layout(rel: str) -> bool:
+    """Whether `rel` is a path a publish writes: below one of SITE_LAYOUT's names (or a half-written one)."""
+    top = rel.split("/")[0]
+    half = _HALF_WRITTEN.fullmatch(top)
+    return (half.group(1) if half else top) in SITE_LAYOUT
+
+
+def _drop_half_written(out: Path, files: set[str]) -> set[str]:
+    """Remove the temporary files of folders.replace_file that a killed publish left (`files` were
+    checked as the site's own); returns the rest."""
+    kept = set()
+    for rel in files:
+        if _HALF_WRITTEN.fullmatch(rel.rsplit("/", 1)[-1]):
+            (out / rel).unlink(missing_ok=True)
+        else:
+            kept.add(rel)
+    return kept
+
+
 def _owned_now(out: Path, before: set[str], since: int) -> list[str]:
     """What this publish leaves as its own: what was the site's when it began, and what it wrote."""
     mine = []
     for rel in folder_files(out):
         path = out / rel
         try:
-            new = rel.split("/")[0] in SITE_LAYOUT and not path.is_symlink() and path.stat().st_mtime_ns >= since
+            new = _in_layout(rel) and not path.is_symlink() and path.stat().st_mtime_ns >= since
         except OSError:
             continue
         if rel in before or new:
@@ -197,7 +220,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
         raise GlassroomError(f"--out {out}: cannot be created ({exc.strerror}); give a folder you can write") from None
     # Before the first file: the site is ours while this publish writes it; one killed midway leaves
     # an "in progress" manifest, and the next publish takes up what was written after it (_stopped_publish).
-    before = set(folder_files(out))
+    before = _drop_half_written(out, set(folder_files(out)))
     write_owned(out, COMMAND, before, state=IN_PROGRESS)
     since = (out / OWNED).stat().st_mtime_ns
     generation = f"g{time.time_ns() // 1_000_000}"

@@ -215,7 +215,11 @@ def test_a_publish_killed_midway_is_taken_up_by_the_next(inputs, tmp_path, monke
             site.publish(inputs["lab"], out)
     assert read_owned(out, "publish")["state"] == "in progress" and not (out / "site.json").exists()
     assert (out / "index.html").is_file()
+    # What a SIGKILL inside folders.replace_file leaves: a page and the manifest half-written.
+    (out / ".compare.html.tmp-999999").write_text("<html")
+    (out / f".{OWNED}.tmp-999999").write_text('{"format"')
     site.publish(inputs["lab"], out, log=io.StringIO().write)
+    assert not (out / ".compare.html.tmp-999999").exists() and not (out / f".{OWNED}.tmp-999999").exists()
     owned = read_owned(out, "publish")
     assert owned["state"] == "complete" and folder_files(out) == sorted(owned["files"])
     assert (out / "site.json").is_file()
