@@ -8,7 +8,6 @@ against config.json from the safetensors headers (`check_weights`); `build_from_
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import torch
 
 from glassroom.config import build_section
 from glassroom.errors import GlassroomError
+from glassroom.numbers import loads as json_loads
 from glassroom.hf.architectures import model_config
 from glassroom.hf.tensors import from_hf
 from glassroom.memory import available_memory
@@ -35,8 +35,8 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise GlassroomError(f"{path}: no such file; a Hugging Face folder needs config.json")
     try:
-        hf = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        hf = json_loads(path.read_text(encoding="utf-8"))   # a 5,000-digit number or NaN: refused, not a traceback
+    except (UnicodeDecodeError, ValueError) as exc:
         raise GlassroomError(f"{path}: not JSON ({str(exc)[:80]}); export the model again or fix the file") from None
     except RecursionError:  # json nests without a limit of its own: [[[[... 10,000 deep
         raise GlassroomError(f"{path}: nested too deep to be a config; export the model again or fix the file") from None
@@ -137,7 +137,7 @@ def _weight_files(folder: Path) -> list[Path]:
     if not index.is_file():
         return [folder / SAFETENSORS]
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = json_loads(index.read_text(encoding="utf-8"))["weight_map"]
         files = sorted(set(weight_map.values()))
         if any("/" in f or "\\" in f or f.startswith(".") for f in files):
             raise ValueError

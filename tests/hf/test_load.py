@@ -14,6 +14,9 @@ import torch
 from hf_helpers import make_hf_folder, OFFLINE
 from train_helpers import ROOT
 
+from glassroom.errors import GlassroomError
+from glassroom.hf.load import read_hf_config
+
 # Moved from test_hf_review.py.
 
 
@@ -144,3 +147,11 @@ def test_keys_left_out_of_config_json_take_transformers_defaults(tiny_dataset, t
     ids = torch.arange(1, 25).unsqueeze(0)
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, theirs(ids).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", ["9" * 5000, "1e400", "NaN", "Infinity"])
+def test_a_config_json_with_a_number_past_the_bounds_is_one_error(tmp_path, bad):
+    (tmp_path / "config.json").write_text('{"hidden_size": %s}' % bad)
+    with pytest.raises(GlassroomError, match="config.json: not JSON") as info:
+        read_hf_config(tmp_path)
+    assert len(str(info.value)) < 300
