@@ -9,7 +9,8 @@ stages (dedup, split, decontamination's common phrases, the quality classifier a
 tokenizer) run here, in the driver (stages.py). Every document that passes the filters gets a
 build index (recipe order) and is staged once in `staging/docs.jsonl`, read back by index.
 
-Determinism: everything under DIR except build.json (time, executor, workers) is a function of the
+Determinism: everything under DIR except build.json (time, executor, workers) and the ownership
+manifest (glassroom.folders.OWNED, which holds build.json's sha256) is a function of the
 recipe and the sources: the same bytes from a local build with any --workers and from a Ray build.
 """
 

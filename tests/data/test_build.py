@@ -12,6 +12,7 @@ from data_helpers import make_corpus, write_recipe
 from glassroom.data.build import build_dataset
 from glassroom.data.mixture import Dataset
 from glassroom.data.recipe import load_recipe
+from glassroom.folders import OWNED
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +121,10 @@ def test_manifest_and_stats_describe_the_dataset(built):
 
 
 def tree(root):
-    """Every file under root (relative path -> bytes), build.json left out."""
+    """Every file under root (relative path -> bytes), build.json and the ownership manifest (it holds
+    build.json's sha256) left out."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "build.json"}
+            if p.is_file() and p.name not in ("build.json", OWNED)}
 
 
 def test_same_recipe_builds_the_same_bytes_with_any_workers(built, tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from data_helpers import error_line, make_corpus, run_cli, write_recipe
+from glassroom.folders import OWNED
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 pytest.importorskip("ray")
@@ -19,7 +20,7 @@ pytest.importorskip("ray")
 
 def tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "build.json"}
+            if p.is_file() and p.name not in ("build.json", OWNED)}
 
 
 def glassroom(*args, timeout=900) -> subprocess.CompletedProcess:
