@@ -19,7 +19,7 @@ config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). 
 Token rules: the regex rules of detect-secrets' plugins (LIBRARY_RULES, read from its plugin
 registry when this module loads: a maintained source that grows with the package), less the ones
 listed in _LIBRARY_SKIP, plus OWN_RULES for the shapes it lacks (Slack workflow and trigger webhooks,
-Discord webhooks, Telegram tokens inside URLs, `hf_`, `api_org_`, `sk-proj-`, Mailgun, Shopify,
+Discord webhooks, `hf_`, `api_org_`, `sk-proj-`, `ghp_` of other lengths, Mailgun, Shopify,
 Doppler, age, GOCSPX-, Linear, Databricks, Groq, Replicate, GitHub App `v1.` tokens, AWS session
 tokens, ...). A token is found wherever it starts except inside a run of letters and digits, so one
 right after `-`, `_`, `/` (`exp-hf_...`, `sweep_ghp_...`) is found too. detect-secrets' keyword and
