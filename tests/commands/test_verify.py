@@ -299,3 +299,18 @@ def test_bad_input_is_one_line_and_exit_2(lab, tmp_path):
                  [lab["hero"], "--against", tmp_path / "missing"]):
         result = glassroom("verify", *args)
         assert result.returncode == 2 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1, result
+
+
+@pytest.mark.parametrize("fault", ["kill_after_checkpoint@8", "kill@6"])
+def test_a_run_killed_and_resumed_anywhere_verifies(tiny_dataset, tmp_path, fault):
+    """Killed between a checkpoint's rename and its event (the event and its window are journaled on
+    resume), or between checkpoints (the steps after the checkpoint are redone and their rows logged
+    again): the record verifies against the copy saved at the kill."""
+    run_dir = tmp_path / "run"
+    killed = run_train(run_dir, tiny_dataset, env={"GLASSROOM_FAULTS": fault})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    shutil.copytree(run_dir, tmp_path / "saved")
+    resumed = run_train(run_dir, tiny_dataset, resume=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = verify(run_dir, tmp_path / "saved")
+    assert result.returncode == 0, result.stdout + result.stderr
