@@ -301,6 +301,7 @@ def test_bad_input_is_one_line_and_exit_2(lab, tmp_path):
         assert result.returncode == 2 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1, result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill_after_checkpoint@8", "kill@6"])
 def test_a_run_killed_and_resumed_anywhere_verifies(tiny_dataset, tmp_path, fault):
     """Killed between a checkpoint's rename and its event (the event and its window are journaled on
