@@ -163,6 +163,9 @@ def check_owned(folder: Path, command: str, *, label: str = "--out", refused: st
                 continue
             if adopt(rel, body):
                 continue
+            if path.is_symlink():
+                raise GlassroomError(f"{label} {folder}: {rel} is a symbolic link, which glassroom {command} never "
+                                     f"writes; {refused}")
             if listed is None:
                 raise GlassroomError(f"{label} {folder}: holds {rel}, which glassroom {command} did not write; "
                                      f"{refused}")

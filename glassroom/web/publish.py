@@ -165,6 +165,14 @@ def _drop_half_written(out: Path, files: set[str]) -> set[str]:
     return kept
 
 
+def _write_manifest(out: Path, files, state: str) -> None:
+    try:
+        write_owned(out, COMMAND, files, state=state)
+    except OSError as exc:   # a full disk, a read-only SITE: one line; site.json still names the last generation
+        raise GlassroomError(f"--out {out}: cannot write {OWNED} ({exc.strerror or exc}); site.json still names "
+                             "the previous export") from None
+
+
 def _owned_now(out: Path, before: set[str], since: int) -> list[str]:
     """What this publish leaves as its own: what was the site's when it began, and what it wrote."""
     mine = []
@@ -221,7 +229,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     # Before the first file: the site is ours while this publish writes it; one killed midway leaves
     # an "in progress" manifest, and the next publish takes up what was written after it (_stopped_publish).
     before = _drop_half_written(out, set(folder_files(out)))
-    write_owned(out, COMMAND, before, state=IN_PROGRESS)
+    _write_manifest(out, before, IN_PROGRESS)
     since = (out / OWNED).stat().st_mtime_ns
     generation = f"g{time.time_ns() // 1_000_000}"
     data_dir = out / "data"
@@ -292,7 +300,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 continue
             shutil.rmtree(p, ignore_errors=True)
     chunks.collect(log)   # after the switch: chunk files that no kept generation references
-    write_owned(out, COMMAND, _owned_now(out, before, since))   # complete: the files a re-publish may replace
+    _write_manifest(out, _owned_now(out, before, since), "complete")   # the files a re-publish may replace
     log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
     return site
 

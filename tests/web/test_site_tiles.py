@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import folder_files, record_owned, write_owned
 from glassroom.observe.runs import VISIBILITY
 from glassroom.observe.store import StoreReader, StoreWriter
 from glassroom.web import publish as publish_mod
@@ -211,6 +212,9 @@ def test_hostile_sites_and_manifests(tmp_path, small_tiles):
     (site / "data" / gen / site_tiles.MANIFEST).write_text("{not json")
     with StoreWriter(lab / "run") as w:
         w.log(1001, {"train/loss": 0.0})
+    with pytest.raises(GlassroomError, match=f"data/{gen}/chunks.json was changed since glassroom publish wrote it"):
+        publish(lab, site)   # edited since the publish wrote it: not the site's own any more
+    record_owned(site, "publish", [f"data/{gen}/{site_tiles.MANIFEST}"])   # as if damaged by the disk
     notes = []
     publish(lab, site, log=notes.append)
     assert before <= set(chunk_files(site)) and any("cannot be read" in n for n in notes)
@@ -238,7 +242,9 @@ def test_interrupted_exports_leave_nothing_behind_and_empty_series_publish(tmp_p
     for name in referenced(nan):   # a series with no finite value still has its tiles, all null
         chunk = json.loads((site / "data" / "chunks" / name).read_text())
         assert set(chunk.get("values") or chunk["min"]) == {None}
-    # what a killed export leaves: a half-written chunk and chunks no generation got to reference
+    # what a killed export leaves: its manifest "in progress" (written before its first file), a
+    # half-written chunk and chunks no generation got to reference
+    write_owned(site, "publish", folder_files(site), state="in progress")
     chunks = site / "data" / "chunks"
     (chunks / ".0123456789abcdef0123456789abcdef.tmp-99999").write_text('{"steps": [1, 2')
     (chunks / ("f" * 32 + ".json")).write_text("{}")
