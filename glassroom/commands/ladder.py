@@ -17,6 +17,7 @@ from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
 from glassroom.ladder import LAW_KEYS
 from glassroom.model.accounting import GPU_PEAK_BF16
+from glassroom.numbers import shown
 from glassroom.observe.run_folder import store_path
 from glassroom.units import parse_count
 
@@ -153,7 +154,7 @@ def _fraction(flag: str, text, default: float, low_open: bool = False) -> float:
     except ValueError:
         raise GlassroomError(f"{flag}: {text!r} is not a number (e.g. 0.003 or 0.3%)") from None
     if not math.isfinite(value) or value < 0 or value >= 1 or (low_open and value == 0):
-        raise GlassroomError(f"{flag}: must be {'above' if low_open else 'at least'} 0 and below 1, got {text}")
+        raise GlassroomError(f"{flag}: must be {'above' if low_open else 'at least'} 0 and below 1, got {shown(text)}")
     return value
 
 
@@ -161,7 +162,7 @@ def _count(flag: str, text) -> float:
     try:
         value = parse_count(text)
     except ValueError:
-        raise GlassroomError(f"{flag}: {text!r} is not a positive number (e.g. 7e10, 70B, 1.4T)") from None
+        raise GlassroomError(f"{flag}: {shown(text)} is not a positive number (e.g. 7e10, 70B, 1.4T)") from None
     if not value > 0:
         raise GlassroomError(f"{flag}: must be above zero, got {text}")
     return value

@@ -45,6 +45,7 @@ import numpy as np
 
 from glassroom.data.shards import read_manifest
 from glassroom.errors import ConfigError, GlassroomError
+from glassroom.numbers import shown
 from glassroom.ladder.foresight import fit_points, point_fits
 from glassroom.ladder.noise import NoiseEstimate
 from glassroom.ladder.results import read_ladder, read_results
@@ -92,9 +93,9 @@ def parse_fraction(text: str, option: str) -> float:
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise GlassroomError(f"{option}: {text!r} is not a fraction (write 0.5% or 0.005)") from None
+        raise GlassroomError(f"{option}: {shown(text)} is not a fraction (write 0.5% or 0.005)") from None
     if not math.isfinite(value):
-        raise GlassroomError(f"{option}: must be a finite number, got {text}")
+        raise GlassroomError(f"{option}: must be a finite number, got {shown(text)}")
     return value
 
 
