@@ -26,13 +26,15 @@ def status_line(sock: socket.socket) -> bytes:
 
 
 def body_of(sock: socket.socket, head: bytes) -> bytes:
-    """The rest of a refused response (the server closes the connection after it)."""
+    """The body of a refused response, by its Content-Length (the connection stays open)."""
     got = head
-    while True:
-        chunk = sock.recv(4096)
-        if not chunk:
-            return got.partition(b"\r\n\r\n")[2]
-        got += chunk
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(4096)
+    headers, _, body = got.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(4096)
+    return body
 
 
 def test_a_burst_of_streams_stops_at_the_limit_and_the_api_still_answers(tmp_path):
