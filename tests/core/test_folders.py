@@ -232,3 +232,16 @@ def test_a_publish_killed_midway_is_taken_up_by_the_next(inputs, tmp_path, monke
     with pytest.raises(GlassroomError, match="holds notes.txt, which glassroom publish did not write"):
         site.publish(inputs["lab"], out)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_stray_site_json_does_not_make_a_site(inputs, tmp_path):
+    from glassroom.web.publish import publish
+
+    out = tmp_path / "site"
+    for rel, text in (("site.json", "{}"), ("runs/mine/index.html", "<p>mine</p>"), ("data/g1/x.json", "[1]")):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    before = snapshot(tmp_path)
+    with pytest.raises(GlassroomError, match="holds data/g1/x.json, and no valid .glassroom-manifest.json"):
+        publish(inputs["lab"], out)
+    assert snapshot(tmp_path) == before
