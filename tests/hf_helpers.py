@@ -86,7 +86,6 @@ def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
         assert word in lines[0], lines[0]
 
 
-# Moved from test_hf_import.py.
 SMALL = dict(vocab_size=2048, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              head_dim=16, intermediate_size=96, max_position_embeddings=64, eos_token_id=0, rms_norm_eps=1e-5)
 

@@ -6,7 +6,6 @@ import json
 import numpy as np
 
 
-# Moved from test_ladder_results.py.
 TRUTH = {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}  # Besiroglu et al. 2024
 
 

@@ -7,7 +7,6 @@ from glassroom.observe import tiles
 from glassroom.observe.store import store_path
 
 
-# Moved from test_tiles.py.
 def expected_tiles(conn) -> dict:
     """Every tile recomputed from the raw rows, in plain Python: (name_id, level, bucket) -> row."""
     out = {}

@@ -20,6 +20,18 @@ def whole(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def seed(text: str) -> int:
+    """argparse type of a generator seed: a whole number from 0 to 2**64 - 1 (what torch takes)."""
+    try:
+        value = numbers.parse_int(text.strip())
+    except numbers.NumberError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 <= value <= 2 ** 64 - 1:
+        got = text.strip() if len(text.strip()) <= 24 else numbers.shown(text)
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**64 - 1, got {got}")
+    return value
+
+
 def number(text: str) -> float:
     """argparse type of a number option: finite and of bounded length."""
     try:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import glassroom
-from glassroom.commands import new_command, whole, number
+from glassroom.commands import new_command, number, seed, whole
 from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
@@ -65,7 +65,7 @@ def register(sub) -> None:
                    help="0 is greedy (default); above 0 samples from softmax(logits / T)")
     p.add_argument("--top-p", type=number, default=1.0, metavar="P",
                    help="sample from the most likely tokens whose probability reaches P, in (0, 1] (default 1)")
-    p.add_argument("--seed", type=whole, default=0, metavar="S", help="seed of the sampling generator, 0 to 2**64 - 1 (default 0)")
+    p.add_argument("--seed", type=seed, default=0, metavar="S", help="seed of the sampling generator, 0 to 2**64 - 1 (default 0)")
     p.add_argument("--step", type=whole, metavar="N", help="a run folder's checkpoint at step N (default: newest intact)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs (default cpu)")

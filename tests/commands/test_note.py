@@ -1,5 +1,4 @@
-"""Tests of glassroom/commands/note.py, gathered from test_web_hostile.py, test_web_review.py when
-the flat tests/ folder was split by package."""
+"""Tests of glassroom/commands/note.py."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from glassroom.web.publish import publish
 
 from web_helpers import REPO, write_run
 
-# Moved from test_web_hostile.py.
 
 
 def run_cli(*args, timeout=60):
@@ -48,7 +46,6 @@ def test_note_marks_a_run_or_a_note_private(tmp_path):
     one_line_error(run_cli("note", str(run)))
 
 
-# Moved from test_web_review.py.
 
 
 def run_note(*args: str) -> subprocess.CompletedProcess:

@@ -1,5 +1,4 @@
-"""Tests of glassroom/commands/sample.py, gathered from test_sample.py, test_sample_edges.py when
-the flat tests/ folder was split by package."""
+"""Tests of glassroom/commands/sample.py."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import torch
 from glassroom.cli import main
 from glassroom.generate import generate
 
-# Moved from test_sample.py.
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +140,6 @@ def test_the_end_token_of_a_folder_without_endoftext_comes_from_its_generation_c
     assert _eos_id(str(tmp_path), tok) == 3
 
 
-# Moved from test_sample_edges.py.
 
 
 @pytest.mark.parametrize("argv, message", [

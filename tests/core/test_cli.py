@@ -1,11 +1,9 @@
-"""Tests of glassroom/cli.py, gathered from test_ep_redteam.py when the flat tests/ folder was split
-by package."""
+"""Tests of glassroom/cli.py."""
 
 from __future__ import annotations
 
 import sys
 
-# Moved from test_ep_redteam.py.
 
 
 def test_a_user_error_is_written_in_one_piece(monkeypatch, tmp_path):

@@ -96,7 +96,6 @@ def test_the_summary_times_each_stage_and_says_which_steps_were_reused(tmp_path)
     assert "stages:   corpus reused, rungs 1m20s, fit 20s, hero 5m00s, post-training 45s, publish 12s" in text
 
 
-# Moved from test_atlas_step.py.
 
 
 def test_demo_has_the_atlas_at_k40():
@@ -120,7 +119,6 @@ def test_demo_summary_names_the_atlas():
     assert "atlas:" not in format_summary(s)
 
 
-# Moved from test_ladder_run.py.
 
 
 def test_the_demo_summary_names_the_seal_and_how_to_verify_it():
@@ -154,7 +152,6 @@ def test_the_demo_summary_without_a_prediction_says_why_and_the_way_forward(tmp_
             "eval/macro/loss 4.2500") in text and "way forward: more seeds" in text and "sealed:" not in text
 
 
-# Moved from test_posttrain_pipeline.py.
 
 
 def test_demo_summary_skips_samples_events_of_another_shape(tmp_path):

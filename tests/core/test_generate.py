@@ -119,7 +119,6 @@ def test_generation_options_are_checked(kwargs, message):
 # ---------------------------------------------------------------------- the command
 
 
-# Moved from test_chat_sample.py.
 
 
 QUESTION = "What does json.dumps do?"
@@ -176,7 +175,6 @@ def test_generate_stops_at_any_of_several_stop_ids(chat_tok):
     assert single.new_ids == free.new_ids[:2] and single.stop_reason == "eos"
 
 
-# Moved from test_sample_edges.py.
 
 
 CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_seq_len=32)

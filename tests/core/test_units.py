@@ -1,5 +1,4 @@
-"""Tests of glassroom/units.py, gathered from test_accounting.py when the flat tests/ folder was
-split by package."""
+"""Tests of glassroom/units.py."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import pytest
 
 from glassroom.units import format_count, model_name, parse_count
 
-# Moved from test_accounting.py.
 
 
 def test_counts_read_and_print_with_suffixes():

@@ -299,7 +299,6 @@ def test_pretraining_jsonl_with_a_lone_surrogate_builds(tmp_path, capsys):
     assert code == 0, err
 
 
-# Moved from test_chat_data.py.
 
 
 def build_2(recipe, out, capsys):

@@ -1,5 +1,4 @@
-"""Tests of glassroom/data/formats.py, gathered from test_data_clean.py when the flat tests/ folder
-was split by package."""
+"""Tests of glassroom/data/formats.py."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ from glassroom.data.formats import detag_brown, html_to_text, pack, split_long, 
 
 from data_helpers import stdlib_files
 
-# Moved from test_data_clean.py.
 
 
 def real_text(n=3):

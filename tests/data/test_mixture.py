@@ -174,7 +174,6 @@ def test_unnormalised_weights_give_domain_shares_of_weight_over_sum(dataset, see
             assert abs(got - want) <= 5 * sd + 1 / BLOCK, (weights, domain, got, want)
 
 
-# Moved from test_mutation_survivors.py.
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,10 @@
-"""Tests of glassroom/data/shards.py, gathered from test_data_build.py when the flat tests/ folder
-was split by package."""
+"""Tests of glassroom/data/shards.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-# Moved from test_data_build.py.
 
 
 def test_large_vocabularies_are_stored_as_uint32(tmp_path):

@@ -1,11 +1,9 @@
-"""Tests of glassroom/hf/card.py, gathered from test_hf_review.py when the flat tests/ folder was
-split by package."""
+"""Tests of glassroom/hf/card.py."""
 
 from __future__ import annotations
 
 import pytest
 
-# Moved from test_hf_review.py.
 
 
 DENSE = {"vocab_size": 2048, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128, "max_seq_len": 64}

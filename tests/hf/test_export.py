@@ -244,7 +244,6 @@ def test_load_run_steps_and_exported_folder(runs, tmp_path, tiny_dataset):
         glassroom.load(tmp_path / "hf")
 
 
-# Moved from test_chat_template.py.
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +302,6 @@ def test_export_without_template_tokens_writes_no_chat_template(template):
     assert _chat_template(template.tok)["chat_template"] == template.jinja
 
 
-# Moved from test_hf_review.py.
 
 
 @pytest.fixture(scope="module")

@@ -174,7 +174,6 @@ def test_disagreeing_model_section_and_init_keys(tiny_dataset, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-# Moved from test_hf_review.py.
 
 
 def _hf(tmp_path, tiny_dataset, name="hf"):

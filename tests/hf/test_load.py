@@ -1,5 +1,4 @@
-"""Tests of glassroom/hf/load.py, gathered from test_hf_review.py when the flat tests/ folder was
-split by package."""
+"""Tests of glassroom/hf/load.py."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from train_helpers import ROOT
 from glassroom.errors import GlassroomError
 from glassroom.hf.load import read_hf_config
 
-# Moved from test_hf_review.py.
 
 
 def _hf(tmp_path, tiny_dataset, name="hf"):

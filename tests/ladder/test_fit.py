@@ -101,7 +101,6 @@ def test_intervals_are_the_bootstrap_quantiles_and_the_method_follows_the_data()
                      replicates=5).bootstrap_method == "rung-block residual"
 
 
-# Moved from test_ladder_inputs.py.
 
 
 def test_exponent_at_its_bound_is_a_warning():
@@ -113,7 +112,6 @@ def test_exponent_at_its_bound_is_a_warning():
     assert good.warnings == [] and good.to_json()["warnings"] == []
 
 
-# Moved from test_mutation_survivors.py.
 
 
 def test_endpoint_prediction_is_the_fitted_value_inside_its_interval():

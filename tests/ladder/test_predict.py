@@ -159,7 +159,6 @@ def test_the_band_carries_the_laws_leave_one_size_out_misfit_beyond_the_seed_noi
     assert prediction["misfit"]["rms"] == pytest.approx(misfit["rms"], rel=1e-6)
 
 
-# Moved from test_mutation_survivors.py.
 
 
 def test_curve_prediction_and_backtest_report_the_fitted_curve(tmp_path):

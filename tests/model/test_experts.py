@@ -284,7 +284,6 @@ def test_the_fused_path_is_the_cpu_default_and_expert_parallelism_still_goes_thr
     assert calls == [5]  # the kept rows only, dropped ones never travel
 
 
-# Moved from test_model.py.
 
 
 def test_grouped_matmul_matches_a_loop_and_its_fallback():

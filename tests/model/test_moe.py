@@ -64,7 +64,6 @@ def test_moe_layer_equals_the_per_token_reference(router, top_k, shared):
     assert int(stats["tokens_per_expert"].sum()) == 10 * top_k
 
 
-# Moved from test_model.py.
 
 
 def test_moe_with_one_expert_top1_equals_dense_swiglu():

@@ -1,5 +1,4 @@
-"""Tests of glassroom/model/transformer.py, gathered from test_packing.py when the flat tests/
-folder was split by package."""
+"""Tests of glassroom/model/transformer.py."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import torch
 from glassroom.model.config import ModelConfig
 from glassroom.model.transformer import build_model
 
-# Moved from test_packing.py.
 
 
 def _model(window=None, tie=True):

@@ -187,7 +187,6 @@ def test_rope_theta_sets_the_rotation_and_so_the_logits(cfg):
         torch.testing.assert_close(logits[theta][:, 0], logits[thetas[0]][:, 0], rtol=0, atol=1e-5)
 
 
-# Moved from test_mutation_survivors.py.
 
 
 MOE_2 = dataclasses.replace(

@@ -170,7 +170,6 @@ def test_a_resumed_run_flags_exactly_what_the_uninterrupted_run_flags(tiny_datas
     assert anomalies_of(out) == want
 
 
-# Moved from test_mutation_survivors.py.
 
 
 def test_anomaly_names_the_layer_that_changed_not_the_largest():

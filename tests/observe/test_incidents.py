@@ -269,7 +269,6 @@ def test_an_incident_may_be_opened_at_the_first_and_the_newest_step_and_not_beyo
         assert [i["step"] for i in before] == [newest, first, 0] and incidents_of(run) == before
 
 
-# Moved from test_watchers_redteam.py.
 
 
 def make_run_2(run_dir: Path, notes=(), private=()) -> Path:

@@ -202,7 +202,6 @@ def test_exact_tree_redaction_of_keys_argv_and_empty_sections():
     }
 
 
-# Moved from test_watchers_redteam.py.
 
 
 TOKEN = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
@@ -233,7 +232,6 @@ def test_redaction_of_a_long_word_takes_linear_time():
         "9api_key=<redacted> -password=<redacted> x\"api_key\": \"<redacted>\" x-https://<redacted>@host/"
 
 
-# Moved from test_web_review.py.
 
 
 def rand_2(n: int, alphabet: str = ALNUM) -> str:

@@ -244,7 +244,6 @@ def test_selective_recomputes_what_a_custom_function_computes_without_gradient()
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-# Moved from test_ep_redteam.py.
 
 
 def test_off_for_a_checkpointing_mode_names_yamls_boolean():

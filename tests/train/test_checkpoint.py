@@ -242,7 +242,6 @@ def test_a_damaged_run_store_is_one_line_for_resume_and_metrics(run, tiny_datase
     assert resumed.returncode == 0, resumed.stderr
 
 
-# Moved from test_mutation_survivors.py.
 
 
 DENSE = ModelConfig(vocab_size=256, d_model=64, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=64)

@@ -1,5 +1,4 @@
-"""Tests of glassroom/train/evaluate.py, gathered from test_mutation_survivors.py when the flat
-tests/ folder was split by package."""
+"""Tests of glassroom/train/evaluate.py."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import torch
 from glassroom.model.config import ModelConfig
 from glassroom.model.transformer import build_model
 
-# Moved from test_mutation_survivors.py.
 
 
 def test_bits_per_byte_is_nats_over_ln2_over_bytes(tiny_dataset):

@@ -256,7 +256,6 @@ def test_experts_that_do_not_split_over_the_ranks_are_sharded_along_another_dime
     assert_continues(at_one, two)
 
 
-# Moved from test_ep_redteam.py.
 
 
 ENV_2 = {**os.environ, "OMP_NUM_THREADS": "1"}

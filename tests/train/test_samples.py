@@ -1,5 +1,4 @@
-"""Tests of glassroom/train/samples.py, gathered from test_chat_sample.py when the flat tests/
-folder was split by package."""
+"""Tests of glassroom/train/samples.py."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from chat_helpers import docstring_answers
 from hf_helpers import OFFLINE  # noqa: F401 (sets the offline variables)
 from train_helpers import TINY
 
-# Moved from test_chat_sample.py.
 
 
 QUESTION = "What does json.dumps do?"

@@ -136,7 +136,7 @@ def test_resume_with_an_incompatible_config_is_a_clear_error(reference_run, tiny
     shutil.copytree(reference_run, out)
     result = run_train(out, tiny_dataset, "model.d_model=128", resume=True)
     assert result.returncode == 2
-    assert "cannot resume with a different model.d_model (64 -> 128)" in result.stderr
+    assert "model.d_model (64 -> 128)" in result.stderr and result.stderr.count("\n") == 1
     again = run_train(out, tiny_dataset)
     assert again.returncode == 2 and "already holds a run" in again.stderr
 

@@ -1,5 +1,4 @@
-"""Tests of glassroom/web/atlas_page.py, gathered from test_web_hostile.py, test_web_review.py when
-the flat tests/ folder was split by package."""
+"""Tests of glassroom/web/atlas_page.py."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import json
 import random
 import string
 
-# Moved from test_web_hostile.py.
 
 
 def test_damaged_or_oversized_atlases_are_one_line_and_never_read_whole(tmp_path, monkeypatch):
@@ -32,7 +30,6 @@ def test_damaged_or_oversized_atlases_are_one_line_and_never_read_whole(tmp_path
     assert listed == {"data/big": False, "data/bad": False}
 
 
-# Moved from test_web_review.py.
 
 
 RNG = random.Random()

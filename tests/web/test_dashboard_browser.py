@@ -136,7 +136,6 @@ def test_published_site_draws_from_a_static_file_server(lab, browser, tmp_path):
         assert browser.eval(NONNULL.format(title="Loss", i=2)) > 500
 
 
-# Moved from test_web_review.py.
 
 
 LIVE = "window.GR && GR.ready === true"

@@ -46,7 +46,7 @@ def test_feed_and_search_links_of_an_odd_run_id_open_its_page_at_the_step(lab, s
 
     with urllib.request.urlopen(f"{server.url}/feed.atom") as response:
         feed = feedparser.parse(response.read())
-    assert feed.bozo == 0 and {e.tags[0].term for e in feed.entries} == {"anomaly", "incident"}
+    assert feed.bozo == 0 and {e.tags[0].term for e in feed.entries} == {"anomaly", "incident", "chain"}
     link = urlsplit(next(e.link for e in feed.entries if e.tags[0].term == "anomaly"))
     opened_at(browser, f"{server.url}{link.path}#{link.fragment}")
 

@@ -174,7 +174,6 @@ def test_hostile_events_never_break_feeds_incidents_or_search(tmp_path):
         assert client.get("/api/search?q=%00").status_code == 200
 
 
-# Moved from test_watchers_redteam.py.
 
 
 TOKEN = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"

@@ -137,7 +137,6 @@ def test_refuses_a_folder_that_is_not_a_site(lab, tmp_path):
         publish(tmp_path / "missing", tmp_path / "site")
 
 
-# Moved from test_watchers_redteam.py.
 
 
 def make_run(run_dir: Path, notes=(), private=()) -> Path:
@@ -179,7 +178,6 @@ def test_a_private_note_whose_data_cannot_be_parsed_stays_private(tmp_path):
     assert "PRIVATE-" not in site_texts(site)
 
 
-# Moved from test_web_review.py.
 
 
 RNG = random.Random()

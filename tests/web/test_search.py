@@ -121,7 +121,6 @@ def test_search_over_200_runs_finds_exactly_the_matching_events(tmp_path):
     assert [e["run"] for e in body["events"]] == ["r000", "r050", "r100", "r150"] and body["metrics"] == []
 
 
-# Moved from test_watchers_redteam.py.
 
 
 def make_run_2(run_dir: Path, notes=(), private=()) -> Path:

@@ -233,11 +233,10 @@ def test_cli_errors_are_one_line(tmp_path, lab):
     (tmp_path / "notasite").mkdir()
     (tmp_path / "notasite" / "thesis.tex").write_text("precious")
     out = run_cli("publish", str(lab), "--out", str(tmp_path / "notasite"))
-    assert out.returncode == 2 and "not a glassroom site" in out.stderr
+    assert out.returncode == 2 and "holds thesis.tex" in out.stderr
     assert (tmp_path / "notasite" / "thesis.tex").read_text() == "precious"
 
 
-# Moved from test_mutation_survivors.py.
 
 
 BAD_HOSTS = ["127.attacker.example", "127.0.0.1.nip.io", "127.evil.com", "attacker.example", "localhost.evil.com",
@@ -304,7 +303,6 @@ def test_every_route_refuses_foreign_host_headers(app_and_paths):
                 assert client.get(path, headers={"host": host}).status_code not in (405, 421), (host, path)
 
 
-# Moved from test_watchers_redteam.py.
 
 
 TOKEN = "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
@@ -365,7 +363,6 @@ def test_run_pages_show_a_huge_note_bounded_and_a_hand_written_kind_redacted(tmp
     assert "\x1b" not in listed and "\r" not in listed and "red title" in listed.replace("  ", " ")
 
 
-# Moved from test_web_hostile.py.
 
 
 RNG = random.Random()
@@ -505,7 +502,6 @@ def test_live_streams_at_once_are_bounded(tmp_path):
         thread.join(10)
 
 
-# Moved from test_web_review.py.
 
 
 def client(root: Path) -> TestClient:

@@ -1,5 +1,4 @@
-"""Tests of glassroom/web/server.py, gathered from test_web_review.py when the flat tests/ folder
-was split by package."""
+"""Tests of glassroom/web/server.py."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from glassroom.observe.store import StoreWriter
 from glassroom.web.publish import publish
 from glassroom.web.server import create_app
 
-# Moved from test_web_review.py.
 
 
 RNG = random.Random()

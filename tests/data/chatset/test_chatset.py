@@ -267,7 +267,6 @@ def test_roff_reads_real_pages():
     assert git["-a, --all"].startswith("Tell the command to automatically stage files")
 
 
-# Moved from test_chat_data_hostile.py.
 
 
 one_error = error_line  # data_helpers
