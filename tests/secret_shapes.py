@@ -59,7 +59,7 @@ TOKENS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
                                   + (s := _mixed(r, URLSAFE, 68)), s),
     "discord_bot": lambda r: ((s := r.choice("MNO") + _mixed(r, URLSAFE, 25) + "." + rand(r, URLSAFE, 6) + "."
                                + _mixed(r, URLSAFE, r.choice([27, 38]))), s),
-    "pypi": lambda r: ("pypi-AgEIcHlwaS5vcmc" + (s := _mixed(r, URLSAFE, 140)), s),
+    "pypi": lambda r: ("pypi-AgEIcHlwaS5vcmc" + (s := _mixed(r, URLSAFE, r.choice([40, 60, 140, 180]))), s),
     "twilio": lambda r: ("SK" + (s := rand(r, HEX, 32)), s),
     "sendgrid": lambda r: ("SG." + (s := _mixed(r, URLSAFE, 22) + "." + _mixed(r, URLSAFE, 43)), s),
     "mailgun": lambda r: ("key-" + (s := rand(r, HEX, 32)), s),
@@ -75,7 +75,7 @@ TOKENS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "databricks": lambda r: ("dapi" + (s := rand(r, HEX, 32)), s),
     "groq": lambda r: ("gsk_" + (s := _mixed(r, ALNUM, 52)), s),
     "replicate": lambda r: ("r8_" + (s := _mixed(r, ALNUM, 37)), s),
-    "github_app": lambda r: ("v1." + (s := rand(r, HEX, 40)), s),
+    "github_app": lambda r: ("v1." + (s := rand(r, HEX, r.choice([40, 48]))), s),
     "aws_session": lambda r: (r.choice(["FwoGZXIvYXdz", "IQoJb3JpZ2lu"]) + (s := _mixed(r, B64, 300)) + "==", s),
     "aws_key_id": lambda r: ("AKIA" + (s := rand(r, string.ascii_uppercase + string.digits, 16)), s),
     "stripe": lambda r: ("sk_live_" + (s := _mixed(r, ALNUM, 24)), s),

@@ -137,7 +137,8 @@ OWN_RULES = [
     (_S + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}", 0, 'k_'),   # Stripe
     (_S + r"gh[pousr]_[A-Za-z0-9]{20,}", 0, 'gh'),   # GitHub tokens
     (_S + r"github_pat_[A-Za-z0-9_]{20,}", 0, 'github_pat_'),
-    (_S + r"v1\.[0-9a-f]{40}(?![0-9a-f])", 0, 'v1.'),   # GitHub App installation tokens
+    (_S + r"v1\.[0-9a-f]{40,}(?![0-9a-f])", 0, 'v1.'),   # GitHub App installation tokens
+    (_S + r"pypi-AgE[A-Za-z0-9_\-]{16,}", 0, 'pypi-'),   # PyPI: the macaroon's fixed start, any length after
     (_S + r"xox[abeoprs]-[A-Za-z0-9\-]{10,}", 0, 'xox'),   # Slack
     (r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9/_\-]{8,})", 1, 'hooks.slack.com/'),   # Slack webhooks: the path
     (r"discord(?:app)?\.com/api(?:/v[0-9]+)?/webhooks/([0-9]+/[A-Za-z0-9_\-]{20,})", 1, 'discord'),   # Discord webhooks
