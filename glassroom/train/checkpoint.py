@@ -19,7 +19,6 @@ its pruning left past `keep_last` is removed by the next save or resume.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pickle
@@ -37,6 +36,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from glassroom.errors import GlassroomError
+from glassroom.folders import file_sha256
 from glassroom.observe.run_folder import checkpoints_path
 
 _NAME = re.compile(r"^step_(\d{7,})$")
@@ -150,21 +150,13 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, trainer_state: d
     return final
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
 
 
 def write_manifest(folder: Path) -> dict:
     """manifest.json: {"format": 1, "files": {relative path: {"bytes", "sha256"}}} of every file."""
-    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+    files = {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
              for p in _files(folder)}
     manifest = {"format": 1, "files": files}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -259,7 +251,7 @@ def _verify_with_manifest(path: Path) -> Optional[str]:
             what = "truncated" if size < entry["bytes"] else "grown"
             return f"{shown}/{name}: {what} ({size} bytes, the manifest says {entry['bytes']})"
         try:
-            digest = _sha256(file)
+            digest = file_sha256(file)
         except OSError as exc:
             return f"{shown}/{name}: unreadable ({type(exc).__name__})"
         if digest != entry["sha256"]:
