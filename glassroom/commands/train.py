@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import threading
-
 from glassroom.commands import new_command
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.observe.run_folder import CONFIG_FILE, config_path, has_config
+from glassroom.train import stopping
 
 DESCRIPTION = """\
 Train the model of a run config on a dataset built by `glassroom data build`, on a CPU, one GPU, or
@@ -78,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.train.trainer import Trainer
 
     trainer = None
-    previous = _stop_on_sigterm()
+    previous = stopping.install()  # SIGTERM stops like Ctrl-C, never in the middle of a checkpoint
     try:
         try:
             trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
@@ -91,26 +88,8 @@ def run(args: argparse.Namespace) -> int:
         raise
     finally:
         parallel.teardown()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        stopping.restore(previous)
     if trainer.info.is_main and not args.quiet:
         print(json.dumps({"run": str(args.out), "step": trainer.step, **final}))
     return 0
 
-
-def _stop_on_sigterm():
-    """SIGTERM (kill, timeout, a scheduler) stops training like Ctrl-C: a start that has not finished a
-    step removes what it created, a started run journals a `stopped` event. A process forked after
-    this dies of SIGTERM as before. Returns the old handler (None off the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    main_pid = os.getpid()
-
-    def stop(signum, frame):
-        if os.getpid() != main_pid:  # a forked worker: the default action
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        raise KeyboardInterrupt("stopped by SIGTERM")
-
-    return signal.signal(signal.SIGTERM, stop)

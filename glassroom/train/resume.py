@@ -18,7 +18,7 @@ from pathlib import Path
 from glassroom.errors import GlassroomError
 from glassroom.observe import record
 from glassroom.observe.run_folder import checkpoints_path, config_path, store_path
-from glassroom.train import checkpoint as ckpt
+from glassroom.train import checkpoint as ckpt, stopping
 from glassroom.train.run_dir import config_differences
 
 # Events a resumed run would record again when it redoes steps a killed process already journaled
@@ -149,7 +149,8 @@ class ResumeMixin:
         """Load the chosen checkpoint and set the damaged ones aside; the resume event's text and data."""
         path = choice.path
         self._check_checkpoint_config(path)
-        saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
+        with stopping.hold():  # DCP would turn a stop inside its read into a CheckpointException
+            saved = ckpt.load_checkpoint(path, self.model, self.optimizer)
         try:
             self.step = int(saved["step"])
             self.state = TrainState(**saved["train_state"])

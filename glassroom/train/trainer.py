@@ -34,7 +34,7 @@ from glassroom.observe import record
 from glassroom.observe.anomalies import AnomalyObserver
 from glassroom.observe.prediction import BandWatcher
 from glassroom.observe.store import StoreReader, StoreWriter, store_path
-from glassroom.train import activation_checkpointing, checkpoint as ckpt, parallel, preflight
+from glassroom.train import activation_checkpointing, checkpoint as ckpt, parallel, preflight, stopping
 from glassroom.train.config import RunConfig
 from glassroom.train.dpo_objective import DPO
 from glassroom.train.eval_tasks import TrainingTasks
@@ -504,12 +504,13 @@ class Trainer(ResumeMixin):
         trainer_state = {"train_state": self.state.__dict__, "config": self.cfg.to_dict()}
         if self.store is not None:
             self.store.flush()
-        path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
-                                    self.cfg.train.keep_last, self.cfg.train.keep_every,
-                                    on_visible=self._checkpoint_visible)
-        window = record.close_window(self.store, self.step) if self.store is not None else None
-        self.record_event("checkpoint", f"saved {path.name}", self.step,
-                          {"path": path.name, **({"record": window} if window else {})})
+        with stopping.hold():  # a stop waits for the checkpoint and its event (stopping.py says why)
+            path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, trainer_state,
+                                        self.cfg.train.keep_last, self.cfg.train.keep_every,
+                                        on_visible=self._checkpoint_visible)
+            window = record.close_window(self.store, self.step) if self.store is not None else None
+            self.record_event("checkpoint", f"saved {path.name}", self.step,
+                              {"path": path.name, **({"record": window} if window else {})})
 
     def _checkpoint_visible(self, path: Path) -> None:
         """Runs on rank 0 right after the checkpoint's rename, before its event: the

@@ -104,8 +104,51 @@ def test_a_second_train_into_a_running_run_is_refused_in_one_line(tiny_dataset, 
         assert logged_steps(out) < 1000000
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
     with StoreReader(out) as reader:
         kinds = [e["kind"] for e in reader.events()]
-    assert kinds[0] == "start" and "resume" not in kinds and kinds[-1] == "stopped"
+    assert kinds[0] == "start" and "resume" not in kinds and kinds[-1] == "stopped", (kinds[-3:], err[-2000:])
     assert run_train(out, tiny_dataset, "train.steps=8", resume=True).returncode == 0  # the lock went with it
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_a_checkpoint_write_ends_as_a_stop_after_the_checkpoint(tiny_dataset, tmp_path, monkeypatch, signum):
+    """torch.distributed.checkpoint turns any exception inside its write into a CheckpointException: the
+    signal must wait for the checkpoint, then stop the run as `stopped`, never crash it."""
+    from torch.distributed.checkpoint import filesystem
+
+    from glassroom.train import stopping
+    from glassroom.train.config import load_run_config
+    from glassroom.train.trainer import Trainer
+    from train_helpers import TINY
+
+    finish = filesystem.FileSystemWriter.finish
+
+    def finish_with_a_signal(self, *args, **kwargs):
+        os.kill(os.getpid(), signum)  # delivered here, inside DCP's write of the metadata
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(filesystem.FileSystemWriter, "finish", finish_with_a_signal)
+    cfg = load_run_config(TINY, [f"data.path={tiny_dataset}", "train.steps=6", "train.checkpoint_every=2"])
+    trainer = Trainer(cfg, tmp_path / "run", quiet=True)
+    previous = stopping.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.run()
+    finally:
+        stopping.restore(previous)
+    with StoreReader(tmp_path / "run") as reader:
+        events = reader.events()
+    assert [(e["kind"], e["step"]) for e in events[-2:]] == [("checkpoint", 2), ("stopped", 2)]
+    assert (tmp_path / "run" / "checkpoints" / "step_0000002").is_dir()
+    reached = []
+    with pytest.raises(KeyboardInterrupt, match="stopped inside"):  # held to the end of the outermost hold
+        with stopping.hold():
+            with stopping.hold():
+                stopping.request("stopped inside")
+            reached.append("after the inner hold")
+        pytest.fail("the stop was not raised when the hold ended")
+    assert reached == ["after the inner hold"]
+    with pytest.raises(KeyboardInterrupt, match="at once"):
+        stopping.request("at once")
