@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from cli_helpers import glassroom_in_process
 from hf_helpers import OFFLINE
-from train_helpers import ROOT, run_train
+from train_helpers import ROOT, run_train, train_cmd
 
 SEQ_LEN, WINDOWS = 32, 32
 
@@ -20,10 +21,20 @@ def glassroom(*args: str) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1"})
 
 
+def glassroom_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`glassroom ARGS` offline in the test process, for checks where the process is not under test."""
+    return glassroom_in_process(*args, cwd=cwd, env=OFFLINE)
+
+
+def train_here(out: Path, dataset: Path, *sets: str) -> subprocess.CompletedProcess:
+    """`glassroom train` (as run_train gives it) offline in the test process: for runs refused at start."""
+    return glassroom_in_process(*train_cmd(out, dataset, *sets)[3:], env=OFFLINE)
+
+
 def dataset_with_tasks(tiny_dataset: Path, out: Path) -> Path:
     """A copy of the tiny dataset with its tasks written through the CLI (12 items, seed 3)."""
     shutil.copytree(tiny_dataset, out)
-    result = glassroom("data", "tasks", str(out), "--seq-len", str(SEQ_LEN), "--windows", str(WINDOWS),
+    result = glassroom_here("data", "tasks", str(out), "--seq-len", str(SEQ_LEN), "--windows", str(WINDOWS),
                        "--items", "12", "--seed", "3")
     assert result.returncode == 0, result.stderr
     assert "glassroom_mc_prose" in result.stdout

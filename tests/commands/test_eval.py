@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from downstream_helpers import dataset_with_tasks, glassroom, train_run
+from downstream_helpers import dataset_with_tasks, glassroom, glassroom_here, train_here, train_run
 from hf_helpers import OFFLINE
 from train_helpers import run_train
 
@@ -30,11 +30,11 @@ def run(dataset, tmp_path_factory) -> Path:
 
 
 def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run):
-    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
+    result = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["step"] == 8 and out["items"] == 2
-    again = glassroom("eval", str(run), "--tasks", "glassroom_bpb_code", "--step", "8", "--json")
+    again = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_code", "--step", "8", "--json")
     assert again.returncode == 0, again.stderr
     with StoreReader(run) as reader:
         steps, values = reader.series("downstream/glassroom_bpb_code/bits_per_byte")
@@ -44,7 +44,7 @@ def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run
     assert prose[0].tolist() == [8] and prose[1][0] == pytest.approx(out["scores"]["glassroom_bpb_prose"]["bits_per_byte"])
     assert [(e["step"], e["data"]["checkpoint"]) for e in events] == [(8, "step_0000008")] * 2
     # The newest checkpoint by default, scored at its step: equal to the trainer's bpb there.
-    newest = glassroom("eval", str(run), "--tasks", "glassroom_bpb_docs", "--json")
+    newest = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_docs", "--json")
     assert newest.returncode == 0 and json.loads(newest.stdout)["step"] == 12
     with StoreReader(run) as reader:
         task, trainer = (reader.latest(n) for n in ("downstream/glassroom_bpb_docs/bits_per_byte", "eval/docs/bpb"))
@@ -61,7 +61,7 @@ def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run
     (["--tasks", "lambada_openai", "--limit", "1"], "cannot load the data of lambada_openai"),  # a hub task, offline
 ])
 def test_eval_mistakes_are_one_line_exit_2(run, args, says):
-    result = glassroom("eval", str(run), *args)
+    result = glassroom_here("eval", str(run), *args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and says in lines[-1], result.stderr
@@ -73,14 +73,14 @@ def test_a_damaged_checkpoint_is_one_line(run, tmp_path):
     shutil.copytree(run, copy)
     data = next((copy / "checkpoints" / "step_0000008").glob("*.distcp"))
     data.write_bytes(data.read_bytes()[:-7] + b"garbage")
-    result = glassroom("eval", str(copy), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    result = glassroom("eval", str(copy), "--tasks", "glassroom_bpb_prose", "--step", "8")  # through python -m glassroom
     assert result.returncode == 2 and result.stderr.startswith("error: ") and "step_0000008" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path):
     out = tmp_path / "r"
-    result = run_train(out, dataset, "train.eval_tasks=[glassroom_nope]", env=OFFLINE)
+    result = train_here(out, dataset, "train.eval_tasks=[glassroom_nope]")
     assert result.returncode == 2 and "train.eval_tasks: unknown task 'glassroom_nope'" in result.stderr
     assert not out.exists()
     bare = tmp_path / "bare"
@@ -96,7 +96,7 @@ def test_eval_tasks_mistakes_are_refused_before_the_run_starts(dataset, tmp_path
 def test_eval_tasks_lm_eval_refuses_are_known_before_the_run_starts(dataset, tmp_path, tasks, says):
     """Not at the first checkpoint, after RUN_DIR was made and steps were paid for."""
     out = tmp_path / "r"
-    result = run_train(out, dataset, f"train.eval_tasks={tasks}", env=OFFLINE)
+    result = train_here(out, dataset, f"train.eval_tasks={tasks}")
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and not out.exists()
@@ -109,14 +109,14 @@ def test_eval_tasks_lm_eval_refuses_are_known_before_the_run_starts(dataset, tmp
 ])
 def test_data_tasks_mistakes_are_one_line_and_leave_tasks_alone(dataset, args, says):
     before = (dataset / "tasks" / "manifest.json").read_bytes()
-    result = glassroom("data", "tasks", str(dataset), *args)
+    result = glassroom_here("data", "tasks", str(dataset), *args)
     assert result.returncode == 2 and result.stderr.strip() == f"error: {says}", result.stderr
     assert (dataset / "tasks" / "manifest.json").read_bytes() == before
     assert not [p.name for p in dataset.iterdir() if p.name.startswith(".tasks")]
 
 
 def test_data_tasks_needs_a_dataset(tmp_path):
-    result = glassroom("data", "tasks", str(tmp_path))
+    result = glassroom_here("data", "tasks", str(tmp_path))
     assert result.returncode == 2 and "not a built dataset" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -146,13 +146,13 @@ def test_scores_wait_for_another_writer_and_join_the_journal(run, tmp_path):
 
 def test_a_limit_that_cuts_a_task_short_prints_the_scores_and_stores_nothing(run):
     """--limit 3 of 12 items is not the checkpoint's score: it must not replace the whole one."""
-    whole = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--json")
+    whole = glassroom_here("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--json")
     assert whole.returncode == 0, whole.stderr
     assert json.loads(whole.stdout)["stored"] is True
     with StoreReader(run) as reader:
         before = reader.series("downstream/glassroom_mc_prose/acc_norm")
         events = len(reader.events())
-    part = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "3", "--json")
+    part = glassroom_here("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "3", "--json")
     assert part.returncode == 0, part.stderr
     out = json.loads(part.stdout)
     assert out["items"] == 3 and out["stored"] is False and "glassroom_mc_prose" in out["scores"]
@@ -162,16 +162,16 @@ def test_a_limit_that_cuts_a_task_short_prints_the_scores_and_stores_nothing(run
         assert len(reader.events()) == events
     assert after[0].tolist() == before[0].tolist() and after[1].tolist() == before[1].tolist()
     # A limit above the task's size scores it whole: stored.
-    big = glassroom("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "1000", "--json")
+    big = glassroom_here("eval", str(run), "--tasks", "glassroom_mc_prose", "--step", "8", "--limit", "1000", "--json")
     assert big.returncode == 0 and json.loads(big.stdout)["stored"] is True
 
 
 def test_bpb_tasks_scored_with_another_window_than_written_say_so_and_are_not_stored(run):
-    same = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
+    same = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8")
     assert same.returncode == 0 and "not comparable" not in same.stderr and "not stored" not in same.stderr
     with StoreReader(run) as reader:
         before = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
-    other = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--max-length", "64")
+    other = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--max-length", "64")
     assert other.returncode == 0, other.stderr
     assert "written for windows of 32 tokens and are scored with --max-length 64: not comparable" in other.stderr
     assert "not stored in" in other.stderr and "--max-length 64 is not the run's train.seq_len 32" in other.stderr
@@ -234,9 +234,9 @@ def test_a_run_whose_dataset_has_no_tasks_still_takes_names_lm_eval_ships(tiny_d
     out = tmp_path / "run"
     trained = run_train(out, tiny_dataset, "train.steps=4", env={**OFFLINE, "OMP_NUM_THREADS": "1"})
     assert trained.returncode == 0, trained.stderr
-    hub = glassroom("eval", str(out), "--tasks", "lambada_openai", "--limit", "1")
+    hub = glassroom_here("eval", str(out), "--tasks", "lambada_openai", "--limit", "1")
     assert hub.returncode == 2 and "cannot load the data of lambada_openai" in hub.stderr, hub.stderr
-    local = glassroom("eval", str(out), "--tasks", "glassroom_mc")
+    local = glassroom_here("eval", str(out), "--tasks", "glassroom_mc")
     assert local.returncode == 2 and "no tasks folder; write it with glassroom data tasks" in local.stderr
 
 
@@ -245,11 +245,11 @@ def test_tasks_written_from_another_build_of_the_data_say_so(run, dataset, tmp_p
     other = tmp_path / "tasks"
     shutil.copytree(dataset / "tasks", other)
     manifest = json.loads((other / "manifest.json").read_text())
-    own = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
+    own = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
     assert own.returncode == 0 and "another build" not in own.stderr, own.stderr
     manifest["dataset_build"]["recipe_hash"] = "sha256:" + "0" * 64
     (other / "manifest.json").write_text(json.dumps(manifest))
-    result = glassroom("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
+    result = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose", "--step", "8", "--tasks-dir", str(other))
     assert result.returncode == 0, result.stderr
     assert "was written from another build of the data than the run's" in result.stderr
 
