@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from cli_helpers import glassroom_in_process
 from glassroom.observe.store import StoreWriter
 from web_helpers import REPO, write_run
 import random
@@ -213,8 +214,14 @@ print('ok')
 
 
 def run_cli(*args, timeout=30):
+    """Through `python -m glassroom`: the one-line error and exit code as a user's shell gets them."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)
+
+
+def run_here(*args, timeout=30):
+    """The same command in the test process (the process itself is not what is checked)."""
+    return glassroom_in_process(*args, cwd=REPO)
 
 
 def test_cli_errors_are_one_line(tmp_path, lab):
@@ -223,12 +230,12 @@ def test_cli_errors_are_one_line(tmp_path, lab):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        out = run_cli("serve", str(lab), "--port", str(busy.getsockname()[1]))
+        out = run_here("serve", str(lab), "--port", str(busy.getsockname()[1]))
     assert out.returncode == 2 and "in use" in out.stderr and out.stderr.count("\n") == 1
-    out = run_cli("serve", str(lab), "--port", "70000")
+    out = run_here("serve", str(lab), "--port", "70000")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     for bad in ("soon", "0", "-5", "nan"):
-        out = run_cli("publish", str(lab), "--out", str(tmp_path / "site"), "--watch", bad)
+        out = run_here("publish", str(lab), "--out", str(tmp_path / "site"), "--watch", bad)
         assert out.returncode == 2 and "--watch" in out.stderr and out.stderr.count("\n") == 1, out.stderr
     (tmp_path / "notasite").mkdir()
     (tmp_path / "notasite" / "thesis.tex").write_text("precious")
@@ -328,10 +335,12 @@ def test_an_undecodable_byte_in_an_incident_title_leaves_every_page_readable(tmp
     root = tmp_path / "lab"
     run = make_run(root / "hero")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    for argv in ([b"open", bytes(run), b"--step", b"2", b"bad \xff byte"], [b"resolve", bytes(run), b"1", b"it was \xfe"]):
-        proc = subprocess.run([sys.executable.encode(), b"-m", b"glassroom", b"incident", *argv],
-                              capture_output=True, timeout=60, env=env)
-        assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"glassroom", b"incident", b"open", bytes(run), b"--step", b"2",
+                           b"bad \xff byte"], capture_output=True, timeout=60, env=env)   # the byte through argv
+    assert proc.returncode == 0, proc.stderr
+    # In-process, the argument as Python decodes argv (surrogateescape).
+    proc = glassroom_in_process("incident", "resolve", run, "1", os.fsdecode(b"it was \xfe"))
+    assert proc.returncode == 0, proc.stderr
     app = create_app(root, loopback_only=False, hosts={"lab.example.org"})
     with TestClient(app, base_url="http://lab.example.org") as client:
         incidents = client.get("/api/incidents")
@@ -391,8 +400,7 @@ def request_2(server, path: str, host: str | None = None, method: str = "GET") -
 
 
 def run_cli_2(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+    return glassroom_in_process(*args, cwd=REPO)
 
 
 def one_line_error(out) -> str:
@@ -509,7 +517,7 @@ def client(root: Path) -> TestClient:
 
 
 def run_note(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", "note", *args], capture_output=True, text=True, timeout=120)
+    return glassroom_in_process("note", *args)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:8080@evil.com", "localhost:abc", "[::1]x", "localhost:80:evil"])
