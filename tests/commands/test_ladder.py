@@ -3,6 +3,7 @@ file or key, never a traceback; non-monotone rungs only with --allow-nonmonotone
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sqlite3
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from glassroom.ladder.rungs import load_rungs
+from ladder_cli_helpers import ladder_in_process
 from ladder_helpers import ROOT, write_ladder
 
 FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
@@ -22,9 +24,16 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     for p, c in zip("abcdefgh", "bcdefghi"))
 
 
-def glassroom(*args) -> subprocess.CompletedProcess:
+def real_glassroom(*args) -> subprocess.CompletedProcess:
+    """`python -m glassroom ARGS`: a real process, for one check per command that the one-line error and exit
+    code 2 arrive through the interpreter."""
     return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
+
+
+def glassroom(*args) -> subprocess.CompletedProcess:
+    """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
+    return ladder_in_process(*args)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
@@ -43,12 +52,24 @@ def clean_ladder(tmp_path_factory) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def edit_store(path: Path):
+    """A connection committed and closed on leaving: a connection left to the garbage collector is closed (and
+    its WAL checkpointed into store.sqlite) whenever the collector runs, maybe during the command under test."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()
+
+
 def rung_dirs(ladder: Path) -> list[Path]:
     return [r.run_dir for r in load_rungs(ladder)]  # smallest compute first
 
 
 def set_final(run_dir: Path, value, metric: str = "eval/macro/loss") -> None:
-    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+    with edit_store(run_dir / "store.sqlite") as conn:
         conn.execute("UPDATE metrics SET value = ? WHERE name_id = (SELECT id FROM names WHERE name = ?) AND "
                      "step = (SELECT MAX(step) FROM metrics WHERE name_id = (SELECT id FROM names WHERE name = ?))",
                      (value, metric, metric))
@@ -77,7 +98,7 @@ def same_compute(ladder):
 
 def non_monotone(ladder):
     rungs = rung_dirs(ladder)
-    with sqlite3.connect(rungs[1] / "store.sqlite") as conn:
+    with edit_store(rungs[1] / "store.sqlite") as conn:
         smaller = conn.execute("SELECT value FROM metrics WHERE name_id = (SELECT id FROM names WHERE name = "
                                "'eval/macro/loss') ORDER BY step DESC LIMIT 1").fetchone()[0]
     set_final(rungs[-1], smaller * 1.05)
@@ -85,7 +106,7 @@ def non_monotone(ladder):
 
 
 def unfinished(ladder):
-    with sqlite3.connect(rung_dirs(ladder)[0] / "store.sqlite") as conn:
+    with edit_store(rung_dirs(ladder)[0] / "store.sqlite") as conn:
         conn.execute("DELETE FROM metrics WHERE step = (SELECT MAX(step) FROM metrics)")
     return "has not finished"
 
@@ -107,7 +128,7 @@ def few_curve_points(ladder):
     rungs = rung_dirs(ladder)[:3]
     (ladder / "ladder.json").write_text(json.dumps({"rungs": [str(r) for r in rungs]}))
     for run_dir in rungs:
-        with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        with edit_store(run_dir / "store.sqlite") as conn:
             for (name_id,) in conn.execute("SELECT id FROM names WHERE name LIKE 'eval/%'").fetchall():
                 conn.execute("DELETE FROM metrics WHERE name_id = ? AND step NOT IN (SELECT step FROM metrics "
                              "WHERE name_id = ? ORDER BY step DESC LIMIT 2)", (name_id, name_id))
@@ -152,7 +173,7 @@ def nan_noise_floor(ladder):
 
 def set_mid_curve(run_dir: Path, value, metric: str = "eval/macro/loss") -> None:
     """Replace the value of the middle evaluation of `metric` (raw SQL: text and bytes stay as given)."""
-    with sqlite3.connect(run_dir / "store.sqlite") as conn:
+    with edit_store(run_dir / "store.sqlite") as conn:
         name_id = conn.execute("SELECT id FROM names WHERE name = ?", (metric,)).fetchone()[0]
         steps = [r[0] for r in conn.execute("SELECT step FROM metrics WHERE name_id = ? ORDER BY step", (name_id,))]
         conn.execute("UPDATE metrics SET value = ? WHERE name_id = ? AND step = ?", (value, name_id, steps[len(steps) // 2]))
@@ -172,7 +193,7 @@ def huge_final(ladder):
 def tiny_finals(ladder):
     """Losses of 1e-300: the bootstrap's perturbed values underflowed to zero (log warnings, a garbage fit)."""
     for run_dir in rung_dirs(ladder):
-        with sqlite3.connect(run_dir / "store.sqlite") as conn:
+        with edit_store(run_dir / "store.sqlite") as conn:
             conn.execute("UPDATE metrics SET value = value * 1e-300 WHERE name_id IN "
                          "(SELECT id FROM names WHERE name LIKE 'eval/%')")
     return "is no loss a fit can use"
@@ -230,8 +251,9 @@ def test_fit_and_backtest_refuse_bad_rungs_in_one_line(clean_ladder, tmp_path, c
     shutil.copytree(clean_ladder, ladder)
     needle = case(ladder)
     before = files(ladder)
+    run = real_glassroom if case is CASES[0] else glassroom  # one case through `python -m glassroom`
     for command in ("fit", "backtest"):
-        result = glassroom("ladder", command, ladder)
+        result = run("ladder", command, ladder)
         one_line_error(result, *([needle] if needle else []))
     assert files(ladder) == before  # nothing written, nothing destroyed
 
@@ -347,8 +369,9 @@ SPECS = [spec_missing, spec_folder, spec_alias_bomb, spec_bad_key, spec_not_yaml
 @pytest.mark.parametrize("case", SPECS, ids=[c.__name__ for c in SPECS])
 def test_plan_and_run_refuse_bad_specs_in_one_line(tmp_path, case):
     spec, needle = case(tmp_path)
-    one_line_error(glassroom("ladder", "plan", spec, "--cpu-flops", "1e10"), needle)
-    one_line_error(glassroom("ladder", "run", spec, "--out", tmp_path / "out"), needle)
+    run = real_glassroom if case is SPECS[0] else glassroom  # one case through `python -m glassroom`
+    one_line_error(run("ladder", "plan", spec, "--cpu-flops", "1e10"), needle)
+    one_line_error(run("ladder", "run", spec, "--out", tmp_path / "out"), needle)
     assert not (tmp_path / "out").exists()
 
 
@@ -370,7 +393,7 @@ def test_fit_on_a_file_or_an_empty_ladder_is_one_line(tmp_path):
 
 
 def test_verify_bad_inputs_are_one_line(tmp_path, clean_ladder):
-    one_line_error(glassroom("ladder", "verify", tmp_path / "nope"), "no such folder")
+    one_line_error(real_glassroom("ladder", "verify", tmp_path / "nope"), "no such folder")
     (tmp_path / "file").write_text("x")
     one_line_error(glassroom("ladder", "verify", tmp_path / "file"), "is a file")
     one_line_error(glassroom("ladder", "verify", tmp_path), "no store.sqlite")

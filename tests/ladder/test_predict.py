@@ -15,13 +15,21 @@ from glassroom.ladder.predict import (deviation, fit_curves, lr_multipliers, mak
                                       preregister, schedule_areas)
 from glassroom.ladder.rungs import load_rungs
 from glassroom.observe.store import StoreReader
+from ladder_cli_helpers import ladder_in_process
 from ladder_helpers import ROOT, TRUTH, true_curve, write_ladder
 
 FAST = {"fit": {"bootstrap": 40, "momentum": 0.999}}  # TRUTH's C is sized for the paper's lambda (the demo uses 0.95)
 
 
-def glassroom(*args):
+def real_glassroom(*args):
+    """`python -m glassroom ARGS`: a real process, for one check per command that the one-line error and exit
+    code 2 arrive through the interpreter."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def glassroom(*args):
+    """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
+    return ladder_in_process(*args)
 
 
 def test_schedule_areas_match_the_definition():
@@ -110,8 +118,9 @@ def test_fit_and_backtest_commands(ladder):
 
 
 def test_fit_errors_are_one_line(tmp_path):
-    for args, message in (([str(tmp_path / "nope")], "no such ladder folder"), ([str(tmp_path)], "no rungs/ folder")):
-        result = glassroom("ladder", "fit", *args)
+    for run, args, message in ((real_glassroom, [str(tmp_path / "nope")], "no such ladder folder"),
+                               (glassroom, [str(tmp_path)], "no rungs/ folder")):
+        result = run("ladder", "fit", *args)
         assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

@@ -17,6 +17,7 @@ import yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.plan import format_plan, plan_ladder
 from glassroom.ladder.spec import expand, expand_seeds, spec_from_mapping
+from ladder_cli_helpers import ladder_in_process
 from ladder_helpers import ROOT, write_ladder
 
 SPEC = ROOT / "tests" / "configs" / "ladder-tiny.yaml"
@@ -29,9 +30,16 @@ def seeded(seeds) -> dict:
     return raw
 
 
-def glassroom(*args):
+def real_glassroom(*args):
+    """`python -m glassroom ARGS`: a real process, for one check per command that the one-line error and exit
+    code 2 arrive through the interpreter."""
     return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
+
+
+def glassroom(*args):
+    """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
+    return ladder_in_process(*args)
 
 
 def test_seed_k_trains_with_base_seed_plus_k_and_seed_0_is_the_rung_as_before():
@@ -78,7 +86,7 @@ def test_plan_shows_the_seeds_and_counts_every_seed_in_the_total():
 WHOLE = "runs per rung must be a whole number from 1 to 1000"
 
 
-@pytest.mark.parametrize("seeds, message", [
+BAD_SEEDS = [
     (0, f"seeds: {WHOLE} (or a list of those, one per rung), got 0"),
     ("two", f"seeds: {WHOLE} (or a list of those, one per rung), got 'two'"),
     (2.5, f"seeds: {WHOLE} (or a list of those, one per rung), got 2.5"),
@@ -87,11 +95,15 @@ WHOLE = "runs per rung must be a whole number from 1 to 1000"
     ([1, 2], "seeds: 2 counts for 3 rungs"),
     ([1, 0, 1], f"seeds[1]: {WHOLE} (or a list of those, one per rung), got 0"),
     ([1, "x", 1], f"seeds[1]: {WHOLE} (or a list of those, one per rung), got 'x'"),
-])
+]
+
+
+@pytest.mark.parametrize("seeds, message", BAD_SEEDS)
 def test_bad_seeds_are_one_line_errors(tmp_path, seeds, message):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(seeded(seeds)))
-    result = glassroom("ladder", "plan", path, "--cpu-flops", "1e11")
+    run = real_glassroom if message == BAD_SEEDS[0][1] else glassroom  # one case through `python -m glassroom`
+    result = run("ladder", "plan", path, "--cpu-flops", "1e11")
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
 

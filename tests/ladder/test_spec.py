@@ -12,6 +12,7 @@ import yaml
 
 from glassroom.ladder.spec import expand, load_spec, spec_from_mapping
 from glassroom.train.config import run_config_from_mapping
+from ladder_cli_helpers import ladder_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "ladder-demo.yaml"
@@ -19,8 +20,15 @@ STORY = ROOT / "experiments" / "ladder-story.yaml"
 RUNG_NAMES = ["37.4K-A35.1K", "75.0K-A61.2K", "102K-A83.6K", "221K-A159K"]  # the demo's MoE rungs (total-Aactive)
 
 
-def glassroom(*args, cwd=ROOT):
+def real_glassroom(*args, cwd=ROOT):
+    """`python -m glassroom ARGS`: a real process, for one check per command that the one-line error and exit
+    code 2 arrive through the interpreter."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def glassroom(*args, cwd=ROOT):
+    """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
+    return ladder_in_process(*args, cwd=cwd)
 
 
 def test_demo_expansion_follows_the_written_rules():
@@ -79,7 +87,7 @@ def test_plan_prints_rungs_and_hero_with_time():
     assert hero["seconds"] == pytest.approx(hero["flops"] / (1e11 * 0.15))
 
 
-@pytest.mark.parametrize("edit, message", [
+BAD_SPECS = [
     (lambda r: r.update(rungz=[1]), "bad.yaml: rungz: unknown key (did you mean rungs?)"),
     (lambda r: r.pop("dial"), "dial: missing required key"),
     (lambda r: r.update(rungs=[]), "rungs: needs at least two rungs, got none"),
@@ -92,13 +100,17 @@ def test_plan_prints_rungs_and_hero_with_time():
     (lambda r: r["shape"].pop("expert_ratio"), "shape.expert_ratio: needed for a MoE base model"),
     (lambda r: r["base"]["model"]["moe"].update(bias_update_rate=-1), "model.moe.bias_update_rate: must be zero or more"),
     (lambda r: r["base"]["model"]["moe"].update(n_experts="lots"), "model.moe.n_experts: expected a whole number"),
-])
+]
+
+
+@pytest.mark.parametrize("edit, message", BAD_SPECS)
 def test_bad_specs_are_one_line_errors(tmp_path, edit, message):
     raw = yaml.safe_load(DEMO.read_text())
     edit(raw)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
-    result = glassroom("ladder", "plan", str(path), "--cpu-flops", "1e11")
+    run = real_glassroom if message == BAD_SPECS[0][1] else glassroom  # one case through `python -m glassroom`
+    result = run("ladder", "plan", str(path), "--cpu-flops", "1e11")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines

@@ -3,25 +3,39 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 from glassroom.observe.store import StoreReader
+from ladder_cli_helpers import ladder_in_process
 from train_helpers import ROOT
 import pytest
 
 SPEC = ROOT / "tests" / "configs" / "ladder-tiny.yaml"
 
 
-def glassroom(*args) -> subprocess.CompletedProcess:
+def real_glassroom(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "glassroom", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
 
 
+def glassroom(*args) -> subprocess.CompletedProcess:
+    """The command in this process (no torch import per call); `ladder run`'s steps still train in their own
+    worker processes."""
+    return ladder_in_process(*args)
+
+
+@pytest.fixture(scope="module")
+def hero_ladder(tiny_dataset, tmp_path_factory):
+    """`python -m glassroom ladder run SPEC --hero`, the whole pipeline in a real process: its folder, its result."""
+    out = tmp_path_factory.mktemp("hero") / "ladder"
+    return out, real_glassroom("ladder", "run", SPEC, "--out", out, "--data", tiny_dataset, "--hero")
+
+
 @pytest.mark.slow
-def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_dataset, tmp_path):
-    out = tmp_path / "ladder"
-    first = glassroom("ladder", "run", SPEC, "--out", out, "--data", tiny_dataset, "--hero")
+def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_dataset, hero_ladder):
+    out, first = hero_ladder
     assert first.returncode == 0, first.stderr[-3000:]
     listing = json.loads((out / "ladder.json").read_text())["rungs"]
     assert len(listing) == 3 and all(name.startswith("rungs/") for name in listing)
@@ -57,14 +71,20 @@ def test_ladder_run_trains_rungs_then_preregisters_and_trains_the_hero(tiny_data
 
 
 @pytest.mark.slow
-def test_a_failed_fit_still_trains_the_hero_without_a_prediction(tiny_dataset, tmp_path):
+def test_a_failed_fit_still_trains_the_hero_without_a_prediction(tiny_dataset, hero_ladder, tmp_path):
     import yaml
 
     raw = yaml.safe_load(SPEC.read_text())
     raw["fit"] = {**raw.get("fit", {}), "irreducible": 50.0}   # above every loss: no law can be fitted
     spec = tmp_path / "ladder.yaml"
     spec.write_text(yaml.safe_dump(raw))
+    # The rungs (same configs, same data) are those of the ladder above, reused from its folder; the fit and
+    # the hero are this spec's own (their outputs removed, so the globs below find only this run's).
     out = tmp_path / "ladder"
+    shutil.copytree(hero_ladder[0], out)
+    assert hero_ladder[1].returncode == 0, hero_ladder[1].stderr[-3000:]
+    for folder in ("ladders", "runs"):
+        shutil.rmtree(out / folder)
     run = glassroom("ladder", "run", spec, "--out", out, "--data", tiny_dataset, "--hero")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "no prediction: fit.irreducible 50 is not below" in run.stderr and "way forward:" in run.stderr
