@@ -9,17 +9,25 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import glassroom_in_process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def glassroom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+def glassroom_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """Through `python -m glassroom`: what a user's shell gets."""
     return subprocess.run(
         [sys.executable, "-m", "glassroom", *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )
 
 
+def glassroom(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """The same command in the test process (the process itself is not what is checked)."""
+    return glassroom_in_process(*args, cwd=cwd)
+
+
 def test_plan_prints_the_llama_size():
-    result = glassroom("plan", "experiments/llama3-8b.yaml")
+    result = glassroom_process("plan", "experiments/llama3-8b.yaml")
     assert result.returncode == 0, result.stderr
     assert "8.0B" in result.stdout and "8,030,261,248" in result.stdout
 
@@ -79,7 +87,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 
 
 def test_missing_file_and_bad_options(tmp_path):
-    result = glassroom("plan", str(tmp_path / "nope.yaml"))
+    result = glassroom_process("plan", str(tmp_path / "nope.yaml"))
     assert result.returncode == 2 and "no such file" in result.stderr
     for args, expected in ((["--tokens", "many"], "--tokens"), (["--mfu", "2"], "--mfu"), (["--gpus", "0"], "--gpus")):
         result = glassroom("plan", "experiments/llama3-8b.yaml", *args)
