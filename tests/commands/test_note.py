@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from cli_helpers import glassroom_in_process
 from glassroom.observe.store import StoreReader, StoreWriter
 from glassroom.web.publish import publish
 
@@ -16,8 +17,14 @@ from web_helpers import REPO, write_run
 
 
 def run_cli(*args, timeout=60):
+    """Through `python -m glassroom`: what a user's shell gets."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=timeout)
+
+
+def run_here(*args):
+    """The same command in the test process (the process itself is not what is checked)."""
+    return glassroom_in_process(*args, cwd=REPO)
 
 
 def one_line_error(out) -> str:
@@ -31,25 +38,25 @@ def test_note_marks_a_run_or_a_note_private(tmp_path):
     run = write_run(tmp_path / "lab" / "r", steps=20)
     out = run_cli("note", str(run), "--private", "only for us")
     assert out.returncode == 0 and "private note" in out.stdout
-    out = run_cli("note", str(run), "--private-run")
+    out = run_here("note", str(run), "--private-run")
     assert out.returncode == 0 and "private" in out.stdout
     site = publish(tmp_path / "lab", tmp_path / "site")
     assert site["runs"] == []
-    out = run_cli("note", str(run), "--public-run")
+    out = run_here("note", str(run), "--public-run")
     assert out.returncode == 0 and "public" in out.stdout
     site = publish(tmp_path / "lab", tmp_path / "site")
     meta = json.loads((tmp_path / "site" / "data" / site["generation"] / "runs" / "r" / "meta.json").read_text())
     assert site["runs"] == ["r"] and not any("only for us" in e["text"] for e in meta["events"])
     one_line_error(run_cli("note", str(run), "--private"))
-    one_line_error(run_cli("note", str(run), "--private", "  "))
-    one_line_error(run_cli("note", str(run), "text", "--private", "text"))
-    one_line_error(run_cli("note", str(run)))
+    one_line_error(run_here("note", str(run), "--private", "  "))
+    one_line_error(run_here("note", str(run), "text", "--private", "text"))
+    one_line_error(run_here("note", str(run)))
 
 
 
 
 def run_note(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", "note", *args], capture_output=True, text=True, timeout=120)
+    return glassroom_in_process("note", *args)
 
 
 def test_note_refuses_a_step_past_sqlite_and_huge_text(tmp_path):
