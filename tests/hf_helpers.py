@@ -2,8 +2,10 @@
 
 `ARCHS` maps each transformers architecture glassroom exports to `--set` overrides of
 tests/configs/train-tiny.yaml that make a model only that architecture expresses; `train_tiny_run`
-trains one a few steps through the real CLI; `export_folder` exports it; `hf_model` loads a folder
-with transformers offline; `real_text` is a few hundred characters of real Python source.
+trains one a few steps through the real CLI (`train_tiny_run_here`: the same command in the test
+process); `export_folder` exports it; `hf_model` loads a folder with transformers offline; `real_text`
+is a few hundred characters of real Python source. `cli` runs `python -m glassroom` offline in a
+subprocess, `cli_here` and `train_here` the same commands in the test process (no torch import to pay).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from train_helpers import ROOT, run_train
+from cli_helpers import glassroom_in_process
+from train_helpers import ROOT, TINY, run_train, train_cmd
 import shutil
 
 import torch
@@ -50,6 +53,21 @@ def train_tiny_run(tmp: Path, arch: str, dataset: Path, *sets: str) -> Path:
     return out
 
 
+def train_here(out: Path, dataset: Path, *sets: str, resume: bool = False, config: Path = TINY,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """train_helpers.run_train's `glassroom train` run in this process, offline."""
+    argv = train_cmd(out, dataset, *sets, resume=resume, config=config)[3:]  # past `python -m glassroom`
+    return glassroom_in_process(*argv, env={**OFFLINE, **(env or {})})
+
+
+def train_tiny_run_here(tmp: Path, arch: str, dataset: Path, *sets: str) -> Path:
+    """train_tiny_run's run, trained in this process."""
+    out = Path(tmp) / arch
+    result = train_here(out, dataset, *SHORT, *ARCHS[arch], *sets)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
 def export_folder(run: Path, out: Path, **options) -> Path:
     """`glassroom export` in process (options: step, dtype, max_shard_size, force)."""
     from glassroom.train.run_folder import export_run
@@ -75,6 +93,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     """`glassroom ARGS` as a user runs it, offline."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, **OFFLINE})
+
+
+def cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`glassroom ARGS` in this process, offline: exit code, stdout and stderr as `cli` gives them."""
+    return glassroom_in_process(*args, cwd=cwd, env=OFFLINE)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_dir(tiny_dataset, tmp_path_factory) -> Path:
     """The tiny MoE config trained 4 steps (one checkpoint), with room for a 64-token completion."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from train_helpers import run_train
+    from hf_helpers import train_here
 
     out = tmp_path_factory.mktemp("sample") / "moe"
-    result = run_train(out, tiny_dataset, "train.steps=4", "model.max_seq_len=128")
+    result = train_here(out, tiny_dataset, "train.steps=4", "model.max_seq_len=128")
     assert result.returncode == 0, result.stderr
     return out
 

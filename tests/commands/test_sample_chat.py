@@ -17,7 +17,7 @@ from glassroom.errors import GlassroomError
 from glassroom.generate import generate
 from glassroom.model.config import model_config_from_mapping
 from glassroom.model.transformer import build_model
-from hf_helpers import OFFLINE  # noqa: F401 (sets the offline variables)
+from hf_helpers import OFFLINE, train_here  # noqa: F401 (OFFLINE: importing it sets the offline variables)
 from train_helpers import TINY
 
 QUESTION = "What does json.dumps do?"
@@ -127,9 +127,7 @@ def test_sample_chat_refuses_a_model_without_a_template(tmp_path, capsys):
 
 
 def test_sample_chat_on_a_pretraining_run_folder_is_refused(tiny_dataset, tmp_path, capsys):
-    from train_helpers import run_train
-
-    result = run_train(tmp_path / "run", tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "model.moe=")
+    result = train_here(tmp_path / "run", tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "model.moe=")
     assert result.returncode == 0, result.stderr
     code, out, err = _cli(capsys, tmp_path / "run", "--chat", "--prompt", QUESTION)
     assert code == 2 and out == "" and err.count("\n") == 1
@@ -138,19 +136,20 @@ def test_sample_chat_on_a_pretraining_run_folder_is_refused(tiny_dataset, tmp_pa
     assert code == 0 and out.startswith("def ") and "\n\nThe" in out   # several prompts without --chat
 
 
-def test_an_sft_run_samples_what_sample_chat_prints_and_links_its_base(tiny_dataset, tmp_path, capsys):
+def test_an_sft_run_samples_what_sample_chat_prints_and_links_its_base(tiny_dataset, tmp_path, capsys, monkeypatch):
     """End to end: a tiny base pretrained, tuned on real conversations with observe.sample_prompts;
     each checkpoint's `samples` event holds what `glassroom sample RUN --step N --chat` prints, the
     run folder's template comes from its dataset manifest, and its Lineage links the base run."""
+    import sft_helpers
     from glassroom.observe.store import StoreReader
     from glassroom.web.data import run_meta
     from sft_helpers import build_chat, pretrain_base, sft_config
-    from train_helpers import run_train
 
+    monkeypatch.setattr(sft_helpers, "run_train", train_here)  # the base's `glassroom train` in this process
     base = pretrain_base(tiny_dataset, tmp_path / "base")
     data = build_chat(tmp_path / "chat", base / "tokenizer.json", n=120)
     config = sft_config(tmp_path / "sft.yaml", base, data, steps=8, checkpoint_every=4, eval_every=4)
-    result = run_train(tmp_path / "sft", data, config=config)
+    result = train_here(tmp_path / "sft", data, config=config)
     assert result.returncode == 0, result.stderr
     with StoreReader(tmp_path / "sft") as reader:
         events = [e for e in reader.events() if e["kind"] == "samples"]

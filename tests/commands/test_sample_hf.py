@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hf_helpers import ARCHS, export_folder, hf_model, real_text, train_tiny_run  # noqa: E402
+from hf_helpers import ARCHS, export_folder, hf_model, real_text, train_tiny_run_here  # noqa: E402
 
 from glassroom.commands.sample import sample  # noqa: E402
 
@@ -29,7 +29,7 @@ def _hf_greedy(model, ids, new, eos):
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_greedy_sample_equals_transformers_generate(arch, tiny_dataset, tmp_path):
     # 128 positions: the prompt and 64 new tokens run well past the sliding windows (16).
-    run = train_tiny_run(tmp_path, arch, tiny_dataset, "model.max_seq_len=128")
+    run = train_tiny_run_here(tmp_path, arch, tiny_dataset, "model.max_seq_len=128")
     folder = export_folder(run, tmp_path / "export")
     model, hf_tok = hf_model(folder)
     prompt = real_text(120)

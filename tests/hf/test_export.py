@@ -9,9 +9,11 @@ import shutil
 import pytest
 import torch
 
-from hf_helpers import ARCHS, cli, export_folder, hf_model, one_line_error, real_text, train_tiny_run
-from hf_helpers import cli as glassroom
-from train_helpers import TINY, run_train
+from hf_helpers import ARCHS, cli, export_folder, hf_model, one_line_error, real_text, train_tiny_run_here
+from hf_helpers import cli_here
+from hf_helpers import cli_here as glassroom
+from hf_helpers import train_here
+from train_helpers import TINY
 import yaml
 
 from glassroom.data.chat import ChatTemplate
@@ -29,7 +31,7 @@ def runs(tiny_dataset, tmp_path_factory):
 
     def get(arch: str):
         if arch not in made:
-            made[arch] = train_tiny_run(root, arch, tiny_dataset)
+            made[arch] = train_tiny_run_here(root, arch, tiny_dataset)
         return made[arch]
     return get
 
@@ -147,7 +149,8 @@ def test_cli_export_then_out_rules(runs, tmp_path):
     result = glassroom("export", str(run), "--out", str(out), "--dtype", "bf16")
     assert result.returncode == 0, result.stderr
     before = (out / "model.safetensors").read_bytes()
-    one_line_error(glassroom("export", str(run), "--out", str(out)), "--force")
+    # through `python -m glassroom`: the one line and exit code 2 reach a user's terminal
+    one_line_error(cli("export", str(run), "--out", str(out)), "--force")
     assert (out / "model.safetensors").read_bytes() == before
     assert glassroom("export", str(run), "--out", str(out), "--force").returncode == 0
     assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
@@ -173,7 +176,7 @@ def test_cli_missing_or_damaged_checkpoint(runs, tiny_dataset, tmp_path):
     one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "c")), "no intact checkpoint")
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
     empty = tmp_path / "fresh"
-    assert run_train(empty, tiny_dataset, "train.steps=2", "train.checkpoint_every=4",
+    assert train_here(empty, tiny_dataset, "train.steps=2", "train.checkpoint_every=4",
                      "train.eval_every=4", "model.moe=").returncode == 0
     shutil.rmtree(empty / "checkpoints")
     one_line_error(glassroom("export", str(empty), "--out", str(tmp_path / "d")), "no checkpoint yet")
@@ -181,7 +184,7 @@ def test_cli_missing_or_damaged_checkpoint(runs, tiny_dataset, tmp_path):
 
 def test_cli_newest_damaged_falls_back_with_a_warning(runs, tmp_path, tiny_dataset):
     run = tmp_path / "run"
-    assert run_train(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
+    assert train_here(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
                      "model.moe=").returncode == 0
     (run / "checkpoints" / "step_0000004" / "trainer.json").write_text("{}")
     result = glassroom("export", str(run), "--out", str(tmp_path / "hf"))
@@ -198,7 +201,7 @@ def test_cli_newest_damaged_falls_back_with_a_warning(runs, tmp_path, tiny_datas
 ])
 def test_cli_unsupported_option_is_named(tiny_dataset, tmp_path, sets, key):
     run = tmp_path / "run"
-    result = run_train(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2", *sets)
+    result = train_here(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2", *sets)
     assert result.returncode == 0, result.stderr
     one_line_error(glassroom("export", str(run), "--out", str(tmp_path / "hf")), key)
     assert not (tmp_path / "hf").exists()
@@ -209,7 +212,7 @@ def test_card_has_downstream_scores_and_redacts(tiny_dataset, tmp_path):
 
     run = tmp_path / "run"
     secret = "hf_" + "a1B2c3D4e5F6g7H8i9J0"
-    assert run_train(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2",
+    assert train_here(run, tiny_dataset, "train.steps=2", "train.checkpoint_every=2", "train.eval_every=2",
                      "model.moe=", f"observe.wandb_project={secret}").returncode == 0
     with StoreWriter(run) as writer:
         writer.log(2, {"downstream/glassroom_mc/acc": 0.625})
@@ -225,7 +228,7 @@ def test_load_run_steps_and_exported_folder(runs, tmp_path, tiny_dataset):
     from glassroom.errors import GlassroomError
 
     run = tmp_path / "run"
-    assert run_train(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
+    assert train_here(run, tiny_dataset, "train.steps=4", "train.checkpoint_every=2", "train.eval_every=4",
                      *ARCHS["qwen3"]).returncode == 0
     newest, tok = glassroom.load(run)
     early, _ = glassroom.load(run, step=2)
@@ -307,7 +310,7 @@ def test_export_without_template_tokens_writes_no_chat_template(template):
 @pytest.fixture(scope="module")
 def dense_run(tiny_dataset, tmp_path_factory):
     run = tmp_path_factory.mktemp("review") / "run"
-    result = run_train(run, tiny_dataset, "model.moe=", "train.steps=2", "train.checkpoint_every=1", "train.eval_every=2")
+    result = train_here(run, tiny_dataset, "model.moe=", "train.steps=2", "train.checkpoint_every=1", "train.eval_every=2")
     assert result.returncode == 0, result.stderr
     return run
 
@@ -340,15 +343,15 @@ def _run_config(path, dataset, init) -> None:
 def test_force_never_deletes_what_no_export_wrote(dense_run, tmp_path):
     out = export_folder(dense_run, tmp_path / "hf")
     (out / "notes.txt").write_text("mine")
-    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "notes.txt", "did not write")
+    one_line_error(cli_here("export", str(dense_run), "--out", str(out), "--force"), "notes.txt", "did not write")
     assert (out / "notes.txt").read_text() == "mine"
     (out / "notes.txt").unlink()
     (out / "lab").mkdir()  # e.g. a run folder moved inside it
     (out / "lab" / "config.yaml").write_text("x")
-    one_line_error(cli("export", str(dense_run), "--out", str(out), "--force"), "lab/config.yaml")
+    one_line_error(cli_here("export", str(dense_run), "--out", str(out), "--force"), "lab/config.yaml")
     assert (out / "lab" / "config.yaml").is_file() and (out / "model.safetensors").is_file()
     shutil.rmtree(out / "lab")
-    assert cli("export", str(dense_run), "--out", str(out), "--force").returncode == 0
+    assert cli_here("export", str(dense_run), "--out", str(out), "--force").returncode == 0
 
 
 def test_export_of_a_training_run_whose_checkpoint_is_pruned_while_read(dense_run, tmp_path, monkeypatch):
@@ -376,7 +379,7 @@ def test_out_as_a_symlink_to_a_folder_is_refused(dense_run, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (tmp_path / "link").symlink_to(elsewhere)
-    one_line_error(cli("export", str(dense_run), "--out", str(tmp_path / "link")), "symbolic link")
+    one_line_error(cli_here("export", str(dense_run), "--out", str(tmp_path / "link")), "symbolic link")
     assert list(elsewhere.iterdir()) == [] and (tmp_path / "link").is_symlink()
 
 
@@ -390,19 +393,19 @@ def test_load_a_checkpoint_folder_or_another_folder_says_what_to_give(dense_run,
         glassroom.load(tmp_path)
     assert "resume" not in str(info.value)
     hf = export_folder(dense_run, tmp_path / "hf")
-    one_line_error(cli("export", str(hf), "--out", str(tmp_path / "again")), "a Hugging Face folder, not a run folder")
+    one_line_error(cli_here("export", str(hf), "--out", str(tmp_path / "again")), "a Hugging Face folder, not a run folder")
 
 
 def test_init_step_missing_or_no_checkpoint_is_named_and_nothing_is_left(dense_run, tiny_dataset, tmp_path):
     config = tmp_path / "run.yaml"
     _run_config(config, tiny_dataset, {"from": str(dense_run), "step": 5})
-    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.step", "(checkpoints: 1, 2)")
+    one_line_error(cli_here("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.step", "(checkpoints: 1, 2)")
     assert not (tmp_path / "new").exists()
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "config.yaml").write_text((dense_run / "config.yaml").read_text())
     _run_config(config, tiny_dataset, {"from": str(bare)})
-    one_line_error(cli("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.from", "no checkpoint yet")
+    one_line_error(cli_here("train", str(config), "--out", str(tmp_path / "new"), "--quiet"), "init.from", "no checkpoint yet")
     assert not (tmp_path / "new").exists()
 
 

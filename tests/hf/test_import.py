@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from hf_helpers import cli, hf_model, one_line_error, real_text
+from hf_helpers import cli, cli_here, hf_model, one_line_error, real_text
 from train_helpers import TINY
 from hf_helpers import HF_CONFIGS, make_hf_folder
 import shutil
@@ -41,9 +41,9 @@ def tensors(folder) -> dict[str, torch.Tensor]:
 def import_train_export(tmp_path, dataset, source, dtype="fp32", model=None):
     config = tmp_path / "run.yaml"
     write_run_config(config, dataset, {"from": str(source)}, model)
-    train = cli("train", str(config), "--out", str(tmp_path / "run"), "--quiet")
+    train = cli_here("train", str(config), "--out", str(tmp_path / "run"), "--quiet")
     assert train.returncode == 0, train.stderr
-    exported = cli("export", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--dtype", dtype)
+    exported = cli_here("export", str(tmp_path / "run"), "--out", str(tmp_path / "out"), "--dtype", dtype)
     assert exported.returncode == 0, exported.stderr
     return tmp_path / "run", tmp_path / "out"
 
@@ -91,11 +91,11 @@ def test_init_from_a_run_folder_and_resume_uses_its_own_checkpoint(tiny_dataset,
     first = tmp_path / "first.yaml"
     write_run_config(first, tiny_dataset, {"from": str(source)}, lr=3e-3, steps=2, checkpoint_every=2,
                      schedule="constant")
-    assert cli("train", str(first), "--out", str(tmp_path / "a"), "--quiet").returncode == 0
+    assert cli_here("train", str(first), "--out", str(tmp_path / "a"), "--quiet").returncode == 0
     # A run started from the first run's checkpoint at step 2 holds its weights before any step.
     second = tmp_path / "second.yaml"
     write_run_config(second, tiny_dataset, {"from": str(tmp_path / "a"), "step": 2})
-    assert cli("train", str(second), "--out", str(tmp_path / "b"), "--quiet").returncode == 0
+    assert cli_here("train", str(second), "--out", str(tmp_path / "b"), "--quiet").returncode == 0
     a, _ = glassroom.load(tmp_path / "a")
     b, _ = glassroom.load(tmp_path / "b")
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
@@ -105,15 +105,15 @@ def test_init_from_a_run_folder_and_resume_uses_its_own_checkpoint(tiny_dataset,
     straight = tmp_path / "straight.yaml"
     write_run_config(straight, tiny_dataset, {"from": str(source)}, lr=3e-3, steps=4, checkpoint_every=2,
                      schedule="constant")
-    assert cli("train", str(straight), "--out", str(tmp_path / "c"), "--quiet").returncode == 0
+    assert cli_here("train", str(straight), "--out", str(tmp_path / "c"), "--quiet").returncode == 0
     (source / "model.safetensors").rename(tmp_path / "moved.safetensors")
-    resumed = cli("train", str(straight), "--out", str(tmp_path / "a"), "--quiet", "--resume")
+    resumed = cli_here("train", str(straight), "--out", str(tmp_path / "a"), "--quiet", "--resume")
     assert resumed.returncode == 0, resumed.stderr
     c, _ = glassroom.load(tmp_path / "c")
     a4, _ = glassroom.load(tmp_path / "a")
     for (name, x), (_, y) in zip(c.state_dict().items(), a4.state_dict().items()):
         assert torch.equal(x, y), name
-    one_line_error(cli("train", str(second), "--out", str(tmp_path / "b"), "--quiet", "--resume",
+    one_line_error(cli_here("train", str(second), "--out", str(tmp_path / "b"), "--quiet", "--resume",
                              "--set", "init.step=4"), "init.step")
 
 
@@ -154,7 +154,7 @@ def test_bad_init_folders_are_one_line(tiny_dataset, tmp_path, damage, words):
     damage(source)
     config = tmp_path / "run.yaml"
     write_run_config(config, tiny_dataset, {"from": str(source)})
-    one_line_error(cli("train", str(config), "--out", str(tmp_path / "run"), "--quiet"), *words)
+    one_line_error(cli_here("train", str(config), "--out", str(tmp_path / "run"), "--quiet"), *words)
     assert not (tmp_path / "run").exists()
 
 
@@ -165,12 +165,13 @@ def test_disagreeing_model_section_and_init_keys(tiny_dataset, tmp_path):
     config = tmp_path / "run.yaml"
     model = {**model_section(source), "d_model": 128}
     write_run_config(config, tiny_dataset, {"from": str(source)}, model)
+    # through `python -m glassroom`: the one line and exit code 2 reach a user's terminal
     one_line_error(cli("train", str(config), "--out", str(tmp_path / "run"), "--quiet"), "model.d_model", "128")
     for init, words in [({"from": str(tmp_path / "nowhere")}, ("init.from", "no such folder")),
                         ({"from": str(source), "step": 3}, ("init.step", "Hugging Face folder")),
                         ({"from": str(source), "steps": 3}, ("init.steps", "unknown key"))]:
         write_run_config(config, tiny_dataset, init)
-        one_line_error(cli("train", str(config), "--out", str(tmp_path / "run"), "--quiet"), *words)
+        one_line_error(cli_here("train", str(config), "--out", str(tmp_path / "run"), "--quiet"), *words)
     assert not (tmp_path / "run").exists()
 
 
@@ -197,12 +198,12 @@ def test_resume_after_the_init_folder_is_deleted(tiny_dataset, tmp_path):
     config = tmp_path / "run.yaml"
     _run_config(config, tiny_dataset, {"from": str(source)})
     run = tmp_path / "run"
-    assert cli("train", str(config), "--out", str(run), "--quiet").returncode == 0
+    assert cli_here("train", str(config), "--out", str(run), "--quiet").returncode == 0
     shutil.rmtree(source)
-    resumed = cli("train", "--out", str(run), "--quiet", "--resume", "--set", "train.steps=2")
+    resumed = cli_here("train", "--out", str(run), "--quiet", "--resume", "--set", "train.steps=2")
     assert resumed.returncode == 0, resumed.stderr
     assert (run / "checkpoints" / "step_0000002").is_dir()
     # A new run still needs the folder: one line, nothing left behind.
-    one_line_error(cli("train", str(run / "config.yaml"), "--out", str(tmp_path / "new"), "--quiet"),
+    one_line_error(cli_here("train", str(run / "config.yaml"), "--out", str(tmp_path / "new"), "--quiet"),
                    "init.from", "no such folder")
     assert not (tmp_path / "new").exists()

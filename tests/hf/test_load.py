@@ -62,22 +62,55 @@ def _mistral_mixed_layer_types(folder):
                  layer_types=["sliding_attention", "full_attention", "full_attention"])
 
 
-@pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("changes, words", [
-    ({"num_hidden_layers": 10**9}, "do not match"), ({"vocab_size": 10**12}, "do not match"),
-    ({"hidden_size": 10**7}, "do not match"), ({"max_position_embeddings": 10**12}, "RoPE tables need"),
-], ids=["layers", "vocab", "hidden", "positions"])
-def test_config_claiming_huge_sizes_is_one_line_without_allocating(tiny_dataset, tmp_path, changes, words):
-    folder = _hf(tmp_path, tiny_dataset)
-    _edit_config(folder, **changes)
-    # 3 GB of address space: building the claimed model (or naming 10**9 layers' tensors) cannot fit
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))\n"
-            "import glassroom\nfrom glassroom.errors import GlassroomError\n"
-            "try:\n    glassroom.load(sys.argv[1])\nexcept GlassroomError as exc:\n    print('error:', exc); sys.exit(2)\n")
-    result = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=ROOT, capture_output=True, text=True,
+HUGE = {  # config.json claiming sizes no machine holds: (changes, words of the error)
+    "layers": ({"num_hidden_layers": 10**9}, "do not match"), "vocab": ({"vocab_size": 10**12}, "do not match"),
+    "hidden": ({"hidden_size": 10**7}, "do not match"), "positions": ({"max_position_embeddings": 10**12}, "RoPE tables need"),
+}
+
+# 3 GB of address space: building the claimed model (or naming 10**9 layers' tensors) cannot fit. Each
+# folder is loaded in turn; what happened to it is one JSON line [name, exit code, message], the exit
+# code a `glassroom.load` script would give (2 for a GlassroomError).
+HUGE_LOADS = """import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+import glassroom
+from glassroom.errors import GlassroomError
+for name, folder in zip(sys.argv[1::2], sys.argv[2::2]):
+    try:
+        glassroom.load(folder)
+        print(json.dumps([name, 0, "loaded"]), flush=True)
+    except GlassroomError as exc:
+        print(json.dumps([name, 2, f"error: {exc}"]), flush=True)
+    except BaseException as exc:
+        print(json.dumps([name, 1, repr(exc)[:2000]]), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def huge_loads(tiny_dataset, tmp_path_factory) -> dict:
+    """Each HUGE folder loaded under the address-space limit, all in one fresh interpreter (a limit
+    set in the test process would bind every later test): {name: (exit code, message)}."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("huge")
+    base, argv = _hf(root, tiny_dataset), []
+    for name, (changes, _) in HUGE.items():
+        folder = shutil.copytree(base, root / name)
+        _edit_config(folder, **changes)
+        argv += [name, str(folder)]
+    result = subprocess.run([sys.executable, "-c", HUGE_LOADS, *argv], cwd=ROOT, capture_output=True, text=True,
                             timeout=300, env={**os.environ, **OFFLINE})
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "config.json" in result.stdout and words in result.stdout, result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [name for name, _, _ in lines] == list(HUGE), result.stdout + result.stderr[-2000:]
+    return {name: (code, message) for name, code, message in lines}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", list(HUGE))
+def test_config_claiming_huge_sizes_is_one_line_without_allocating(huge_loads, name):
+    code, message = huge_loads[name]
+    assert code == 2, message
+    assert "config.json" in message and HUGE[name][1] in message, message
 
 
 @pytest.mark.filterwarnings("ignore")

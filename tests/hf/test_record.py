@@ -8,12 +8,12 @@ import pytest
 from glassroom.observe.store import StoreReader, StoreWriter
 from glassroom.web.data import run_meta
 from glassroom.web.publish import publish
-from hf_helpers import export_folder, train_tiny_run
+from hf_helpers import export_folder, train_tiny_run_here
 from web_helpers import Chromium, Server, StaticSiteServer, chromium_path, write_run
 
 
 def test_export_writes_the_artifact_and_event_and_replaces_them(tiny_dataset, tmp_path):
-    run = train_tiny_run(tmp_path, "llama", tiny_dataset)
+    run = train_tiny_run_here(tmp_path, "llama", tiny_dataset)
     first = export_folder(run, tmp_path / "hf")
     second = export_folder(run, tmp_path / "hf-bf16", dtype="bf16")
     with StoreReader(run) as reader:
@@ -75,7 +75,7 @@ def test_a_run_keeps_its_tokenizer_when_the_dataset_changes(tiny_dataset, tmp_pa
     from glassroom.data.tokenizer import train_tokenizer
 
     dataset = shutil.copytree(tiny_dataset, tmp_path / "data")
-    run = train_tiny_run(tmp_path, "llama", dataset)
+    run = train_tiny_run_here(tmp_path, "llama", dataset)
     assert (run / "tokenizer.json").read_bytes() == (dataset / "tokenizer.json").read_bytes()
     # the dataset is rebuilt with another tokenizer: the export still carries the one trained with
     train_tokenizer(["a completely different corpus " * 50], vocab_size=300).save(str(dataset / "tokenizer.json"))
