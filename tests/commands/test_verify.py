@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_helpers import glassroom_in_process
 from glassroom.ladder.predict import make_prediction, preregister
 from glassroom.observe import journal, record
 from glassroom.observe.prediction import seal
@@ -128,8 +129,9 @@ def band_event(run_dir: Path) -> tuple:
     return next((e for e in rows if e[3] == "prediction" and e[2]), None) or next(e for e in rows if e[3] == "eval")
 
 
-def verify(target: Path, *copies: Path) -> subprocess.CompletedProcess:
-    return glassroom("verify", target, *[a for c in copies for a in ("--against", c)])
+def verify(target: Path, *copies: Path, through=glassroom_in_process) -> subprocess.CompletedProcess:
+    """`glassroom verify` in the test process; through=glassroom: through `python -m glassroom`."""
+    return through("verify", target, *[a for c in copies for a in ("--against", c)])
 
 
 def passes_alone(target: Path) -> None:
@@ -152,7 +154,7 @@ def test_the_honest_run_extends_every_copy_saved_while_it_trained(lab):
     saved = lab["saved"]
     copies = [saved / "run-1", saved / "run-2", saved / "run-3", saved / "chain-3.json", saved / "feed-3.atom",
               saved / "site-1", saved / "site-2"]
-    result = verify(lab["hero"], *copies)
+    result = verify(lab["hero"], *copies, through=glassroom)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "record format 2" in result.stdout and "match their digests" in result.stdout
     assert "prediction: sealed sha256" in result.stdout and f"extends {len(copies)} saved copies" in result.stdout
@@ -193,7 +195,7 @@ def test_erasing_every_event_after_the_start_is_named(lab, forged):
     start = next(e for e in events(forged) if e[3] == "start")
     sql(forged, ("DELETE FROM events WHERE id > ?", (start[0],)))
     recompute_everything(forged)
-    named(verify(forged, lab["saved"] / "chain-3.json"), "cut back", f"ends at event {start[0]}")
+    named(verify(forged, lab["saved"] / "chain-3.json", through=glassroom), "cut back", f"ends at event {start[0]}")
 
 
 def test_editing_metric_rows_is_named_alone_and_against_a_copy_when_the_windows_are_recomputed(lab, forged):
@@ -295,9 +297,10 @@ def test_a_site_whose_chain_was_recomputed_is_named_against_a_saved_site(lab, fo
 def test_bad_input_is_one_line_and_exit_2(lab, tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "note.txt").write_text("hello")
-    for args in ([tmp_path / "missing"], [tmp_path / "empty"], [lab["hero"], "--against", tmp_path / "note.txt"],
-                 [lab["hero"], "--against", tmp_path / "missing"]):
-        result = glassroom("verify", *args)
+    for through, args in ((glassroom, [tmp_path / "missing"]), (glassroom_in_process, [tmp_path / "empty"]),
+                          (glassroom_in_process, [lab["hero"], "--against", tmp_path / "note.txt"]),
+                          (glassroom_in_process, [lab["hero"], "--against", tmp_path / "missing"])):
+        result = through("verify", *args)
         assert result.returncode == 2 and result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1, result
 
 

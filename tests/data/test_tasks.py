@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from downstream_helpers import glassroom
+from downstream_helpers import glassroom, glassroom_here
 from glassroom.data.tasks import _clean_stale
 
 
@@ -22,7 +22,8 @@ def dataset(tiny_dataset, tmp_path) -> Path:
 
 @pytest.mark.parametrize("choices", ["27", "1000000"])
 def test_a_choice_count_beyond_26_is_one_line_not_a_search_that_never_ends(dataset, choices):
-    result = glassroom("data", "tasks", str(dataset), "--choices", choices, "--items", "1000000")
+    run = glassroom if choices == "27" else glassroom_here   # one through python -m glassroom
+    result = run("data", "tasks", str(dataset), "--choices", choices, "--items", "1000000")
     assert result.returncode == 2 and result.stderr.startswith("error: --choices: at most 26")
     assert result.stderr.count("\n") == 1 and not (dataset / "tasks").exists()
 
@@ -32,7 +33,7 @@ def test_what_a_killed_run_left_is_cleaned_and_26_choices_work(dataset):
     junk = dataset / f".tasks-tmp-{dead}"
     junk.mkdir()
     (junk / "half.jsonl").write_text("{")
-    result = glassroom("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3",
+    result = glassroom_here("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3",
                        "--choices", "26", "--json")
     assert result.returncode == 0, result.stderr
     assert not junk.exists() and sorted(p.name for p in dataset.iterdir() if p.name.startswith(".tasks")) == []
@@ -54,7 +55,7 @@ def test_a_kill_mid_swap_puts_the_old_tasks_back(tmp_path):
 
 
 def test_a_window_longer_than_the_split_is_noted_with_the_right_length(dataset):
-    result = glassroom("data", "tasks", str(dataset), "--seq-len", "100000000", "--items", "3")
+    result = glassroom_here("data", "tasks", str(dataset), "--seq-len", "100000000", "--items", "3")
     assert result.returncode == 0, result.stderr
     assert "prose: no bits-per-byte task (fewer than --seq-len 100000000 validation tokens)" in result.stderr
 
@@ -64,18 +65,18 @@ def test_build_force_replaces_a_dataset_with_its_tasks_but_not_a_tasks_folder_wi
     tasks/ holding anything data tasks does not write is still refused, and left as it was."""
     from train_helpers import ROOT
 
-    made = glassroom("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3")
+    made = glassroom_here("data", "tasks", str(dataset), "--seq-len", "32", "--windows", "2", "--items", "3")
     assert made.returncode == 0, made.stderr
     (dataset / "tasks" / "__pycache__").mkdir()
     (dataset / "tasks" / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"")
     recipe = ROOT / "experiments" / "data-tiny.yaml"
     mine = dataset / "tasks" / "my-notes.txt"
     mine.write_text("keep me")
-    refused = glassroom("data", "build", str(recipe), "--out", str(dataset), "--force")
+    refused = glassroom_here("data", "build", str(recipe), "--out", str(dataset), "--force")
     assert refused.returncode == 2 and "holds tasks/" in refused.stderr and "did not write" in refused.stderr
     assert mine.read_text() == "keep me"
     mine.unlink()
-    rebuilt = glassroom("data", "build", str(recipe), "--out", str(dataset), "--force")
+    rebuilt = glassroom_here("data", "build", str(recipe), "--out", str(dataset), "--force")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert not (dataset / "tasks").exists() and (dataset / "manifest.json").is_file()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli_helpers import glassroom_in_process
 from glassroom.errors import GlassroomError
 from glassroom.ladder.predict import make_prediction, preregister
 from glassroom.observe import journal
@@ -80,12 +81,13 @@ def copy(hero, tmp_path) -> Path:
     return run_dir
 
 
-def verify(run_dir: Path) -> subprocess.CompletedProcess:
-    return glassroom("ladder", "verify", run_dir)
+def verify(run_dir: Path, through=glassroom_in_process) -> subprocess.CompletedProcess:
+    """`glassroom ladder verify` in the test process; through=glassroom: through `python -m glassroom`."""
+    return through("ladder", "verify", run_dir)
 
 
-def altered(run_dir: Path, *needles: str) -> str:
-    result = verify(run_dir)
+def altered(run_dir: Path, *needles: str, through=glassroom_in_process) -> str:
+    result = verify(run_dir, through=through)
     lines = result.stdout.strip().splitlines()
     assert result.returncode == ALTERED, (result.returncode, result.stdout, result.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("altered: ") and not result.stderr, result
@@ -114,14 +116,14 @@ def test_the_seal_covers_prediction_rungs_commit_and_time(hero, prediction):
 
 
 def test_a_clean_run_verifies(hero):
-    result = verify(hero)
+    result = verify(hero, through=glassroom)
     assert result.returncode == 0, result.stdout + result.stderr
     with StoreReader(hero) as reader:
         digest = reader.artifact("prediction")["seal"]["digest"]
     line = result.stdout.strip()
     assert line.startswith(f"sealed prediction intact: sha256 {digest} made ") and ", before step 1 at " in line
     assert "events chained" in line and len(result.stdout.strip().splitlines()) == 1
-    as_json = json.loads(glassroom("ladder", "verify", hero, "--json").stdout)
+    as_json = json.loads(glassroom_in_process("ladder", "verify", hero, "--json").stdout)
     assert as_json["ok"] and as_json["digest"] == digest and as_json["chain"]["chained"] == 6
 
 
@@ -136,7 +138,7 @@ def test_editing_the_prediction_in_the_database_is_found(copy):
     def lower_the_band(p):
         p["mean"][5] *= 0.99
     edit_artifact(copy, lower_the_band)
-    assert altered(copy) == "altered: prediction changed after sealing: mean differs"
+    assert altered(copy, through=glassroom) == "altered: prediction changed after sealing: mean differs"
 
 
 def test_moving_the_sealing_time_earlier_is_found(copy):

@@ -7,12 +7,9 @@ live and published; feed links and <link rel="alternate"> point at feeds that an
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
+from cli_helpers import glassroom_in_process
 from glassroom.observe.store import StoreReader
 from glassroom.web.publish import publish
 from web_helpers import REPO, StaticSiteServer, chromium_path, write_run
@@ -27,8 +24,8 @@ TITLE = "loss spike <b>x</b> & friends"
 
 
 def glassroom(*args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "glassroom", *args], capture_output=True, text=True, env=env, timeout=60)
+    """`glassroom ARGS` in the test process (the served page, in its own process, is what is checked)."""
+    out = glassroom_in_process(*args, cwd=REPO)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
