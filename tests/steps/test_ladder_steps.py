@@ -88,6 +88,7 @@ def test_a_failed_fit_still_trains_the_hero_without_a_prediction(tiny_dataset, h
     run = glassroom("ladder", "run", spec, "--out", out, "--data", tiny_dataset, "--hero")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "no prediction: fit.irreducible 50 is not below" in run.stderr and "way forward:" in run.stderr
+    assert "2 ran" in run.stderr and "3 reused" in run.stderr  # the rungs reused, the fit and the hero this spec's
     fit = next((out / "ladders").glob("*-fit-*"))
     assert not (fit / "prediction.json").exists()
     missing = json.loads((fit / "no-prediction.json").read_text())
