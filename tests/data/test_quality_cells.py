@@ -192,7 +192,10 @@ def test_training_on_cell_weights(celled, tmp_path):
     from train_helpers import losses
 
     assert len(losses(out, "train/loss/prose:q4")) == 2
-    bad = run_train(tmp_path / "bad", celled, "train.steps=2", 'data.weights={"prose:q7": 1}')
+    from cli_helpers import glassroom_in_process
+    from train_helpers import train_cmd
+
+    bad = glassroom_in_process(*train_cmd(tmp_path / "bad", celled, "train.steps=2", 'data.weights={"prose:q7": 1}')[3:])
     assert bad.returncode == 2 and "data.weights: prose:q7: no bucket 7 in domain prose" in bad.stderr
     assert "Traceback" not in bad.stderr
     small = tmp_path / "small"
@@ -201,7 +204,7 @@ def test_training_on_cell_weights(celled, tmp_path):
     cell = manifest["domains"]["code"]["train"]["cells"][2]
     cell["token_range"] = [cell["token_range"][0], cell["token_range"][0] + 20]
     (small / "manifest.json").write_text(json.dumps(manifest))
-    short = run_train(tmp_path / "short", small, "train.steps=2", 'data.weights={"code:q2": 1, prose: 1}')
+    short = glassroom_in_process(*train_cmd(tmp_path / "short", small, "train.steps=2", 'data.weights={"code:q2": 1, prose: 1}')[3:])
     assert short.returncode == 2 and "data.weights.code:q2: cell code:q2 has 20 train tokens" in short.stderr
     assert "Traceback" not in short.stderr and not (tmp_path / "short" / "checkpoints").exists()
 
