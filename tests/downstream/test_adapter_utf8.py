@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from downstream_helpers import glassroom
+from downstream_helpers import glassroom_here
 from glassroom.data.mixture import Dataset
 from glassroom.downstream.adapter import GlassroomLM, encode
 from glassroom.data.tasks import bpb_document
@@ -35,7 +35,7 @@ def dataset(tmp_path_factory):
               "split": {"validation_fraction": 0.2},
               "tokenizer": {"vocab_size": 300, "sample_bytes": "1M"}}
     (root / "recipe.yaml").write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
-    built = glassroom("data", "build", str(root / "recipe.yaml"), "--out", str(root / "data"))
+    built = glassroom_here("data", "build", str(root / "recipe.yaml"), "--out", str(root / "data"))
     assert built.returncode == 0, built.stderr
     return Dataset(root / "data")
 
