@@ -4,6 +4,8 @@
       rank sent and received, and how far the outputs and gradients are from the unsharded layer's.
   train OUT_DIR CONFIG [KEY=VALUE ...] [--resume]: `glassroom train` in-process, then every rank's
       router biases gathered on rank 0 into OUT_DIR/biases.json.
+  jobs JOBS.json: several of the above, in order, in one launch (one process group, one torch import
+      per rank): a list of ["exchange", OUT.json] and ["train", OUT_DIR, CONFIG, KEY=VALUE ..., "--resume"?].
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def exchange(out: Path) -> None:
     from glassroom.model.experts import GroupedExperts
     from glassroom.train.expert_parallel import shard_experts
 
-    dist.init_process_group("gloo")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     full = GroupedExperts(4, 8, 16)
@@ -79,11 +82,9 @@ def exchange(out: Path) -> None:
     dist.all_gather_object(results, result)
     if rank == 0:
         out.write_text(json.dumps(results))
-    dist.destroy_process_group()
 
 
 def train(out: Path, config: str, args: list[str]) -> None:
-    from glassroom.train import parallel
     from glassroom.train.config import load_run_config
     from glassroom.train.trainer import Trainer
 
@@ -97,12 +98,21 @@ def train(out: Path, config: str, args: list[str]) -> None:
     dist.all_gather(gathered, biases)
     if dist.get_rank() == 0:
         (out / "biases.json").write_text(json.dumps([g.tolist() for g in gathered]))
-    parallel.teardown()
+    dist.barrier()  # biases.json written before any rank goes on to the next job
+
+
+def run(job: list[str]) -> None:
+    if job[0] == "exchange":
+        exchange(Path(job[1]))
+    else:
+        train(Path(job[1]), job[2], job[3:])
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if sys.argv[1] == "exchange":
-        exchange(Path(sys.argv[2]))
-    else:
-        train(Path(sys.argv[2]), sys.argv[3], sys.argv[4:])
+    from glassroom.train import parallel
+
+    jobs = json.loads(Path(sys.argv[2]).read_text()) if sys.argv[1] == "jobs" else [sys.argv[1:]]
+    for job in jobs:
+        run(job)
+    parallel.teardown()

@@ -10,16 +10,18 @@ from pathlib import Path
 import yaml
 
 from chat_helpers import docstring_answers, write_chat_recipe, write_jsonl
-from train_helpers import run_train
+from train_helpers import run_train, run_train_here
 
 SFT_TRAIN = {"task": "sft", "steps": 12, "batch_size": 8, "micro_batch_size": 4, "seq_len": 128, "lr": 3e-3,
              "warmup_steps": 2, "seed": 0, "checkpoint_every": 4, "eval_every": 6, "eval_sequences": 6,
              "device": "cpu"}
 
 
-def pretrain_base(tiny_dataset: Path, out: Path) -> Path:
-    """A dense tiny base (tests/configs/train-tiny.yaml without MoE, max_seq_len 128), 12 steps, checkpoint at 12."""
-    result = run_train(out, tiny_dataset, "model.moe=", "model.max_seq_len=128", "train.checkpoint_every=12")
+def pretrain_base(tiny_dataset: Path, out: Path, here: bool = False) -> Path:
+    """A dense tiny base (tests/configs/train-tiny.yaml without MoE, max_seq_len 128), 12 steps, checkpoint
+    at 12; trained in this process with `here` (train_helpers.run_train_here), else as a subprocess."""
+    train = run_train_here if here else run_train
+    result = train(out, tiny_dataset, "model.moe=", "model.max_seq_len=128", "train.checkpoint_every=12")
     assert result.returncode == 0, result.stderr
     return out
 

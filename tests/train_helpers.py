@@ -79,3 +79,13 @@ def assert_same_store(run: Path, reference: Path, kinds: bool = True, counters: 
     assert got["vectors"] == want["vectors"]
     if kinds:
         assert got["kinds"] == want["kinds"]
+
+
+def run_train_here(out: Path, dataset: Path, *sets: str, resume: bool = False, env: dict | None = None,
+                   config: Path = TINY) -> subprocess.CompletedProcess:
+    """run_train's `glassroom train` run in this process (cli_helpers.glassroom_in_process): the same
+    exit code, stdout and stderr, without a new interpreter's torch import. For runs whose process is
+    not itself under test: no kill drill (GLASSROOM_FAULTS=kill...), no signal, no torchrun."""
+    from cli_helpers import glassroom_in_process
+
+    return glassroom_in_process(*train_cmd(out, dataset, *sets, resume=resume, config=config)[3:], env=env)

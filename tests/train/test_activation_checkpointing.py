@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from glassroom.model.config import ModelConfig, MoEConfig
 from glassroom.model.transformer import build_model
 from glassroom.train import activation_checkpointing as ac
-from train_helpers import ROOT, losses, run_train, train_cmd
+from train_helpers import ROOT, losses, run_train, run_train_here, train_cmd
 
 MOE = MoEConfig(n_experts=4, top_k=2, d_expert=32, n_shared_experts=1, first_dense_layers=1)
 CAPPED = MoEConfig(n_experts=4, top_k=2, d_expert=32, capacity_factor=1.0)
@@ -126,18 +126,32 @@ def test_without_gradients_the_blocks_run_plainly_and_generation_is_unchanged():
     ("train.activation_checkpointing_every=1.5", "train.activation_checkpointing_every: expected a whole number"),
 ])
 def test_bad_settings_are_one_line_errors(tmp_path, setting, message):
-    result = run_train(tmp_path / "run", tmp_path / "data", setting)
+    # the first through python -m glassroom (the one line and exit code 2 as a user gets them), the rest in this process
+    train = run_train if setting == "train.activation_checkpointing=fully" else run_train_here
+    result = train(tmp_path / "run", tmp_path / "data", setting)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
     assert not (tmp_path / "run").exists()
 
 
+@pytest.fixture(scope="module")
+def four_steps(tiny_dataset, tmp_path_factory) -> Path:
+    """The tiny MoE trained 4 steps in one process without checkpointing (the default, none)."""
+    out = tmp_path_factory.mktemp("ac") / "none"
+    result = run_train_here(out, tiny_dataset, "train.steps=4")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return out
+
+
 @pytest.mark.slow
-def test_runs_with_full_and_selective_match_a_run_without(tiny_dataset, tmp_path):
-    runs = {}
+def test_runs_with_full_and_selective_match_a_run_without(tiny_dataset, four_steps, tmp_path):
+    assert "activation_checkpointing: none" in (four_steps / "config.yaml").read_text()
+    runs = {"none": four_steps}
     for mode in ac.MODES:
+        if mode == "none":
+            continue
         out = tmp_path / mode
-        result = run_train(out, tiny_dataset, f"train.activation_checkpointing={mode}", "train.steps=4")
+        result = run_train_here(out, tiny_dataset, f"train.activation_checkpointing={mode}", "train.steps=4")
         assert result.returncode == 0, result.stderr[-2000:]
         runs[mode] = out
     for mode in ("full", "selective"):
@@ -149,16 +163,19 @@ def test_runs_with_full_and_selective_match_a_run_without(tiny_dataset, tmp_path
     killed = run_train(out, tiny_dataset, "train.steps=4", "train.checkpoint_every=2",
                        env={"GLASSROOM_FAULTS": "kill_after_checkpoint@2"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = run_train(out, tiny_dataset, "train.steps=4", "train.checkpoint_every=2",
-                        "train.activation_checkpointing=full", resume=True)
+    resumed = run_train_here(out, tiny_dataset, "train.steps=4", "train.checkpoint_every=2",
+                             "train.activation_checkpointing=full", resume=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     np.testing.assert_array_equal(losses(out), losses(runs["none"]))
 
 
-def _torchrun_against_one(tiny_dataset, tmp_path, sets: tuple[str, ...], parallel: str) -> tuple[Path, Path]:
-    """(one process run, 2-process torchrun with full checkpointing and `parallel`) of `sets`."""
-    one = tmp_path / "one"
-    assert run_train(one, tiny_dataset, *sets).returncode == 0
+def _torchrun_against_one(tiny_dataset, tmp_path, sets: tuple[str, ...], parallel: str,
+                          one: Path | None = None) -> tuple[Path, Path]:
+    """(one process run, 2-process torchrun with full checkpointing and `parallel`) of `sets`; the one
+    process run trained here unless given."""
+    if one is None:
+        one = tmp_path / "one"
+        assert run_train_here(one, tiny_dataset, *sets).returncode == 0
     out = tmp_path / "two-ac"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
            *train_cmd(out, tiny_dataset, *sets, "train.activation_checkpointing=full")[3:],
@@ -170,8 +187,8 @@ def _torchrun_against_one(tiny_dataset, tmp_path, sets: tuple[str, ...], paralle
 
 
 @pytest.mark.dist
-def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(tiny_dataset, tmp_path):
-    _, out = _torchrun_against_one(tiny_dataset, tmp_path, ("train.steps=4",), "fsdp")
+def test_torchrun_two_processes_fsdp2_with_full_checkpointing_match_one_process(tiny_dataset, four_steps, tmp_path):
+    _, out = _torchrun_against_one(tiny_dataset, tmp_path, ("train.steps=4",), "fsdp", one=four_steps)
     assert len(losses(out)) == 4
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from glassroom.observe.store import StoreReader
 from glassroom.train import checkpoint as ckpt
-from train_helpers import ROOT, assert_same_store, losses, run_train, train_cmd, tree_hashes
+from train_helpers import ROOT, assert_same_store, losses, run_train_here, train_cmd, tree_hashes
 import dataclasses
 
 import torch
@@ -31,7 +31,7 @@ STEPS = ("step_0000004", "step_0000008", "step_0000012")
 def source(tiny_dataset, tmp_path_factory) -> Path:
     """A finished 12-step run that kept all three checkpoints (4, 8, 12)."""
     out = tmp_path_factory.mktemp("integrity") / "source"
-    result = run_train(out, tiny_dataset, "train.keep_last=10")
+    result = run_train_here(out, tiny_dataset, "train.keep_last=10")
     assert result.returncode == 0, result.stderr
     return out
 
@@ -82,7 +82,7 @@ def test_every_checkpoint_has_a_manifest_of_its_files(source):
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(run, source, tiny_dataset, kind):
     damage, expected = DAMAGE[kind]
     damage(run / "checkpoints" / "step_0000012")
-    result = run_train(run, tiny_dataset, resume=True)
+    result = run_train_here(run, tiny_dataset, resume=True)
     assert result.returncode == 0, result.stderr
     problem = f"checkpoints/step_0000012/{expected}"
     assert f"warning: {problem}" in result.stderr and "resuming from step_0000008" in result.stderr
@@ -109,7 +109,7 @@ def test_no_intact_checkpoint_is_one_line_and_exit_2_with_nothing_moved(run, tin
     (run / "checkpoints" / "step_0000008" / ".metadata").unlink()
     truncate(data_file(run / "checkpoints" / "step_0000004"))
     before = tree_hashes(run)
-    result = run_train(run, tiny_dataset, resume=True)
+    result = run_train_here(run, tiny_dataset, resume=True)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -136,7 +136,7 @@ def test_a_checkpoint_without_manifest_is_checked_by_its_index(run, tiny_dataset
         "checkpoints/step_0000012/trainer.json: not JSON"
     assert ckpt.verify_checkpoint(run / "checkpoints" / "step_0000008", 8).startswith(
         "checkpoints/step_0000008/__0_0.distcp: truncated")
-    result = run_train(run, tiny_dataset, resume=True)
+    result = run_train_here(run, tiny_dataset, resume=True)
     assert result.returncode == 0, result.stderr
     with StoreReader(run) as reader:
         resume = [e for e in reader.events() if e["kind"] == "resume"][-1]
@@ -186,7 +186,7 @@ def test_odd_things_in_the_checkpoints_folder_are_named(run, tiny_dataset):
         "checkpoints/step_0000012/manifest.json: not a readable checksum manifest"
     shutil.rmtree(folder)
     folder.write_text("")
-    result = run_train(run, tiny_dataset, resume=True)
+    result = run_train_here(run, tiny_dataset, resume=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(f"error: {folder}: is a file, not the checkpoints folder")
     assert folder.is_file()
@@ -199,7 +199,7 @@ def test_a_consistent_checkpoint_of_another_version_is_one_line(run, tiny_datase
     (newest / "trainer.json").write_text(json.dumps(state))
     ckpt.write_manifest(newest)  # intact as far as checksums go
     before = tree_hashes(run)
-    result = run_train(run, tiny_dataset, resume=True)
+    result = run_train_here(run, tiny_dataset, resume=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"{newest}/trainer.json: not the training state this version writes" in result.stderr
     assert tree_hashes(run) == before  # refused before config.yaml, the journal or the status is written
@@ -210,6 +210,7 @@ def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(ru
     assert "d_model: 64" in text
     (run / "config.yaml").write_text(text.replace("d_model: 64", "d_model: 128"))
     before = tree_hashes(run)
+    # through python -m glassroom: a refused resume's one line and exit code 2 as a user gets them
     result = subprocess.run([sys.executable, "-m", "glassroom", "train", "--out", str(run), "--resume", "--quiet",
                              "--set", "train.steps=16"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = result.stderr.strip().splitlines()
@@ -221,7 +222,7 @@ def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(ru
 def test_a_resume_prunes_what_a_kill_between_save_and_pruning_left(run, tiny_dataset):
     # The run keeps 4, 8 and 12 (keep_last=10); with keep_last=1 that is what a kill between saving
     # step 12 and pruning leaves behind. A finished run saves nothing more: the resume prunes.
-    result = run_train(run, tiny_dataset, "train.keep_last=1", "train.keep_every=8", resume=True)
+    result = run_train_here(run, tiny_dataset, "train.keep_last=1", "train.keep_every=8", resume=True)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000008", "step_0000012"]
 
@@ -231,14 +232,16 @@ def test_a_damaged_run_store_is_one_line_for_resume_and_metrics(run, tiny_datase
     for name in ("store.sqlite-wal", "store.sqlite-shm"):
         (run / name).unlink(missing_ok=True)
     before = tree_hashes(run)
-    for argv in (train_cmd(run, tiny_dataset) + ["--resume"], [sys.executable, "-m", "glassroom", "metrics", str(run)]):
-        result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # the resume in this process; metrics through python -m glassroom (its one-line error and exit code 2)
+    for result in (run_train_here(run, tiny_dataset, resume=True),
+                   subprocess.run([sys.executable, "-m", "glassroom", "metrics", str(run)], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=600)):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
         assert f"{run / 'store.sqlite'}: cannot be read" in lines[0] and "damaged" in lines[0]
     assert tree_hashes(run) == before  # config.yaml not rewritten, the checkpoints where they were
     (run / "store.sqlite").rename(run / "store.sqlite.damaged")  # what the message says to do
-    resumed = run_train(run, tiny_dataset, "train.steps=14", resume=True)
+    resumed = run_train_here(run, tiny_dataset, "train.steps=14", resume=True)
     assert resumed.returncode == 0, resumed.stderr
 
 

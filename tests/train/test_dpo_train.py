@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from dpo_helpers import PROMPT, build_pairs, doc_sentences, reversed_words
-from hf_helpers import one_line_error, train_tiny_run
-from train_helpers import ROOT, assert_same_store, losses, run_train, tree_hashes
+from hf_helpers import ARCHS, SHORT, one_line_error
+from train_helpers import ROOT, assert_same_store, losses, run_train, run_train_here, tree_hashes
 
 from glassroom.observe.store import StoreReader
 
@@ -34,13 +34,19 @@ def long_records() -> list[dict]:
 @pytest.fixture(scope="module")
 def setup(tiny_dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp("dpo")
-    base = train_tiny_run(root, "llama", tiny_dataset)
+    base = root / "llama"  # hf_helpers.train_tiny_run's llama run, trained in this process
+    result = run_train_here(base, tiny_dataset, *SHORT, *ARCHS["llama"])
+    assert result.returncode == 0, result.stderr
     data = build_pairs(root / "pairs", base, N_TRAIN, N_HELD, extra=long_records())
     return root, base, data
 
 
-def dpo(out: Path, base: Path, data: Path, *sets: str, resume: bool = False, env: dict | None = None):
-    return run_train(out, data, f"init.from={base}", *sets, resume=resume, env=env, config=CONFIG)
+def dpo(out: Path, base: Path, data: Path, *sets: str, resume: bool = False, env: dict | None = None,
+        subprocess: bool = False):
+    """`glassroom train` of the DPO config, in this process unless `subprocess` (a kill drill, or the
+    refusal checked as python -m glassroom gives it)."""
+    train = run_train if subprocess else run_train_here
+    return train(out, data, f"init.from={base}", *sets, resume=resume, env=env, config=CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,7 @@ def test_dpo_learns_a_held_out_preference_and_computes_the_reference_once(full_r
 def test_dpo_resumes_exactly_after_a_kill_without_recomputing_the_reference(setup, full_run):
     root, base, data = setup
     out = root / "killed"
-    killed = dpo(out, base, data, env={"GLASSROOM_FAULTS": "kill@13"})
+    killed = dpo(out, base, data, env={"GLASSROOM_FAULTS": "kill@13"}, subprocess=True)
     assert killed.returncode == -9
     written = (out / "dpo_reference.json").stat().st_mtime_ns
     resumed = dpo(out, base, data, resume=True)
@@ -158,7 +164,7 @@ def test_overlong_drop_counts_and_reference_batching(setup):
 
 def test_beta_not_positive_is_one_line(setup, tmp_path):
     root, base, data = setup
-    result = dpo(tmp_path / "run", base, data, "train.dpo_beta=0")
+    result = dpo(tmp_path / "run", base, data, "train.dpo_beta=0", subprocess=True)
     one_line_error(result, "train.dpo_beta", "positive")
     assert not (tmp_path / "run").exists()
 

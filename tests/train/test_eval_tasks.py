@@ -9,7 +9,7 @@ import sys
 
 from downstream_helpers import WINDOWS, dataset_with_tasks, train_run
 from hf_helpers import OFFLINE
-from train_helpers import ROOT, assert_same_store, run_train, train_cmd
+from train_helpers import ROOT, assert_same_store, run_train_here, train_cmd
 
 from glassroom.observe.store import StoreReader
 
@@ -46,7 +46,7 @@ def test_a_kill_inside_the_task_evaluation_resumes_to_the_uninterrupted_store(ti
     assert killed.returncode == -9, killed.stderr
     with StoreReader(out) as reader:
         assert [e["step"] for e in reader.events() if e["kind"] == "downstream"] == [4]
-    resumed = run_train(out, dataset, *SETS, resume=True, env={**OFFLINE, "OMP_NUM_THREADS": "1"})
+    resumed = run_train_here(out, dataset, *SETS, resume=True, env={**OFFLINE, "OMP_NUM_THREADS": "1"})
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)
     with StoreReader(out) as reader:

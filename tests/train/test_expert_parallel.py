@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, TINY, losses, run_train, train_cmd
+from cli_helpers import glassroom_in_process
+from train_helpers import ROOT, TINY, losses, run_train_here
 import sqlite3
 
 import torch
@@ -34,13 +35,23 @@ def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV)
 
 
-def train_ep(out: Path, dataset: Path, nproc: int, ep: int, *extra: str, resume: bool = False) -> Path:
-    """The worker's in-process `glassroom train` on `nproc` ranks with ep; every rank's biases saved."""
-    sets = [f"data.path={dataset}", *SETS, f"train.parallel={{ep: {ep}}}", *extra]
+def train_job(out: Path, dataset: Path, ep: int | None, *extra: str, resume: bool = False, sets=SETS) -> list[str]:
+    """A worker job: its in-process `glassroom train` with `sets` and {ep: ep} (`extra` instead when ep
+    is None); every rank's biases saved."""
+    layout = [f"train.parallel={{ep: {ep}}}"] if ep is not None else []
     config = out / "config.yaml" if resume else TINY
-    result = torchrun(nproc, str(WORKER), "train", str(out), str(config), *sets, *(["--resume"] if resume else []))
+    return ["train", str(out), str(config), f"data.path={dataset}", *sets, *layout, *extra,
+            *(["--resume"] if resume else [])]
+
+
+def launch(nproc: int, where: Path, jobs: dict[str, list[str]]) -> dict[str, Path]:
+    """The worker's `jobs` run one after the other in ONE torchrun launch of `nproc` ranks (one torch
+    import and one process group per rank for all of them); their outputs by name."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "jobs.json").write_text(json.dumps(list(jobs.values())))
+    result = torchrun(nproc, str(WORKER), "jobs", str(where / "jobs.json"))
     assert result.returncode == 0, result.stderr[-4000:]
-    return out
+    return {name: Path(job[1]) for name, job in jobs.items()}
 
 
 def tokens_per_expert(run_dir: Path, step: int) -> dict[str, list[float]]:
@@ -52,14 +63,48 @@ def tokens_per_expert(run_dir: Path, step: int) -> dict[str, list[float]]:
 @pytest.fixture(scope="module")
 def one_process(tiny_dataset, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ep") / "one"
-    result = run_train(out, tiny_dataset, *SETS)
+    result = run_train_here(out, tiny_dataset, *SETS)
     assert result.returncode == 0, result.stderr
     return out
 
 
+BF16 = ("model.moe.n_experts=8", "train.steps=3", "train.precision=bf16", "train.checkpoint_every=100")
+
+
 @pytest.fixture(scope="module")
-def ep2_run(tiny_dataset, tmp_path_factory) -> Path:
-    return train_ep(tmp_path_factory.mktemp("ep") / "ep2", tiny_dataset, 2, 2)
+def two_ranks(tiny_dataset, one_process, tmp_path_factory) -> dict[str, Path]:
+    """What the tests need of 2 ranks, in one launch: the planted exchange, the {ep: 2} run, the one
+    process's step-5 checkpoint resumed at {ep: 2}, the bf16 run, 3 experts over 2 FSDP2 ranks and
+    {ep: 2} with selective checkpointing and sample prompts. (`torchrun -m glassroom train` itself
+    with {ep: 2}: test_ep_not_dividing_the_launch_is_refused_on_every_rank here, and
+    tests/train/test_activation_checkpointing.py's ep2 run.)"""
+    root = tmp_path_factory.mktemp("two-ranks")
+    return launch(2, root, {
+        "exchange": ["exchange", str(root / "exchange.json")],
+        "ep2": train_job(root / "ep2", tiny_dataset, 2),
+        "from-one": train_job(resume_copy(one_process, root / "from-one"), tiny_dataset, 2, resume=True),
+        "bf16": train_job(root / "bf16", tiny_dataset, 2, sets=BF16),
+        "three-experts": train_job(root / "three-experts", tiny_dataset, None, "model.moe.n_experts=3",
+                                   "train.parallel=fsdp"),
+        "selective": train_job(root / "selective", tiny_dataset, 2, sets=SETS_2),
+    })
+
+
+@pytest.fixture(scope="module")
+def ep2_run(two_ranks) -> Path:
+    return two_ranks["ep2"]
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tiny_dataset, ep2_run, tmp_path_factory) -> dict[str, Path]:
+    """What the tests need of 4 ranks, in one launch: {ep: 4} (one expert group), {ep: 2} (dp 2 x ep 2)
+    and the {ep: 2} run's step-5 checkpoint resumed at {ep: 4}."""
+    root = tmp_path_factory.mktemp("four-ranks")
+    return launch(4, root, {
+        "ep4": train_job(root / "ep4", tiny_dataset, 4),
+        "ep2": train_job(root / "ep2", tiny_dataset, 2),
+        "ep2-at-four": train_job(resume_copy(ep2_run, root / "ep2-at-four"), tiny_dataset, 4, resume=True),
+    })
 
 
 def assert_same_training(run: Path, reference: Path) -> None:
@@ -89,39 +134,32 @@ def test_two_processes_ep2_train_as_one_process(ep2_run, one_process):
 @pytest.mark.slow
 @pytest.mark.dist
 @pytest.mark.parametrize("ep", [4, 2])  # one expert group of 4 ranks; dp 2 x ep 2
-def test_four_processes_train_as_one_process(tiny_dataset, one_process, tmp_path, ep):
-    run = train_ep(tmp_path / f"ep{ep}", tiny_dataset, 4, ep)
+def test_four_processes_train_as_one_process(tiny_dataset, one_process, four_ranks, tmp_path, ep):
+    run = four_ranks[f"ep{ep}"]
     assert_same_training(run, one_process)
     if ep == 2:  # experts sharded over dp as well as ep: the checkpoint loads in one process
         at_one = resume_copy(run, tmp_path / "one")
-        result = run_train(at_one, tiny_dataset, *SETS, "train.parallel=fsdp", resume=True)
+        result = run_train_here(at_one, tiny_dataset, *SETS, "train.parallel=fsdp", resume=True)
         assert result.returncode == 0, result.stderr
         assert_continues(at_one, run)
 
 
 @pytest.mark.dist
-def test_bf16_autocast_ep2_trains_as_one_process(tiny_dataset, tmp_path):
+def test_bf16_autocast_ep2_trains_as_one_process(tiny_dataset, two_ranks, tmp_path):
     """Rows travel in bf16 under autocast (gloo's all-to-all of bfloat16 tensors)."""
-    sets = ("model.moe.n_experts=8", "train.steps=3", "train.precision=bf16", "train.checkpoint_every=100")
     one = tmp_path / "one"
-    assert run_train(one, tiny_dataset, *sets).returncode == 0
-    out = tmp_path / "ep2"
-    result = torchrun(2, "-m", "glassroom", "train", str(TINY), "--out", str(out), "--quiet",
-                      "--set", f"data.path={tiny_dataset}", *[x for s in sets for x in ("--set", s)],
-                      "--set", "train.parallel={ep: 2}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert run_train_here(one, tiny_dataset, *BF16).returncode == 0
+    out = two_ranks["bf16"]
+    assert "precision: bf16" in (out / "config.yaml").read_text() and "ep: 2" in (out / "config.yaml").read_text()
     np.testing.assert_allclose(losses(out), losses(one), rtol=1e-3)
     np.testing.assert_allclose(losses(out, "norm/grad/experts"), losses(one, "norm/grad/experts"), rtol=1e-2)
 
 
 @pytest.mark.dist
-def test_all_to_all_sends_exactly_the_rows_each_rank_needs(tmp_path):
+def test_all_to_all_sends_exactly_the_rows_each_rank_needs(two_ranks):
     """A planted routing over 2 ranks (experts 0-1 on rank 0, 2-3 on rank 1): rows sent to and
     received from each rank as counted by hand; outputs and gradients those of the unsharded layer."""
-    out = tmp_path / "exchange.json"
-    result = torchrun(2, str(WORKER), "exchange", str(out))
-    assert result.returncode == 0, result.stderr[-3000:]
-    ranks = json.loads(out.read_text())
+    ranks = json.loads(two_ranks["exchange"].read_text())
     # rank 0 routes [[0,1],[1,0],[0,3],[1,2],[0,1]]: 8 rows to experts 0-1, 2 to experts 2-3;
     # rank 1 routes [[2,3],[3,2],[2,3]]: none to rank 0, 6 to itself.
     assert (ranks[0]["sent"], ranks[0]["received"]) == ([8, 2], [8, 0])
@@ -148,8 +186,8 @@ def assert_continues(resumed: Path, uninterrupted: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_checkpoint_saved_at_ep2_resumes_at_ep4_and_one_process(ep2_run, tiny_dataset, tmp_path):
-    at_four = train_ep(resume_copy(ep2_run, tmp_path / "four"), tiny_dataset, 4, 4, resume=True)
+def test_checkpoint_saved_at_ep2_resumes_at_ep4_and_one_process(ep2_run, four_ranks, tiny_dataset, tmp_path):
+    at_four = four_ranks["ep2-at-four"]
     assert_continues(at_four, ep2_run)
     at_one = resume_copy(ep2_run, tmp_path / "one")
     # config.yaml says {ep: 2}: one process refuses it in one line and leaves the run as it was
@@ -162,14 +200,16 @@ def test_checkpoint_saved_at_ep2_resumes_at_ep4_and_one_process(ep2_run, tiny_da
     assert "train.parallel.ep: 2 does not divide the world size (1 process)" in refused.stderr
     np.testing.assert_array_equal(losses(at_one), losses(ep2_run))  # the store untouched
     assert [p.name for p in (at_one / "checkpoints").iterdir()] == ["step_0000005"]
-    result = resume("--set", "train.parallel=fsdp")
+    # the fix the message points to, resumed in this process (the refusal above came through python -m glassroom)
+    result = glassroom_in_process("train", "--out", str(at_one), "--quiet", "--resume", "--set", "train.parallel=fsdp",
+                                  env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     assert_continues(at_one, ep2_run)
 
 
 @pytest.mark.dist
-def test_one_process_checkpoint_resumes_at_ep2(one_process, tiny_dataset, tmp_path):
-    resumed = train_ep(resume_copy(one_process, tmp_path / "from-one"), tiny_dataset, 2, 2, resume=True)
+def test_one_process_checkpoint_resumes_at_ep2(one_process, two_ranks):
+    resumed = two_ranks["from-one"]
     assert_continues(resumed, one_process)
 
 
@@ -204,21 +244,21 @@ def test_parallel_is_operational_for_the_hero_digest(tmp_path):
     ("train.parallel={ep: 2}", "train.parallel.ep: 2 does not divide the world size (1 process)"),
 ])
 def test_bad_parallel_settings_are_one_line_errors(tiny_dataset, tmp_path, setting, message):
-    result = run_train(tmp_path / "bad", tiny_dataset, setting)
+    result = run_train_here(tmp_path / "bad", tiny_dataset, setting)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr, result.stderr
     assert not (tmp_path / "bad").exists()
 
 
 def test_ep_on_a_dense_model_or_with_muon_is_refused(tiny_dataset, tmp_path):
-    dense = run_train(tmp_path / "dense", tiny_dataset, "model.moe=", "train.parallel={ep: 2}")
+    dense = run_train_here(tmp_path / "dense", tiny_dataset, "model.moe=", "train.parallel={ep: 2}")
     assert dense.returncode == 2 and dense.stderr.strip().count("\n") == 0
     assert "train.parallel.ep: 2 needs a Mixture-of-Experts model (model.moe); this model is dense" in dense.stderr
-    muon = run_train(tmp_path / "muon", tiny_dataset, "train.optimizer=muon", "train.parallel={ep: 2}")
+    muon = run_train_here(tmp_path / "muon", tiny_dataset, "train.optimizer=muon", "train.parallel={ep: 2}")
     assert muon.returncode == 2 and "train.parallel.ep: FSDP2 shards the matrices muon needs whole" in muon.stderr
     assert not (tmp_path / "dense").exists() and not (tmp_path / "muon").exists()
     # torch.compile failed inside the first step with a dynamo traceback (mixed Tensor and DTensor)
-    compiled = run_train(tmp_path / "compiled", tiny_dataset, "train.compile=true", "train.parallel={ep: 2}")
+    compiled = run_train_here(tmp_path / "compiled", tiny_dataset, "train.compile=true", "train.parallel={ep: 2}")
     assert compiled.returncode == 2 and compiled.stderr.strip().count("\n") == 0, compiled.stderr
     assert "train.compile: torch.compile does not run expert parallelism's experts" in compiled.stderr
     assert not (tmp_path / "compiled").exists()
@@ -239,26 +279,23 @@ def test_ep_not_dividing_the_launch_is_refused_on_every_rank(tiny_dataset, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_experts_that_do_not_split_over_the_ranks_are_sharded_along_another_dimension(tiny_dataset, tmp_path):
+def test_experts_that_do_not_split_over_the_ranks_are_sharded_along_another_dimension(tiny_dataset, two_ranks,
+                                                                                         tmp_path):
     """3 experts over 2 FSDP2 ranks: FSDP2 would pad the expert dimension to 2 per rank (4/3 of the
     even share); parallelize shards the expert tensors along d_model / d_expert instead. Training
     equals one process, and the checkpoint (saved Shard(1)/Shard(2)) resumes in one process."""
     sets = [f"data.path={tiny_dataset}", *SETS, "model.moe.n_experts=3"]
     one = tmp_path / "one"
-    assert run_train(one, tiny_dataset, *sets[1:]).returncode == 0
-    two = tmp_path / "two"
-    result = torchrun(2, str(WORKER), "train", str(two), str(TINY), *sets, "train.parallel=fsdp")
-    assert result.returncode == 0, result.stderr[-4000:]
+    assert run_train_here(one, tiny_dataset, *sets[1:]).returncode == 0
+    two = two_ranks["three-experts"]
+    assert "n_experts: 3" in (two / "config.yaml").read_text()
     np.testing.assert_allclose(losses(two), losses(one), rtol=1e-3)
     at_one = resume_copy(two, tmp_path / "at-one")
-    resumed = run_train(at_one, tiny_dataset, *sets[1:], "train.parallel=fsdp", resume=True)
+    resumed = run_train_here(at_one, tiny_dataset, *sets[1:], "train.parallel=fsdp", resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_continues(at_one, two)
 
 
-
-
-ENV_2 = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 SETS_2 = ("model.moe.n_experts=8", "train.steps=4", "train.micro_batch_size=2", "train.precision=fp32",
@@ -272,35 +309,32 @@ def samples(run: Path) -> list[list[str]]:
 
 
 def glassroom(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=ENV_2)
+    """export and sample read a finished run: in this process."""
+    return glassroom_in_process(*args, env={"OMP_NUM_THREADS": "1"})
 
 
 @pytest.mark.dist
-def test_ep2_with_selective_checkpointing_samples_and_exports_as_one_process(tiny_dataset, tmp_path):
+def test_ep2_with_selective_checkpointing_samples_and_exports_as_one_process(tiny_dataset, two_ranks, tmp_path):
     """Selective checkpointing with {ep: 2} failed in backward ("_record_function_enter_new ... not
     found in storage": FSDP2's experts unit inside the block adds profiler ops in the recompute). It
     trains as one process; the sample prompts, generated with the experts sharded over the ranks,
     are the same text; the exported folder (experts gathered) equals the one process's; and
     `glassroom sample` reads the ep run's checkpoint."""
     one = tmp_path / "one"
-    result = run_train(one, tiny_dataset, *SETS_2, env={"OMP_NUM_THREADS": "1"})
+    result = run_train_here(one, tiny_dataset, *SETS_2, env={"OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
-    ep2 = tmp_path / "ep2"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "glassroom",
-           *train_cmd(ep2, tiny_dataset, *SETS_2)[3:], "--set", "train.parallel={ep: 2}"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=ENV_2)
-    assert result.returncode == 0, result.stderr[-3000:]
+    ep2 = two_ranks["selective"]
+    assert "activation_checkpointing: selective" in (ep2 / "config.yaml").read_text()
     np.testing.assert_allclose(losses(ep2), losses(one), rtol=1e-3)
     assert len(losses(ep2)) == 4
     assert samples(ep2) == samples(one) and [len(s) for s in samples(one)] == [2]  # step 4, 2 prompts
 
     exported = {}
-    for run in (one, ep2):
-        out = tmp_path / f"{run.name}-hf"
+    for name, run in (("one", one), ("ep2", ep2)):
+        out = tmp_path / f"{name}-hf"
         result = glassroom("export", str(run), "--out", str(out))
         assert result.returncode == 0, result.stderr
-        exported[run.name] = (load_file(out / "model.safetensors"), json.loads((out / "config.json").read_text()))
+        exported[name] = (load_file(out / "model.safetensors"), json.loads((out / "config.json").read_text()))
     (want, want_config), (got, got_config) = exported["one"], exported["ep2"]
     assert got_config == want_config and sorted(got) == sorted(want)
     for name in want:

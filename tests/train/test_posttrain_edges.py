@@ -15,6 +15,7 @@ import yaml
 
 from glassroom.observe.store import StoreReader
 from sft_helpers import build_chat, pretrain_base, sft_config
+from cli_helpers import glassroom_in_process
 from train_helpers import ROOT, tree_hashes
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -24,21 +25,27 @@ SHORT = ("train.steps=2", "train.warmup_steps=0", "train.checkpoint_every=2", "t
 @pytest.fixture(scope="module")
 def setup(tiny_dataset, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hostile")
-    base = pretrain_base(tiny_dataset, root / "base")
+    base = pretrain_base(tiny_dataset, root / "base", here=True)
     chat = build_chat(root / "chat", base / "tokenizer.json", n=80)
     return {"root": root, "base": base, "chat": chat, "config": sft_config(root / "sft.yaml", base, chat)}
 
 
 def glassroom(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m glassroom ARGS`: for the kill drills and the one refusal checked as a user gets it."""
     return subprocess.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env={**os.environ, **OFFLINE, **(env or {})})
 
 
-def train(config: Path, out: Path, *sets: str, resume: bool = False) -> subprocess.CompletedProcess:
+def glassroom_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`glassroom ARGS` in this process (cli_helpers.glassroom_in_process), offline."""
+    return glassroom_in_process(*args, env={**OFFLINE, **(env or {})})
+
+
+def train(config: Path, out: Path, *sets: str, resume: bool = False, here: bool = True) -> subprocess.CompletedProcess:
     args = ["train", str(config), "--out", str(out), "--quiet"]
     for item in sets:
         args += ["--set", item]
-    return glassroom(*args, *(["--resume"] if resume else []))
+    return (glassroom_here if here else glassroom)(*args, *(["--resume"] if resume else []))
 
 
 def one_line(result, *words):
@@ -61,7 +68,8 @@ def test_seq_len_shorter_than_every_answer_is_one_line_not_a_run_of_zero_losses(
     # seq_len 4: the template header alone fills the row; every answer is cut away. It used to train
     # 2 steps at loss 0 and mask share 0, and call it a run.
     out = setup["root"] / "cut"
-    one_line(train(setup["config"], out, *SHORT, "train.seq_len=4"), "train.seq_len", "raise train.seq_len")
+    one_line(train(setup["config"], out, *SHORT, "train.seq_len=4", here=False),  # through python -m glassroom
+             "train.seq_len", "raise train.seq_len")
     assert not out.exists()
 
 
@@ -150,7 +158,7 @@ def test_resume_on_data_rebuilt_with_another_tokenizer_is_one_line(setup, tmp_pa
     build_dataset(load_recipe(write_chat_recipe(tmp_path, [{"kind": "conversations", "path": str(src)}])), data,
                   workers=1, log=io.StringIO())
     before = tree_hashes(out)
-    one_line(glassroom("train", str(config), "--out", str(out), "--quiet", *sets, "--resume"),
+    one_line(glassroom_here("train", str(config), "--out", str(out), "--quiet", *sets, "--resume"),
              "data.path", "another tokenizer")
     assert tree_hashes(out) == before  # refused before anything is written: config.yaml, journal, status
 
@@ -187,7 +195,7 @@ def tuned(setup) -> tuple[Path, Path]:
     config = sft_config(root / "sft.yaml", hf_base, setup["chat"], seq_len=64)
     run, export = root / "run", root / "export"
     assert train(config, run, *SHORT).returncode == 0
-    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    assert glassroom_here("export", str(run), "--out", str(export)).returncode == 0
     return run, export
 
 
@@ -205,7 +213,7 @@ def test_a_tuned_sliding_window_model_answers_the_same_in_glassroom_its_export_a
     system, prompt, n = "Answer briefly.\nUse one sentence.", "What does json.dumps do?", 40
     answers = []
     for path in (run, export):
-        result = glassroom("sample", str(path), "--chat", "--system", system, "--prompt", prompt,
+        result = glassroom_here("sample", str(path), "--chat", "--system", system, "--prompt", prompt,
                            "--max-new-tokens", str(n), "--ignore-eos", "--json")
         assert result.returncode == 0, result.stderr
         out = json.loads(result.stdout.splitlines()[0])
@@ -307,7 +315,7 @@ def test_a_tied_transformers_qwen3_base_grows_its_vocabulary_at_the_mean_and_exp
     config = sft_config(tmp_path / "sft.yaml", base, setup["chat"], seq_len=64)
     run, export = tmp_path / "run", tmp_path / "export"
     assert train(config, run, "train.steps=0", "train.warmup_steps=0").returncode == 0
-    assert glassroom("export", str(run), "--out", str(export)).returncode == 0
+    assert glassroom_here("export", str(run), "--out", str(export)).returncode == 0
     ours, theirs = load_file(export / "model.safetensors"), load_file(base / "model.safetensors")
     assert "lm_head.weight" not in ours and json.loads((export / "config.json").read_text())["tie_word_embeddings"]
     grown, rows = ours["model.embed_tokens.weight"], theirs["model.embed_tokens.weight"]

@@ -16,16 +16,18 @@ import pytest
 from glassroom.observe import journal
 from glassroom.observe.store import StoreReader, StoreWriter
 from tiles_helpers import assert_tiles_match_raw
-from train_helpers import TINY, assert_same_store, run_train
+from train_helpers import TINY, assert_same_store, run_train, run_train_here
 
 KILLED = -9  # subprocess returncode of a SIGKILLed child
+# The kill drills run as subprocesses (the SIGKILL is the process's); the references and the resumes
+# run in this process (train_helpers.run_train_here).
 
 
 @pytest.fixture(scope="module")
 def reference(tiny_dataset, tmp_path_factory) -> Path:
     """The uninterrupted 12-step run (checkpoints at 4, 8, 12; evaluations at 6, 12)."""
     out = tmp_path_factory.mktemp("kill") / "reference"
-    result = run_train(out, tiny_dataset)
+    result = run_train_here(out, tiny_dataset)
     assert result.returncode == 0, result.stderr
     return out
 
@@ -53,7 +55,7 @@ def test_sigkill_right_after_a_checkpoint_rename_loses_no_metric(tiny_dataset, r
     assert [e["step"] for e in events(out) if e["kind"] == "checkpoint"] == [4]
     assert_tiles_match_raw(out)   # the multi-resolution tiles committed with the rows: consistent as left
 
-    resumed = run_train(out, tiny_dataset, resume=True)
+    resumed = run_train_here(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)
     assert_tiles_match_raw(out)   # and after the resume's discard and redo
@@ -70,7 +72,7 @@ def test_sigkill_between_checkpoints_redoes_the_steps_and_repeats_no_event(tiny_
     assert killed.returncode == KILLED, killed.stderr
     assert [e["kind"] for e in events(out)] == ["start", "checkpoint", "eval"]  # eval at 6, after checkpoint 4
 
-    resumed = run_train(out, tiny_dataset, resume=True)
+    resumed = run_train_here(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)  # eval at step 6 journaled once although step 6 ran twice
     resume = [e for e in events(out) if e["kind"] == "resume"]
@@ -81,13 +83,13 @@ def test_sigkill_between_checkpoints_redoes_the_steps_and_repeats_no_event(tiny_
 def test_sigkill_before_the_first_checkpoint_restarts_from_step_0_without_repeats(tiny_dataset, tmp_path):
     sparse = "train.checkpoint_every=100"  # the only checkpoint is the final one
     reference = tmp_path / "reference"
-    assert run_train(reference, tiny_dataset, sparse).returncode == 0
+    assert run_train_here(reference, tiny_dataset, sparse).returncode == 0
     out = tmp_path / "killed"
     killed = run_train(out, tiny_dataset, sparse, env={"GLASSROOM_FAULTS": "kill@7"})
     assert killed.returncode == KILLED, killed.stderr
     assert not (out / "checkpoints").exists() and committed_steps(out)[:6] == list(range(1, 7))
 
-    resumed = run_train(out, tiny_dataset, sparse, resume=True)
+    resumed = run_train_here(out, tiny_dataset, sparse, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)  # the eval at step 6 once, rows 1-7 replaced
     resume = [e for e in events(out) if e["kind"] == "resume"]
@@ -97,7 +99,7 @@ def test_sigkill_before_the_first_checkpoint_restarts_from_step_0_without_repeat
 def test_resuming_a_finished_run_adds_only_the_resume(tiny_dataset, reference, tmp_path):
     out = tmp_path / "again"
     shutil.copytree(reference, out)
-    resumed = run_train(out, tiny_dataset, resume=True)
+    resumed = run_train_here(out, tiny_dataset, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_store(out, reference)  # no second eval, checkpoint or end at step 12
     kinds = [e["kind"] for e in events(out)]

@@ -16,7 +16,8 @@ import yaml
 
 from glassroom.observe.store import StoreReader
 from sft_helpers import build_chat, pretrain_base, sft_config
-from train_helpers import ROOT, assert_same_store, run_train
+from cli_helpers import glassroom_in_process
+from train_helpers import ROOT, assert_same_store, run_train_here
 
 KILLED = -9
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -25,20 +26,26 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 @pytest.fixture(scope="module")
 def setup(tiny_dataset, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("sft")
-    base = pretrain_base(tiny_dataset, root / "base")
+    base = pretrain_base(tiny_dataset, root / "base", here=True)
     chat = build_chat(root / "chat", base / "tokenizer.json")
     return {"root": root, "base": base, "chat": chat, "config": sft_config(root / "sft.yaml", base, chat)}
 
 
-def train(config: Path, out: Path, *sets: str, resume: bool = False, env: dict | None = None):
-    import subprocess
+def train(config: Path, out: Path, *sets: str, resume: bool = False, env: dict | None = None,
+          subprocess: bool = False):
+    """`glassroom train CONFIG`, in this process unless `subprocess` (a kill drill, or a refusal checked
+    as python -m glassroom gives it)."""
+    import subprocess as sp
     import sys
 
-    cmd = [sys.executable, "-m", "glassroom", "train", str(config), "--out", str(out), "--quiet"]
+    args = ["train", str(config), "--out", str(out), "--quiet"]
     for item in sets:
-        cmd += ["--set", item]
-    return subprocess.run(cmd + (["--resume"] if resume else []), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **OFFLINE, **(env or {})})
+        args += ["--set", item]
+    args += ["--resume"] if resume else []
+    if not subprocess:
+        return glassroom_in_process(*args, env={**OFFLINE, **(env or {})})
+    return sp.run([sys.executable, "-m", "glassroom", *args], cwd=ROOT, capture_output=True, text=True,
+                  timeout=600, env={**os.environ, **OFFLINE, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +127,7 @@ def test_template_token_rows_start_at_the_mean_of_the_base_rows(setup):
 
 def test_sft_resume_after_sigkill_equals_the_uninterrupted_run(setup, sft_run, tmp_path):
     out = tmp_path / "killed"
-    killed = train(setup["config"], out, env={"GLASSROOM_FAULTS": "kill@7"})
+    killed = train(setup["config"], out, env={"GLASSROOM_FAULTS": "kill@7"}, subprocess=True)
     assert killed.returncode == KILLED, killed.stderr
     resumed = train(setup["config"], out, resume=True)
     assert resumed.returncode == 0, resumed.stderr
@@ -242,7 +249,7 @@ def test_a_packed_batch_equals_its_conversations_one_by_one(setup):
 def test_task_must_match_the_dataset(setup, tiny_dataset):
     one_line(train(setup["config"], setup["root"] / "bad1", f"data.path={tiny_dataset}"),
              "train.task: sft", "pretrain data", "manifest.json")
-    one_line(run_train(setup["root"] / "bad2", setup["chat"], "model.vocab_size=2050"),
+    one_line(run_train_here(setup["root"] / "bad2", setup["chat"], "model.vocab_size=2050"),
              "train.task: pretrain", "sft data")
     assert not (setup["root"] / "bad1").exists() and not (setup["root"] / "bad2").exists()
 
@@ -253,7 +260,7 @@ def test_sft_without_init_from_is_one_line(setup):
     raw["model"] = {"vocab_size": 2050, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128, "max_seq_len": 128}
     path = setup["root"] / "noinit.yaml"
     path.write_text(yaml.safe_dump(raw))
-    one_line(train(path, setup["root"] / "bad3"), "init.from", "sft")
+    one_line(train(path, setup["root"] / "bad3", subprocess=True), "init.from", "sft")  # as python -m glassroom gives it
 
 
 def test_a_base_whose_tokenizer_differs_is_one_line(setup, tmp_path):

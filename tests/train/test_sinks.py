@@ -13,7 +13,7 @@ import pytest
 
 from glassroom.errors import GlassroomError
 from glassroom.observe.store import StoreReader
-from train_helpers import run_train
+from train_helpers import run_train, run_train_here
 
 SECRET = "glassroom-planted-secret-7f3a9c"  # an environment variable's value that must not be recorded
 
@@ -101,7 +101,7 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
 def test_tensorboard_event_files_hold_every_step_of_the_store(tiny_dataset, tmp_path):
     pytest.importorskip("tensorboard")
     out = tmp_path / "tb"
-    result = run_train(out, tiny_dataset, "observe.tensorboard=true")
+    result = run_train_here(out, tiny_dataset, "observe.tensorboard=true")
     assert result.returncode == 0, result.stderr
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     steps, values = tensorboard_scalars(out, "train/loss")

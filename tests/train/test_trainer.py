@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, TINY, assert_same_store, losses, run_train, train_cmd
+from cli_helpers import glassroom_in_process
+from train_helpers import ROOT, TINY, assert_same_store, losses, run_train, run_train_here, train_cmd
 
 
 @pytest.fixture(scope="module")
 def reference_run(tiny_dataset, tmp_path_factory) -> Path:
     """An uninterrupted 12-step MoE run that other tests compare against."""
     out = tmp_path_factory.mktemp("runs") / "reference"
-    result = run_train(out, tiny_dataset)
+    result = run_train_here(out, tiny_dataset)
     assert result.returncode == 0, result.stderr
     return out
 
@@ -55,7 +56,7 @@ def test_sigkill_then_resume_continues_bit_for_bit(tiny_dataset, reference_run, 
     killed = run_train(out, tiny_dataset, env={"GLASSROOM_FAULTS": "kill_after_checkpoint@4"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert len(losses(out)) == 4  # it really was interrupted, with every row of the visible checkpoint
-    resumed = run_train(out, tiny_dataset, resume=True)
+    resumed = run_train_here(out, tiny_dataset, resume=True)  # the kill was the process's; the resume needs none
     assert resumed.returncode == 0, resumed.stderr
     np.testing.assert_array_equal(losses(out), losses(reference_run))
     np.testing.assert_array_equal(losses(out, "eval/macro/bpb"), losses(reference_run, "eval/macro/bpb"))
@@ -80,7 +81,7 @@ def test_torchrun_two_processes_fsdp2_match_one_process(tiny_dataset, reference_
 
 def test_nan_steps_are_skipped_and_recorded(tiny_dataset, tmp_path):
     out = tmp_path / "nan"
-    result = run_train(out, tiny_dataset, "train.steps=6", env={"GLASSROOM_FAULTS": "nan@3"})
+    result = run_train_here(out, tiny_dataset, "train.steps=6", env={"GLASSROOM_FAULTS": "nan@3"})
     assert result.returncode == 0, result.stderr
     with StoreReader(out) as reader:
         skips = [e for e in reader.events() if e["kind"] == "skip"]
@@ -93,7 +94,7 @@ def test_nan_steps_are_skipped_and_recorded(tiny_dataset, tmp_path):
 def test_too_many_nan_steps_stop_the_run_with_its_checkpoint_intact(tiny_dataset, tmp_path):
     out = tmp_path / "nans"
     env = {"GLASSROOM_FAULTS": "nan@5,nan@6,nan@7"}
-    result = run_train(out, tiny_dataset, "train.max_bad_steps=3", env=env)
+    result = run_train_here(out, tiny_dataset, "train.max_bad_steps=3", env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: stopped at step 7: 3 steps in a row")
@@ -134,10 +135,10 @@ def test_the_store_is_read_by_another_process_while_training(tiny_dataset, tmp_p
 def test_resume_with_an_incompatible_config_is_a_clear_error(reference_run, tiny_dataset, tmp_path):
     out = tmp_path / "copy"
     shutil.copytree(reference_run, out)
-    result = run_train(out, tiny_dataset, "model.d_model=128", resume=True)
+    result = run_train_here(out, tiny_dataset, "model.d_model=128", resume=True)
     assert result.returncode == 2
     assert "model.d_model (64 -> 128)" in result.stderr and result.stderr.count("\n") == 1
-    again = run_train(out, tiny_dataset)
+    again = run_train_here(out, tiny_dataset)
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
@@ -149,14 +150,16 @@ def test_resume_with_an_incompatible_config_is_a_clear_error(reference_run, tiny
     ("train.device=tpu", "train.device: 'tpu' is not one of cpu, cuda, auto"),
 ])
 def test_bad_run_configs_are_one_line_errors(tiny_dataset, tmp_path, setting, message):
-    result = run_train(tmp_path / "bad", tiny_dataset, setting)
+    # the first through python -m glassroom (the one line and exit code 2 as a user gets them), the rest in this process
+    train = run_train if setting == "train.micro_batch_size=3" else run_train_here
+    result = train(tmp_path / "bad", tiny_dataset, setting)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr
     assert not (tmp_path / "bad").exists()
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
-    result = run_train(tmp_path / "run", tmp_path / "no-such-data")
+    result = run_train_here(tmp_path / "run", tmp_path / "no-such-data")
     assert result.returncode == 2 and "not a built dataset" in result.stderr
 
 
@@ -165,20 +168,26 @@ def glassroom(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+def glassroom_here(*args: str) -> subprocess.CompletedProcess:
+    return glassroom_in_process(*args)
+
+
 def test_metrics_runs_and_note_commands(reference_run, tmp_path):
-    listing = glassroom("metrics", str(reference_run))
+    # Each command's refusal once through python -m glassroom (metrics' wrong name, note's folder
+    # without a run, runs' file); what the commands print is read in this process.
+    listing = glassroom_here("metrics", str(reference_run))
     assert listing.returncode == 0 and "train/loss" in listing.stdout
-    series = json.loads(glassroom("metrics", str(reference_run), "--name", "train/loss").stdout)
+    series = json.loads(glassroom_here("metrics", str(reference_run), "--name", "train/loss").stdout)
     assert [s for s, _ in series] == list(range(1, 13))
     assert [v for _, v in series] == list(losses(reference_run))
     wrong = glassroom("metrics", str(reference_run), "--name", "train/los")
     assert wrong.returncode == 2 and "did you mean train/loss" in wrong.stderr
-    runs = glassroom("runs", str(reference_run.parent))
+    runs = glassroom_here("runs", str(reference_run.parent))
     assert runs.returncode == 0
     assert any(line.split()[:3] == ["reference", "finished", "12"] for line in runs.stdout.splitlines())
     copy = tmp_path / "noted"
     shutil.copytree(reference_run, copy)
-    noted = glassroom("note", str(copy), "loss looks fine; continuing")
+    noted = glassroom_here("note", str(copy), "loss looks fine; continuing")
     assert noted.returncode == 0
     with StoreReader(copy) as reader:
         notes = [e for e in reader.events() if e["kind"] == "note"]
@@ -186,7 +195,7 @@ def test_metrics_runs_and_note_commands(reference_run, tmp_path):
         assert reader.status()["state"] == "finished"
     for args in (["note", str(tmp_path), "x"], ["note", str(copy), "  "], ["runs", str(tmp_path / "none")],
                  ["metrics", str(tmp_path)]):
-        result = glassroom(*args)
+        result = (glassroom if args[0] == "note" and args[2] == "x" else glassroom_here)(*args)
         assert result.returncode == 2 and result.stderr.startswith("error: "), args
     a_file = tmp_path / "a.txt"
     a_file.write_text("not runs\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from glassroom.observe.store import StoreReader
-from train_helpers import losses, run_train
+from train_helpers import losses, run_train, run_train_here
 import pytest
 
 SETS = ("train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=0")
@@ -16,18 +16,18 @@ SETS = ("train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=0"
 @pytest.mark.slow
 def test_zero_steps_evaluates_and_checkpoints_step_0_then_resumes_exactly(tiny_dataset, tmp_path):
     zero = tmp_path / "zero"
-    result = run_train(zero, tiny_dataset, "train.steps=0", *SETS)
+    result = run_train_here(zero, tiny_dataset, "train.steps=0", *SETS)
     assert result.returncode == 0, result.stderr
     assert [p.name for p in (zero / "checkpoints").iterdir() if p.name.startswith("step_")] == ["step_0000000"]
     with StoreReader(zero) as reader:
         assert reader.latest("eval/macro/loss")[0] == 0 and reader.status()["state"] == "finished"
         assert reader.series("train/loss")[0].size == 0  # nothing trained
-    again = run_train(zero, tiny_dataset, "train.steps=0", *SETS, resume=True)  # nothing left to do
+    again = run_train_here(zero, tiny_dataset, "train.steps=0", *SETS, resume=True)  # nothing left to do
     assert again.returncode == 0, again.stderr
-    resumed = run_train(zero, tiny_dataset, "train.steps=4", *SETS, resume=True)
+    resumed = run_train_here(zero, tiny_dataset, "train.steps=4", *SETS, resume=True)
     assert resumed.returncode == 0, resumed.stderr
     straight = tmp_path / "straight"
-    assert run_train(straight, tiny_dataset, "train.steps=4", *SETS).returncode == 0
+    assert run_train_here(straight, tiny_dataset, "train.steps=4", *SETS).returncode == 0
     assert np.array_equal(losses(zero), losses(straight)) and len(losses(zero)) == 4
 
 
@@ -44,11 +44,11 @@ def test_muon_resumes_with_the_schedules_lr(tiny_dataset, tmp_path):
     replaced), from a step-0 checkpoint and after a kill alike."""
     sets = ("train.optimizer=muon", "train.steps=6", *SETS)
     straight = tmp_path / "straight"
-    assert run_train(straight, tiny_dataset, *sets).returncode == 0
+    assert run_train_here(straight, tiny_dataset, *sets).returncode == 0
     killed = tmp_path / "killed"
     assert run_train(killed, tiny_dataset, *sets, env={"GLASSROOM_FAULTS": "kill@3"}).returncode != 0
-    assert run_train(killed, tiny_dataset, *sets, resume=True).returncode == 0
+    assert run_train_here(killed, tiny_dataset, *sets, resume=True).returncode == 0
     zero = tmp_path / "zero"
-    assert run_train(zero, tiny_dataset, "train.optimizer=muon", "train.steps=0", *SETS).returncode == 0
-    assert run_train(zero, tiny_dataset, *sets, resume=True).returncode == 0
+    assert run_train_here(zero, tiny_dataset, "train.optimizer=muon", "train.steps=0", *SETS).returncode == 0
+    assert run_train_here(zero, tiny_dataset, *sets, resume=True).returncode == 0
     assert np.array_equal(losses(killed), losses(straight)) and np.array_equal(losses(zero), losses(straight))
