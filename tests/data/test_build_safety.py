@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import glassroom_in_process
 from data_helpers import make_corpus, write_recipe
 from glassroom.cli import main
 from glassroom.data.build import FORMAT, build_dataset, dataset_format
@@ -241,8 +240,8 @@ def test_a_second_build_to_the_same_out_is_refused_while_the_first_runs(lab, tmp
     try:
         building = _wait_for_build_folder(first, out)
         os.kill(first.pid, signal.SIGSTOP)  # hold it mid-build, lock taken
-        # The test process is the other process here: the lock is held by `first`.
-        second = glassroom_in_process("data", "build", str(recipe), "--out", str(out), "--force", "--workers", "1")
+        second = subprocess.run([sys.executable, "-m", "glassroom", "data", "build", str(recipe), "--out", str(out),
+                                 "--force", "--workers", "1"], capture_output=True, text=True, timeout=120)
         assert second.returncode == 2, second.stderr
         line = one_error_line(second.stderr)
         assert line == f"error: another build (pid {first.pid}) is writing {out}; wait for it to finish or choose another --out"
