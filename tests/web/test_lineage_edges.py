@@ -6,6 +6,7 @@ renders, the Samples panel says what it could not show, nothing throws, the site
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -126,7 +127,9 @@ def test_only_malformed_samples_show_the_note_not_a_blank_panel(lab):
 def test_a_private_base_is_named_nowhere_on_the_public_pages(tiny_dataset, tmp_path):
     """A real SFT run from a base marked private: the Lineage panel said "a private run", but the
     start event ("sft from <path>"), its data and the config's init.from published the path."""
-    from cli_helpers import glassroom_in_process
+    import subprocess
+    import sys
+
     from glassroom.cli import main
     from glassroom.web.data import Cursor
     from sft_helpers import build_chat, pretrain_base, sft_config
@@ -135,7 +138,8 @@ def test_a_private_base_is_named_nowhere_on_the_public_pages(tiny_dataset, tmp_p
     base = pretrain_base(tiny_dataset, lab / "alice-private-base")
     chat = build_chat(tmp_path / "chat", base / "tokenizer.json", n=40)
     config = sft_config(tmp_path / "sft.yaml", base, chat, steps=1, warmup_steps=0, checkpoint_every=1, eval_every=1, eval_sequences=2)
-    result = glassroom_in_process("train", str(config), "--out", str(lab / "sft"), "--quiet", env={"HF_HUB_OFFLINE": "1"})
+    result = subprocess.run([sys.executable, "-m", "glassroom", "train", str(config), "--out", str(lab / "sft"), "--quiet"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr
     assert main(["note", str(base), "--private-run"]) == 0
     private = str(base.resolve())
