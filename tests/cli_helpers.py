@@ -11,11 +11,15 @@ import os
 import subprocess
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
 from glassroom.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Python's default filters hide these outside __main__; a real interpreter prints every other warning.
+_HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
 
 
 class _Text(io.StringIO):
@@ -66,13 +70,19 @@ def _threads():
 def glassroom_in_process(*args, cwd: str | Path | None = None, env: dict | None = None,
                          input: str | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """`glassroom ARGS` in this process, as a CompletedProcess (timeout is accepted and ignored). An
-    exception the CLI does not turn into a message prints its traceback and exits 1, as python would."""
+    exception the CLI does not turn into a message prints its traceback and exits 1, as python would.
+    Warnings the command raises (pytest would record them) are put at the end of stderr, so a
+    one-line-error check still sees a stray RuntimeWarning."""
     argv = [str(a) for a in args]
     out, err = _Text(), _Text()
     here = os.getcwd()
     stdin = sys.stdin
+    caught: list = []
     try:
-        with _environment(env), _threads(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _environment(env), _threads(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings(record=True) as caught:
+            for category in _HIDDEN_WARNINGS:
+                warnings.filterwarnings("ignore", category=category)
             os.chdir(cwd or ROOT)
             sys.stdin = io.StringIO(input or "")
             try:
@@ -87,4 +97,5 @@ def glassroom_in_process(*args, cwd: str | Path | None = None, env: dict | None 
     finally:
         os.chdir(here)
         sys.stdin = stdin
-    return subprocess.CompletedProcess(["glassroom", *argv], code, out.getvalue(), err.getvalue())
+    shown = "".join(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in caught)
+    return subprocess.CompletedProcess(["glassroom", *argv], code, out.getvalue(), err.getvalue() + shown)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from glassroom.ladder.rungs import load_rungs
-from ladder_cli_helpers import ladder_in_process
+from cli_helpers import glassroom_in_process
 from ladder_helpers import ROOT, write_ladder
 
 FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
@@ -33,7 +33,7 @@ def real_glassroom(*args) -> subprocess.CompletedProcess:
 
 def glassroom(*args) -> subprocess.CompletedProcess:
     """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
-    return ladder_in_process(*args)
+    return glassroom_in_process(*args)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:

@@ -15,7 +15,7 @@ from glassroom.ladder.predict import (deviation, fit_curves, lr_multipliers, mak
                                       preregister, schedule_areas)
 from glassroom.ladder.rungs import load_rungs
 from glassroom.observe.store import StoreReader
-from ladder_cli_helpers import ladder_in_process
+from cli_helpers import glassroom_in_process
 from ladder_helpers import ROOT, TRUTH, true_curve, write_ladder
 
 FAST = {"fit": {"bootstrap": 40, "momentum": 0.999}}  # TRUTH's C is sized for the paper's lambda (the demo uses 0.95)
@@ -29,7 +29,7 @@ def real_glassroom(*args):
 
 def glassroom(*args):
     """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
-    return ladder_in_process(*args)
+    return glassroom_in_process(*args)
 
 
 def test_schedule_areas_match_the_definition():

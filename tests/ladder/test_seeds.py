@@ -17,7 +17,7 @@ import yaml
 from glassroom.errors import GlassroomError
 from glassroom.ladder.plan import format_plan, plan_ladder
 from glassroom.ladder.spec import expand, expand_seeds, spec_from_mapping
-from ladder_cli_helpers import ladder_in_process
+from cli_helpers import glassroom_in_process
 from ladder_helpers import ROOT, write_ladder
 
 SPEC = ROOT / "tests" / "configs" / "ladder-tiny.yaml"
@@ -39,7 +39,7 @@ def real_glassroom(*args):
 
 def glassroom(*args):
     """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
-    return ladder_in_process(*args)
+    return glassroom_in_process(*args)
 
 
 def test_seed_k_trains_with_base_seed_plus_k_and_seed_0_is_the_rung_as_before():

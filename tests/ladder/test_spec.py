@@ -12,7 +12,7 @@ import yaml
 
 from glassroom.ladder.spec import expand, load_spec, spec_from_mapping
 from glassroom.train.config import run_config_from_mapping
-from ladder_cli_helpers import ladder_in_process
+from cli_helpers import glassroom_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "experiments" / "ladder-demo.yaml"
@@ -28,7 +28,7 @@ def real_glassroom(*args, cwd=ROOT):
 
 def glassroom(*args, cwd=ROOT):
     """The same command in this process (no torch import per call): exit code, stdout, stderr (and warnings)."""
-    return ladder_in_process(*args, cwd=cwd)
+    return glassroom_in_process(*args, cwd=cwd)
 
 
 def test_demo_expansion_follows_the_written_rules():

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from glassroom.observe.store import StoreReader
-from ladder_cli_helpers import ladder_in_process
+from cli_helpers import glassroom_in_process
 from train_helpers import ROOT
 import pytest
 
@@ -23,7 +23,7 @@ def real_glassroom(*args) -> subprocess.CompletedProcess:
 def glassroom(*args) -> subprocess.CompletedProcess:
     """The command in this process (no torch import per call); `ladder run`'s steps still train in their own
     worker processes."""
-    return ladder_in_process(*args)
+    return glassroom_in_process(*args)
 
 
 @pytest.fixture(scope="module")
