@@ -32,6 +32,7 @@ def corpus(tmp_path_factory):
     return root, recipe, out
 
 
+@pytest.mark.slow
 def test_build_prints_a_summary(corpus, capsys):
     root, recipe, out = corpus
     code, stdout, stderr = run_cli(["data", "build", str(recipe), "--out", str(root / "second"), "--workers", "2"], capsys)
@@ -137,6 +138,7 @@ def test_cli_subprocess_exit_code_and_single_line(corpus):
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ") and "missing.yaml" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bible") is None, reason="needs scripts/install-corpora.sh --minimal (Debian bible-kjv)")
 def test_tiny_recipe_builds(tmp_path, capsys):
     code, stdout, err = run_cli(["data", "build", "experiments/data-tiny.yaml", "--out", str(tmp_path / "tiny")], capsys)

@@ -18,6 +18,8 @@ from train_helpers import run_train
 
 from glassroom.observe.store import StoreReader, StoreWriter
 
+pytestmark = pytest.mark.slow  # every test here reads runs this module trains
+
 
 @pytest.fixture(scope="module")
 def dataset(tiny_dataset, tmp_path_factory) -> Path:
@@ -29,6 +31,7 @@ def run(dataset, tmp_path_factory) -> Path:
     return train_run(tmp_path_factory.mktemp("runs") / "run", dataset)
 
 
+@pytest.mark.slow
 def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run):
     result = glassroom_here("eval", str(run), "--tasks", "glassroom_bpb_prose,glassroom_bpb_code", "--step", "8", "--json")
     assert result.returncode == 0, result.stderr
@@ -60,6 +63,7 @@ def test_glassroom_eval_on_a_run_stores_at_the_checkpoints_step_and_replaces(run
     (["--tasks", "glassroom_bpb,glassroom_bpb_code"], "Duplicate task 'glassroom_bpb_code'"),
     (["--tasks", "lambada_openai", "--limit", "1"], "cannot load the data of lambada_openai"),  # a hub task, offline
 ])
+@pytest.mark.slow
 def test_eval_mistakes_are_one_line_exit_2(run, args, says):
     result = glassroom_here("eval", str(run), *args)
     assert result.returncode == 2, result.stderr
@@ -204,6 +208,7 @@ def test_a_checkpoint_pruned_while_it_is_read_is_chosen_again(run, tmp_path, mon
     assert calls == [12, 8] and json.loads(out.out)["step"] == 8 and "Traceback" not in out.err
 
 
+@pytest.mark.slow
 def test_a_pruned_checkpoint_prints_no_traceback_from_the_checkpoint_reader(run, tmp_path):
     """As a user sees it (no pytest log capture): DCP logs each failed read with a traceback on the
     root logger; eval's output stays its own."""
@@ -227,6 +232,7 @@ def test_a_pruned_checkpoint_prints_no_traceback_from_the_checkpoint_reader(run,
     assert "(step 8)" in result.stdout and "Traceback" not in result.stderr and "metadata" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_run_whose_dataset_has_no_tasks_still_takes_names_lm_eval_ships(tiny_dataset, tmp_path):
     """The dataset's tasks/ is needed for glassroom's tasks only: a hub task goes to lm-eval (here
     offline, so its data cannot be fetched: that is the one line), a glassroom task asks for tasks/."""
@@ -254,6 +260,7 @@ def test_tasks_written_from_another_build_of_the_data_say_so(run, dataset, tmp_p
     assert "was written from another build of the data than the run's" in result.stderr
 
 
+@pytest.mark.slow
 def test_eval_output_is_the_scores_without_lm_evals_noise(run, tmp_path):
     """Run outside a git checkout: no progress bars, no `fatal: not a git repository` from lm-eval's
     environment report; stdout is the scores."""

@@ -245,6 +245,7 @@ def files(folder: Path) -> dict:
             if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
 def test_fit_and_backtest_refuse_bad_rungs_in_one_line(clean_ladder, tmp_path, case):
     ladder = tmp_path / "ladder"
@@ -268,6 +269,7 @@ def test_refusals_name_the_rungs(clean_ladder, tmp_path):
     assert any(f"smaller {name} (" in line for name in names[:-1])
 
 
+@pytest.mark.slow
 def test_allow_nonmonotone_fits_and_marks_the_fit_unreliable(clean_ladder, tmp_path):
     ladder = tmp_path / "ladder"
     shutil.copytree(clean_ladder, ladder)
@@ -366,6 +368,7 @@ SPECS = [spec_missing, spec_folder, spec_alias_bomb, spec_bad_key, spec_not_yaml
          spec_eval_fraction_above_one, spec_negative_seed]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SPECS, ids=[c.__name__ for c in SPECS])
 def test_plan_and_run_refuse_bad_specs_in_one_line(tmp_path, case):
     spec, needle = case(tmp_path)
@@ -405,6 +408,7 @@ def test_verify_bad_inputs_are_one_line(tmp_path, clean_ladder):
     one_line_error(glassroom("ladder", "verify", broken), "unreadable run store")
 
 
+@pytest.mark.slow
 def test_run_with_an_unknown_force_name_writes_nothing(tmp_path, tiny_dataset):
     out = tmp_path / "ladder"
     result = glassroom("ladder", "run", ROOT / "tests" / "configs" / "ladder-tiny.yaml", "--out", out,
@@ -413,6 +417,7 @@ def test_run_with_an_unknown_force_name_writes_nothing(tmp_path, tiny_dataset):
     assert not out.exists()  # it used to write DIR/ladder_experiment.py first
 
 
+@pytest.mark.slow
 def test_a_step_json_that_is_not_an_object_is_ignored(clean_ladder, tmp_path):
     """step.json is optional (it only records the pipeline version): a damaged one was an
     AttributeError traceback."""

@@ -64,6 +64,7 @@ def test_seeds_measure_the_noise(capsys, tmp_path):
     assert out["source"]["seeds"] == 3
 
 
+@pytest.mark.slow
 def test_fit_results_json_and_text(capsys, files):
     out = run_json(capsys, "ladder", "fit", "--results", str(files[0]))
     assert out["law"]["law"] == "L(N,D)" and out["objective"] == "least-squares"
@@ -75,6 +76,7 @@ def test_fit_results_json_and_text(capsys, files):
     assert code == 0 and "L(N,D) = E + A / N^alpha + B / D^beta" in text and "12 runs, 12 sizes" in text
 
 
+@pytest.mark.slow
 def test_curves_in_a_results_file_give_the_curve_law(capsys, tmp_path):
     from ladder_results_helpers import _curve_rows
 

@@ -37,6 +37,7 @@ def _cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_sample_prints_json_with_the_greedy_continuation(run_dir):
     import glassroom
 

@@ -26,6 +26,7 @@ def _hf_greedy(model, ids, new, eos):
     return out[0, len(ids):].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_greedy_sample_equals_transformers_generate(arch, tiny_dataset, tmp_path):
     # 128 positions: the prompt and 64 new tokens run well past the sliding windows (16).

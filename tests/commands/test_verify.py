@@ -27,6 +27,8 @@ from glassroom.web.publish import publish
 from ladder_helpers import ROOT, write_ladder
 from train_helpers import run_train
 
+pytestmark = pytest.mark.slow  # every test here reads runs this module trains
+
 ALTERED = 3
 FAST = {"fit": {"bootstrap": 20, "momentum": 0.999}}
 
@@ -150,6 +152,7 @@ def named(result: subprocess.CompletedProcess, *needles: str) -> str:
 
 # ----------------------------------------------------------------------------- the honest run
 
+@pytest.mark.slow
 def test_the_honest_run_extends_every_copy_saved_while_it_trained(lab):
     saved = lab["saved"]
     copies = [saved / "run-1", saved / "run-2", saved / "run-3", saved / "chain-3.json", saved / "feed-3.atom",

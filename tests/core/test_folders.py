@@ -168,6 +168,7 @@ class TestCommandsDeleteOnlyWhatTheyWrote:
 
         return request.param, run, has_force, stale, first_run
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
     @pytest.mark.parametrize("where", ["new-folder", "own-output", "own-output-forged-manifest"])
     def test_planted_files_are_refused_in_one_line_and_kept(self, command, where, force, tmp_path, capsys):
@@ -189,6 +190,7 @@ class TestCommandsDeleteOnlyWhatTheyWrote:
         assert "not replacing it" in line or "not publishing over it" in line, line
         assert snapshot(tmp_path / "parent") == before  # every planted file byte for byte, nothing beside DIR
 
+    @pytest.mark.slow
     def test_an_edited_file_of_its_own_is_refused(self, command, tmp_path, capsys):
         name, run, has_force, _, first_run = command
         out = tmp_path / "out"
@@ -201,6 +203,7 @@ class TestCommandsDeleteOnlyWhatTheyWrote:
         assert code == 2 and f"{edited} was changed since glassroom {COMMAND_NAMES[name]} wrote it" in error_line(err)
         assert snapshot(tmp_path) == before
 
+    @pytest.mark.slow
     def test_its_own_output_is_replaced_and_leaves_no_stale_file(self, command, tmp_path, capsys):
         name, run, has_force, stale, first_run = command
         out = tmp_path / "out"

@@ -141,6 +141,7 @@ def _cli(*args, cwd=None):
                           text=True, cwd=cwd or REPO, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_writes_and_prints(dataset, tmp_path):
     out = tmp_path / "tiny"
     shutil.copytree(dataset, out)

@@ -87,6 +87,7 @@ def lab(tmp_path_factory):
 # ----------------------------------------------------------------------------- --force and --out
 
 
+@pytest.mark.slow
 def test_a_built_dataset_carries_the_format_marker(lab):
     root, _, out = lab
     assert json.loads((out / "manifest.json").read_text())["format"] == FORMAT
@@ -117,6 +118,7 @@ def test_a_symlinked_manifest_does_not_make_a_dataset(lab, tmp_path):
     assert (target / "precious.txt").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_force_replaces_a_dataset_and_an_empty_folder_is_used(lab, tmp_path):
     root, recipe, out = lab
     ds = tmp_path / "again"
@@ -134,6 +136,7 @@ def test_force_replaces_a_dataset_and_an_empty_folder_is_used(lab, tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")], "lock or build folder left behind"
 
 
+@pytest.mark.slow
 def test_force_refuses_a_dataset_that_also_holds_the_users_files(lab, tmp_path, capsys):
     root, recipe, _ = lab
     ds = tmp_path / "mine"
@@ -192,6 +195,7 @@ def test_stale_build_folders_of_dead_builds_are_removed(lab, tmp_path):
     assert dataset_format(out) == FORMAT
 
 
+@pytest.mark.slow
 def test_a_build_killed_between_its_renames_gets_the_old_dataset_back(lab, tmp_path, capsys):
     root, recipe, _ = lab
     out = tmp_path / "data"
@@ -233,6 +237,7 @@ def _wait_for_build_folder(proc: subprocess.Popen, out: Path) -> Path:
     return building
 
 
+@pytest.mark.slow
 def test_a_second_build_to_the_same_out_is_refused_while_the_first_runs(lab, tmp_path):
     root, recipe, _ = lab
     out = tmp_path / "data"
@@ -254,6 +259,7 @@ def test_a_second_build_to_the_same_out_is_refused_while_the_first_runs(lab, tmp
     assert not (tmp_path / ".data.lock").exists() and not building.exists()
 
 
+@pytest.mark.slow
 def test_two_builds_started_together_never_both_succeed(lab, tmp_path):
     root, recipe, _ = lab
     out = tmp_path / "data"
@@ -269,6 +275,7 @@ def test_two_builds_started_together_never_both_succeed(lab, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 
 
+@pytest.mark.slow
 def test_a_killed_build_leaves_nothing_that_blocks_the_next(lab, tmp_path):
     root, recipe, _ = lab
     out = tmp_path / "data"

@@ -28,6 +28,7 @@ def planted(base):
     return texts, planted, run(texts, DedupConfig())
 
 
+@pytest.mark.slow
 def test_planted_copies_found_at_and_above_threshold_and_nothing_else(base, planted):
     texts, planted, result = planted
     assert len(base) >= 300
@@ -65,6 +66,7 @@ def test_planted_copies_found_at_and_above_threshold_and_nothing_else(base, plan
     assert entry["verified_pairs"] <= entry["estimated_pairs"] <= entry["candidate_pairs"]
 
 
+@pytest.mark.slow
 def test_funnel_counts_per_domain_match_the_decisions(planted):
     texts, planted, result = planted
     stats = Stats()

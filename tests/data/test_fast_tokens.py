@@ -51,6 +51,7 @@ def corpus():
     return tok, texts + TRICKY
 
 
+@pytest.mark.slow
 def test_mirror_gives_the_ids_of_encode_batch_on_real_text(corpus):
     tok, texts = corpus
     m, why = fast_tokens.mirror(tok)
@@ -65,6 +66,7 @@ def test_mirror_gives_the_ids_of_encode_batch_on_real_text(corpus):
     assert eos not in got[len(texts) - len(TRICKY)].tolist()
 
 
+@pytest.mark.slow
 def test_encode_batch_task_matches_tokenizers_with_eos_after_each_document(corpus):
     tok, texts = corpus
     sample = texts[:40] + TRICKY

@@ -29,6 +29,7 @@ def dataset(tmp_path_factory):
 WEIGHTS = {"email": 0.7, "web": 0.3}
 
 
+@pytest.mark.slow
 def test_realised_token_shares_within_one_percent(dataset):
     for weights in (WEIGHTS, {"email": 0.05, "web": 0.95}):
         mix = Mixture(dataset, weights, seq_len=32, batch_size=64, seed=3)
@@ -154,6 +155,7 @@ def generated_weight_sets(count: int = 8, seed: int = 0):
         yield {"email": ratio * scale, "web": scale}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_unnormalised_weights_give_domain_shares_of_weight_over_sum(dataset, seed):
     """The weights need not sum to 1: the long-run share of each domain among the batches' sequences

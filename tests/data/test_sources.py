@@ -128,6 +128,7 @@ needs = {
     ({"kind": "austen"}, "Elinor"),
     ({"kind": "man", "sections": "1"}, "NAME"),
 ])
+@pytest.mark.slow
 def test_installed_corpora(kw, expect):
     kind = kw["kind"]
     if not needs[kind]:

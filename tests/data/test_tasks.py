@@ -60,6 +60,7 @@ def test_a_window_longer_than_the_split_is_noted_with_the_right_length(dataset):
     assert "prose: no bits-per-byte task (fewer than --seq-len 100000000 validation tokens)" in result.stderr
 
 
+@pytest.mark.slow
 def test_build_force_replaces_a_dataset_with_its_tasks_but_not_a_tasks_folder_with_other_files(dataset, tmp_path):
     """DIR/tasks is derived from the dataset: --force replaces it with the dataset it describes. A
     tasks/ holding anything data tasks does not write is still refused, and left as it was."""

@@ -103,6 +103,7 @@ def test_rolling_task_windows_are_the_trainers_windows(dataset):
 # ------------------------------------------------------------------ scores: trainer, CLI, store
 
 
+@pytest.mark.slow
 def test_eval_tasks_during_training_match_the_trainers_bpb(run):
     with StoreReader(run) as reader:
         steps, task_bpb = reader.series("downstream/glassroom_bpb_prose/bits_per_byte")
@@ -120,6 +121,7 @@ def test_eval_tasks_during_training_match_the_trainers_bpb(run):
 # ------------------------------------------------------------------ against lm-eval's HF model
 
 
+@pytest.mark.slow
 def test_same_numbers_as_lm_eval_hf_on_the_exported_folder(run, dataset, tmp_path):
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -141,6 +143,7 @@ def test_same_numbers_as_lm_eval_hf_on_the_exported_folder(run, dataset, tmp_pat
                 assert abs(ours[task][metric] - value) < 1e-3, (task, metric, ours[task][metric], value)
 
 
+@pytest.mark.slow
 def test_generate_until_is_greedy_and_stops_at_strings(run):
     import torch
     from lm_eval.api.instance import Instance
@@ -167,6 +170,7 @@ def test_generate_until_is_greedy_and_stops_at_strings(run):
     assert cut == [want.split(stop)[0]] and stop not in cut[0]
 
 
+@pytest.mark.slow
 def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tmp_path):
     """eval_tasks_every picks the steps; torchrun with more than one process is refused; and a run
     with eval_tasks trains exactly as one without (lm-eval's seeding does not leak into training)."""
@@ -190,6 +194,7 @@ def test_eval_tasks_keys_checked_and_training_unchanged_by_them(run, dataset, tm
     np.testing.assert_array_equal(losses(run), losses(train_run(tmp_path / "plain", dataset)))
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_a_checkpoint_resumes_with_each_score_once(run, dataset, tmp_path):
     """SIGKILL right after step 8's checkpoint (its tasks ran before it): --resume redoes steps 9-12
     and the store holds the same scores, each step's once, as the run never interrupted."""

@@ -36,6 +36,7 @@ def runs(tiny_dataset, tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_exported_model_matches_glassroom_in_transformers(runs, tmp_path, arch):
     import glassroom
@@ -77,6 +78,7 @@ VARIANTS = {  # more of what each architecture takes, beyond ARCHS
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(VARIANTS))
 def test_more_variants_match_transformers(tiny_dataset, tmp_path, arch):
     """In process, random weights (norms and router biases too): the config mapping is what is tested."""
@@ -143,6 +145,7 @@ def test_model_card_and_tokenizer_files(runs, tiny_dataset, tmp_path):
     assert (out / "tokenizer.json").read_bytes() == (tiny_dataset / "tokenizer.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_cli_export_then_out_rules(runs, tmp_path):
     run = runs("llama")
     out = tmp_path / "hf"

@@ -158,6 +158,7 @@ def test_bad_init_folders_are_one_line(tiny_dataset, tmp_path, damage, words):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_disagreeing_model_section_and_init_keys(tiny_dataset, tmp_path):
     from glassroom.hf.load import model_section
 

@@ -105,6 +105,7 @@ def huge_loads(tiny_dataset, tmp_path_factory) -> dict:
     return {name: (code, message) for name, code, message in lines}
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("name", list(HUGE))
 def test_config_claiming_huge_sizes_is_one_line_without_allocating(huge_loads, name):

@@ -151,6 +151,7 @@ def test_eval_noise_is_shared_by_seeds_and_cut_by_more_sequences(spec):
     assert four_evals < 0.7 * one  # sigma / 2
 
 
+@pytest.mark.slow
 def test_law_from_a_results_file_measures_the_noise(tmp_path, spec):
     rows = ["name,params,tokens,flops,loss,seed"]
     rng = np.random.default_rng(0)

@@ -244,6 +244,7 @@ def real_ladder(tmp_path_factory):
     return out, spec, hero, load_rungs(out)
 
 
+@pytest.mark.slow
 def test_real_rungs_predict_and_backtest(real_ladder):
     from glassroom.ladder.predict import fit_curves, predict_curve
 

@@ -13,6 +13,7 @@ from glassroom.ladder.laws import candidates
 from glassroom.ladder.synthetic_moe import MOE_TRUTHS, hero_size, moe_ladder, measure, truth_loss
 
 
+@pytest.mark.slow
 def test_noise_free_sparsity_aware_truths_are_chosen_and_recovered():
     rng = np.random.default_rng(7)
     for _ in range(3):   # truths drawn at random: w anywhere in [0, 1], Chinchilla-like magnitudes
@@ -50,6 +51,7 @@ def test_laws_on_total_parameters_need_them_to_predict():
         fit_points([Point("a", 1e8, 1e9, 6e17, 3.0, None, 5e7), *points], bootstrap=0)
 
 
+@pytest.mark.slow
 def test_a_results_file_with_total_params_predicts_a_moe(tmp_path, capsys):
     import json
 

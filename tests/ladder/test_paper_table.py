@@ -43,6 +43,7 @@ def test_the_table_is_the_240_runs_the_paper_fits():
     assert max(p.loss for p in r.points) < 3.41  # the five highest-loss runs are left out, as in the paper
 
 
+@pytest.mark.slow
 def test_huber_objective_reproduces_the_papers_fit_and_extrapolation():
     out = predict("--objective", "huber")
     assert paper_loss(N, D) == pytest.approx(1.9767, abs=1e-4)

@@ -97,6 +97,7 @@ def test_prediction_is_preregistered_once(ladder, tmp_path):
     assert deviation(prediction, 0, mean) is None
 
 
+@pytest.mark.slow
 def test_fit_and_backtest_commands(ladder):
     out = ladder[0]
     result = glassroom("ladder", "backtest", str(out), "--json")
@@ -124,6 +125,7 @@ def test_fit_errors_are_one_line(tmp_path):
         assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_size_term_reads_total_or_active_parameters_of_moe_rungs(ladder):
     """fit.size_term total: the curve law's N is the rung's count plus the experts a token does not use,
     for the rungs and the hero alike; the prediction records which."""
@@ -142,6 +144,7 @@ def test_the_size_term_reads_total_or_active_parameters_of_moe_rungs(ladder):
     assert abs(active["final_loss"] / truth - 1) < abs(total["final_loss"] / truth - 1)
 
 
+@pytest.mark.slow
 def test_the_band_carries_the_laws_leave_one_size_out_misfit_beyond_the_seed_noise(ladder):
     """A law that misses sizes it did not see must not claim the seed noise alone: size_misfit
     measures that error, and the band widens by what of it the noise does not explain."""

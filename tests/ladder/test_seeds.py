@@ -253,6 +253,7 @@ def test_leave_largest_size_out_holds_out_every_seed_of_the_largest_size():
 # ---- copies ----
 
 
+@pytest.mark.slow
 def test_a_copied_rung_is_refused_and_a_second_seed_of_one_size_is_not(tmp_path):
     from glassroom.ladder.report import fit_report
     from glassroom.ladder.rungs import check_rungs, load_rungs

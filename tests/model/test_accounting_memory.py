@@ -172,6 +172,7 @@ def _malloc_in_use():
     return in_use
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["moe_shared_qk_first_dense", "dense"])
 def test_checkpointing_modes_keep_what_the_plan_says(name, precision):

@@ -167,6 +167,7 @@ def capped_run(tiny_dataset, tmp_path_factory):
     return lab
 
 
+@pytest.mark.slow
 def test_a_capped_training_run_logs_the_drop_fraction_per_layer(capped_run):
     with StoreReader(capped_run / "capped") as reader:
         steps, values = reader.series("moe/layer_1/drop_fraction")
@@ -199,6 +200,7 @@ def test_the_dashboard_and_the_published_site_draw_the_drop_fraction(capped_run,
             assert browser.eval(points) == 3
 
 
+@pytest.mark.slow
 def test_a_capped_run_exports_as_its_dropless_self_and_an_init_may_set_a_capacity(capped_run, tmp_path):
     import glassroom
     from glassroom.train.init import model_for_init

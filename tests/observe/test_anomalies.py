@@ -74,6 +74,7 @@ def bias_jump_run(tiny_dataset, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_run_whose_router_bias_jumps_at_step_500_explains_it(bias_jump_run):
     with StoreReader(bias_jump_run) as reader:
         anomalies = [e for e in reader.events(kinds=["anomaly"]) if e["data"]["metric"] == "norm/param/total"]
@@ -85,6 +86,7 @@ def test_a_run_whose_router_bias_jumps_at_step_500_explains_it(bias_jump_run):
     assert max(attribution, key=attribution.get) == "router_bias" and attribution["router_bias"] > 0.5
 
 
+@pytest.mark.slow
 def test_a_planted_loss_spike_is_named_as_the_loss(tiny_dataset, tmp_path):
     # One step at 2000x the learning rate (a broken schedule): the next loss jumps.
     out = tmp_path / "spike"
@@ -140,6 +142,7 @@ def anomalies_of(run_dir) -> list[tuple]:
         return [(e["step"], e["data"]["metric"], e["text"]) for e in reader.events(kinds=["anomaly"])]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_flags_exactly_what_the_uninterrupted_run_flags(tiny_dataset, tmp_path):
     """The detector's history is part of the checkpoint: a run killed right after its step-20
     checkpoint and resumed flags the same anomalies as the run that never stopped, among them a loss

@@ -23,6 +23,7 @@ def test_reader_reads_what_the_writer_wrote(tmp_path, name):
     assert not list(tmp_path.glob("*.sqlite*"))  # nothing opened beside the folder
 
 
+@pytest.mark.slow
 def test_training_into_a_folder_named_with_a_hash(tiny_dataset, tmp_path):
     result = run_train(tmp_path / "run#1", tiny_dataset, "train.steps=2", "train.eval_every=2",
                        "train.checkpoint_every=2")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipeline_helpers import glassroom
 
 from web_helpers import REPO
@@ -37,6 +39,7 @@ steps = [data, atlas_step("two-atlas", data, k={k})]
 """
 
 
+@pytest.mark.slow
 def test_atlas_step_writes_reuses_publishes_and_checks(tmp_path, capsys):
     (tmp_path / "two.yaml").write_text(RECIPE)
     exp = tmp_path / "exp.py"

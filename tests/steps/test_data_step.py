@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipeline_helpers import glassroom
 
 RECIPE = """\
@@ -26,6 +28,7 @@ steps = [data_build_step("code-data", "code.yaml", "tokenizer.vocab_size={vocab}
 """
 
 
+@pytest.mark.slow
 def test_data_build_step_builds_reuses_and_rebuilds_on_a_recipe_change(tmp_path, capsys):
     (tmp_path / "code.yaml").write_text(RECIPE.format(max_bytes="200K"))
     exp = tmp_path / "exp.py"

@@ -205,6 +205,7 @@ def test_a_consistent_checkpoint_of_another_version_is_one_line(run, tiny_datase
     assert tree_hashes(run) == before  # refused before config.yaml, the journal or the status is written
 
 
+@pytest.mark.slow
 def test_resume_after_config_yaml_was_edited_names_the_checkpoint_and_the_key(run):
     text = (run / "config.yaml").read_text()
     assert "d_model: 64" in text

@@ -88,6 +88,7 @@ def test_dpo_learns_a_held_out_preference_and_computes_the_reference_once(full_r
     assert "241 of 242 pairs used: 1 truncated" in start and "1 dropped (no trained token left)" in start, start
 
 
+@pytest.mark.slow
 def test_dpo_resumes_exactly_after_a_kill_without_recomputing_the_reference(setup, full_run):
     root, base, data = setup
     out = root / "killed"

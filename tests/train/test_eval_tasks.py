@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from downstream_helpers import WINDOWS, dataset_with_tasks, train_run
 from hf_helpers import OFFLINE
 from train_helpers import ROOT, assert_same_store, run_train_here, train_cmd
@@ -35,6 +37,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_kill_inside_the_task_evaluation_resumes_to_the_uninterrupted_store(tiny_dataset, tmp_path):
     dataset = dataset_with_tasks(tiny_dataset, tmp_path / "data")
     reference = train_run(tmp_path / "reference", dataset, SETS[-1])

@@ -64,6 +64,7 @@ def start_event(run: Path) -> dict:
 # ------------------------------------------------------------------ answers cut away by seq_len
 
 
+@pytest.mark.slow
 def test_seq_len_shorter_than_every_answer_is_one_line_not_a_run_of_zero_losses(setup):
     # seq_len 4: the template header alone fills the row; every answer is cut away. It used to train
     # 2 steps at loss 0 and mask share 0, and call it a run.
@@ -107,6 +108,7 @@ def uninterrupted(setup) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", [None, {"max_seq_len": 128}], ids=["no-model-section", "partial-model-section"])
 def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, uninterrupted, tmp_path, model):
     # The docs: a resumed run continues from its own checkpoint without its init folder. With the
@@ -132,6 +134,7 @@ def test_resume_with_the_users_config_after_the_base_folder_is_deleted(setup, un
     assert_same_store(out, uninterrupted)
 
 
+@pytest.mark.slow
 def test_resume_on_data_rebuilt_with_another_tokenizer_is_one_line(setup, tmp_path):
     # Killed, then the data rebuilt in place with a tokenizer of its own (400 ids: they fit the
     # model's 2050 rows) and the base deleted (so init.from's tokenizer check cannot run): --resume

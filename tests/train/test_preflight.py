@@ -100,6 +100,7 @@ def edit_manifest(dataset: Path, change) -> None:
     ("train.seed=100000000000000000000000", "train.seed: 1e+23 is too large (at most 2**63 - 1)"),
     ("observe.anomaly_min_history=0", "observe.anomaly_min_history: must be positive, got 0"),
 ])
+@pytest.mark.slow
 def test_bad_config_values_are_refused_before_the_run_folder(capsys, tiny_dataset, tmp_path, setting, message):
     out = tmp_path / "run"
     code, err = train(capsys, out, tiny_dataset, setting)
@@ -109,6 +110,7 @@ def test_bad_config_values_are_refused_before_the_run_folder(capsys, tiny_datase
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_infinite_max_epochs_is_allowed(tiny_dataset):
     """The one float that may be .inf: max_epochs (the repetition warning switched off)."""
     from glassroom.train.config import load_run_config

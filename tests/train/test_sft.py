@@ -125,6 +125,7 @@ def test_template_token_rows_start_at_the_mean_of_the_base_rows(setup):
         torch.testing.assert_close(tuned["embed.weight"][row].float(), mean)
 
 
+@pytest.mark.slow
 def test_sft_resume_after_sigkill_equals_the_uninterrupted_run(setup, sft_run, tmp_path):
     out = tmp_path / "killed"
     killed = train(setup["config"], out, env={"GLASSROOM_FAULTS": "kill@7"}, subprocess=True)

@@ -47,6 +47,7 @@ def logged_steps(out: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_sigterm_after_steps_journals_stopped_and_resume_completes_the_store(tiny_dataset, reference, tmp_path):
     out = tmp_path / "termed"
     proc = start(out, tiny_dataset)
@@ -66,6 +67,7 @@ def test_sigterm_after_steps_journals_stopped_and_resume_completes_the_store(tin
     assert kinds == store_contents(reference)["kinds"]
 
 
+@pytest.mark.slow
 def test_sigterm_before_the_first_step_leaves_no_folder(tiny_dataset, tmp_path):
     out = tmp_path / "termed"
     proc = start(out, tiny_dataset, "train.batch_size=64")  # a slow first step: the signal lands before it ends
@@ -77,6 +79,7 @@ def test_sigterm_before_the_first_step_leaves_no_folder(tiny_dataset, tmp_path):
     assert run_train(out, tiny_dataset, "train.steps=2").returncode == 0
 
 
+@pytest.mark.slow
 def test_resume_of_a_run_killed_before_its_start_was_journaled_records_the_start(tiny_dataset, reference, tmp_path):
     out = tmp_path / "killed"  # what a SIGKILL between writing config.yaml and the start event leaves
     out.mkdir()

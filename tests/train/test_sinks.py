@@ -120,6 +120,7 @@ def test_tensorboard_event_files_hold_every_step_of_the_store(tiny_dataset, tmp_
 # ------------------------------------------------------------------ wandb
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_store_history_and_no_environment(tiny_dataset, tmp_path):
     pytest.importorskip("wandb")
     from glassroom.train.sinks import wandb_run_id
@@ -151,6 +152,7 @@ def test_wandb_offline_run_holds_the_store_history_and_no_environment(tiny_datas
 # ------------------------------------------------------------------ failure and resume
 
 
+@pytest.mark.slow
 def test_resume_after_a_failed_run_continues_both_mirrors(tiny_dataset, tmp_path):
     """A run stops at step 10 (NaN, max_bad_steps=1) after its checkpoint at step 8 and after logging
     step 9; the resumed run replays 9-12. TensorBoard must show each step once, with the values the
@@ -188,6 +190,7 @@ def test_resume_after_a_failed_run_continues_both_mirrors(tiny_dataset, tmp_path
 # ------------------------------------------------------------------ missing packages, ids
 
 
+@pytest.mark.slow
 def test_a_missing_package_names_the_extra_before_the_run_folder_is_made(tiny_dataset, tmp_path):
     hidden = tmp_path / "hidden"
     for name in ("wandb", "tensorboard"):

@@ -50,6 +50,7 @@ def test_run_store_has_the_metrics_events_and_evaluations(reference_run):
     assert "micro_batch_size: 4" in saved and "moe:" in saved
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_continues_bit_for_bit(tiny_dataset, reference_run, tmp_path):
     out = tmp_path / "killed"
     # SIGKILL planted right after step 4's checkpoint is renamed into place: no timing race.
@@ -104,6 +105,7 @@ def test_too_many_nan_steps_stop_the_run_with_its_checkpoint_intact(tiny_dataset
         assert reader.status()["state"] == "failed"
 
 
+@pytest.mark.slow
 def test_the_store_is_read_by_another_process_while_training(tiny_dataset, tmp_path):
     out = tmp_path / "live"
     process = subprocess.Popen(train_cmd(out, tiny_dataset, "train.steps=40", "train.checkpoint_every=100"),

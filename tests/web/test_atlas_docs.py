@@ -132,6 +132,7 @@ def _all_pages(server, collection: str, **params) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_collections_and_planted_cases(docs, lab):
     have = docs.collections()
     n = have["all"]
@@ -461,6 +462,7 @@ def test_live_cache_follows_a_rebuilt_atlas(lab, tmp_path):
     assert again is not first and again.page("cluster:0")["total"] == len(atlas["points"]["cluster"])
 
 
+@pytest.mark.slow
 def test_reading_documents_never_imports_torch(lab):
     code = ("import sys; from pathlib import Path; from glassroom.web.atlas_docs import DatasetDocs; "
             f"d = DatasetDocs(Path({str(lab)!r}), Path({str(lab / 'data' / 'small')!r}), 'data/small'); "

@@ -64,6 +64,7 @@ def lab(tmp_path_factory):
     return root, _make_lab(root)
 
 
+@pytest.mark.slow
 def test_payload_is_the_ladder_the_commands_wrote(lab):
     root, made = lab
     prediction = made["prediction"]
@@ -106,6 +107,7 @@ def test_payload_is_the_ladder_the_commands_wrote(lab):
     assert view["backtest"]["held_out"] == held
 
 
+@pytest.mark.slow
 def test_a_ladder_without_prediction_is_fitted_as_ladder_fit_does(lab):
     root, made = lab
     view = ladder_view("ladders/plain", root / "ladders" / "plain", root)
@@ -179,6 +181,7 @@ def test_routes_answer_and_refuse_in_one_line(lab):
         assert refused.value.code == 405
 
 
+@pytest.mark.slow
 def test_a_private_hero_is_not_shown_publicly_or_published(tmp_path):
     root = tmp_path / "lab"
     made = _make_lab(root)
@@ -211,6 +214,7 @@ def test_a_private_hero_is_not_shown_publicly_or_published(tmp_path):
     assert published["hero"]["actual"] is None and all(r["run"] for r in published["rungs"])
 
 
+@pytest.mark.slow
 def test_hostile_ladder_folders(tmp_path):
     root = tmp_path / "lab"
     _make_lab(root)

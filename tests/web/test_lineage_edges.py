@@ -124,6 +124,7 @@ def test_only_malformed_samples_show_the_note_not_a_blank_panel(lab):
         assert not [c for c in browser.console if "exceptionDetails" in c], browser.console
 
 
+@pytest.mark.slow
 def test_a_private_base_is_named_nowhere_on_the_public_pages(tiny_dataset, tmp_path):
     """A real SFT run from a base marked private: the Lineage panel said "a private run", but the
     start event ("sft from <path>"), its data and the config's init.from published the path."""

@@ -89,6 +89,7 @@ def test_secret_keys(key, secret):
     assert (redact({key: "v"})[key] == "<redacted>") is secret
 
 
+@pytest.mark.slow
 def test_reexport_is_atomic_for_readers(lab, tmp_path):
     site_dir = tmp_path / "site"
     publish(lab, site_dir)

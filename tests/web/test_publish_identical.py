@@ -22,6 +22,7 @@ def lab(tmp_path_factory):
     return make_lab(tmp_path_factory.mktemp("identical") / "lab")
 
 
+@pytest.mark.slow
 def test_publishing_the_same_lab_twice_gives_the_same_bytes(lab, tmp_path):
     first = publish(lab, tmp_path / "a")
     second = publish(lab, tmp_path / "b")
@@ -37,6 +38,7 @@ def _floats(values) -> np.ndarray:
     return np.array([math.nan if v is None else v for v in values], dtype=np.float64)
 
 
+@pytest.mark.slow
 def test_site_chunks_are_the_store_readers_buckets(lab, tmp_path):
     site_dir = tmp_path / "site"
     site = publish(lab, site_dir)

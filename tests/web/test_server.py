@@ -224,6 +224,7 @@ def run_here(*args, timeout=30):
     return glassroom_in_process(*args, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line(tmp_path, lab):
     out = run_cli("serve", str(tmp_path / "missing"))
     assert out.returncode == 2 and out.stderr.startswith("error: ") and out.stderr.count("\n") == 1

@@ -45,6 +45,7 @@ def chatset(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_counts_files_and_licences(chatset):
     info = json.loads((chatset / "chatset.json").read_text())
     assert info["seed"] == 3 and info["format"] == "glassroom-chatset/1"
@@ -75,12 +76,14 @@ def test_counts_files_and_licences(chatset):
     assert sorted(p.name for p in (chatset / "domains").iterdir()) == ["dictionary", "man", "python"]
 
 
+@pytest.mark.slow
 def test_question_phrasing_varies(chatset):
     questions = [r["messages"][-2]["content"] for r in records(chatset / "sft" / "train.jsonl") if r["source"] == "wn"]
     openings = Counter(q.split("'")[0] for q in questions)
     assert len(openings) >= 4 and max(openings.values()) < 0.5 * len(questions)
 
 
+@pytest.mark.slow
 def test_no_subject_in_both_splits(chatset):
     for task in ("sft", "dpo"):
         train = {r["subject"] for r in records(chatset / task / "train.jsonl")}
@@ -95,6 +98,7 @@ def test_no_subject_in_both_splits(chatset):
     assert any(n == 2 for n in both.values())
 
 
+@pytest.mark.slow
 def test_pairs_reject_another_subjects_answer(chatset):
     sft = {r["id"]: r for part in ("train", "heldout") for r in records(chatset / "sft" / f"{part}.jsonl")}
     answers_by_kind: dict[tuple, set] = {}
@@ -119,6 +123,7 @@ def test_pairs_reject_another_subjects_answer(chatset):
         assert subjects_of[p["rejected"].split(": ", 1)[1]] - {p["subject"]}, p
 
 
+@pytest.mark.slow
 def test_same_seed_same_bytes_and_force_replaces_only_a_chatset(chatset, tmp_path, capsys):
     again = tmp_path / "again"
     shutil.copytree(chatset, again)  # an earlier chat set, its manifest included: --force may replace it
@@ -160,6 +165,7 @@ def test_ls_and_grep_answers_are_their_man_pages(tmp_path):
                        if f.kind.name == "purpose").values()) <= man.FAMILY_PAGES
 
 
+@pytest.mark.slow
 def test_python_answers_are_the_docstrings():
     import json as json_module
 
@@ -174,6 +180,7 @@ def test_python_answers_are_the_docstrings():
     assert not any("._" in f.subject or f.subject.startswith("python:_") for f in facts.values())
 
 
+@pytest.mark.slow
 def test_dictionary_answers_are_first_definitions():
     facts = {f.id: f for f in dictionary.facts(0, Path("/usr/share/dictd"), ["gcide", "wn"], Counter())}
     entries = dict(dictionary.entries(Path("/usr/share/dictd"), "wn"))
@@ -186,6 +193,7 @@ def test_dictionary_answers_are_first_definitions():
     assert epigram.fields["pos"] == "noun"
 
 
+@pytest.mark.slow
 def test_recipes_build_sft_and_dpo_datasets(chatset, tmp_path):
     out = tmp_path / "sft-data"
     assert main(["data", "build", str(chatset / "sft.yaml"), "--out", str(out), "--workers", "1",
@@ -232,6 +240,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow
 def test_a_missing_source_is_a_counted_skip(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
