@@ -19,9 +19,11 @@ _held = threading.local()
 
 
 def request(reason: str) -> None:
-    """Stop now (raise KeyboardInterrupt(reason)), or at the end of the enclosing hold()."""
-    if getattr(_held, "depth", 0) > 0:
-        _held.pending = getattr(_held, "pending", None) or reason
+    """Stop now (raise KeyboardInterrupt(reason)), or at the end of the enclosing hold(). A second
+    request inside the same hold stops at once: a user who presses Ctrl-C again (a checkpoint stuck on
+    a dead disk) is not held; the half-written checkpoint (a .tmp- folder) is removed by the next save or resume."""
+    if getattr(_held, "depth", 0) > 0 and not getattr(_held, "pending", None):
+        _held.pending = reason
         return
     raise KeyboardInterrupt(reason)
 
@@ -32,6 +34,10 @@ def hold():
     _held.depth = getattr(_held, "depth", 0) + 1
     try:
         yield
+    except BaseException:  # the block failed or a second request stopped it: nothing stays pending
+        if _held.depth == 1:
+            _held.pending = None
+        raise
     finally:
         _held.depth -= 1
     if _held.depth == 0:

@@ -155,3 +155,10 @@ def test_a_stop_during_a_checkpoint_write_ends_as_a_stop_after_the_checkpoint(ti
     assert reached == ["after the inner hold"]
     with pytest.raises(KeyboardInterrupt, match="at once"):
         stopping.request("at once")
+    with pytest.raises(KeyboardInterrupt, match="second"):  # asked again inside a hold: not held twice
+        with stopping.hold():
+            stopping.request("first")
+            stopping.request("second")
+        pytest.fail("the second stop was held")
+    with stopping.hold():  # nothing left pending from before
+        pass
