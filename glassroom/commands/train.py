@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+
 from glassroom.commands import new_command
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.observe.run_folder import CONFIG_FILE, config_path, has_config
