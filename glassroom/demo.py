@@ -11,6 +11,7 @@ every finished step.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from glassroom.ladder.rungs import NO_PREDICTION_FILE, PREDICTION_FILE
 from glassroom.ladder.spec import read_spec
 from glassroom.observe.store import StoreReader
 from glassroom.pipeline.experiment import load_experiment
+from glassroom.pipeline.runner_local import thread_share
 from glassroom.pipeline.status import DONE, read_status
 from glassroom.steps.atlas import atlas_step
 from glassroom.steps.data import data_build_step, export_step
@@ -35,6 +37,7 @@ from glassroom.web.publish import publish
 # carries a copy (pyproject's package data), so `glassroom demo` runs from an installed package too.
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
+TRAIN_CPUS = 1  # CPUs (threads) each training step declares; the pipeline runs as many steps at once as fit
 
 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
@@ -45,15 +48,21 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     train = spec_raw["base"]["train"]
     tasks = {"seq_len": train["seq_len"], "windows": train["eval_sequences"], "items": DEMO_TASK_ITEMS}
     data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
-    rungs, later = ladder_steps(spec, spec_raw, data / "dataset", with_hero=True)
+    # Every training trains on one thread (TRAIN_CPUS): the demo's numbers are then the same on a
+    # machine of any core count, and on two cores two runs at once train 1.6-2x faster than one run on
+    # two threads (these models are too small for a second thread to help; bench/demo_threads.py).
+    rungs, later = ladder_steps(spec, spec_raw, data / "dataset", with_hero=True, cpus=TRAIN_CPUS)
     hero = later[-1]
-    atlas = atlas_step("demo-atlas", data, k=40)   # the story's composition page: 40 topics, published with the runs
-    return [data, atlas, *rungs, *later, export_step("hero-model", hero), *posttrain_steps(experiments, hero)]
+    # the story's composition page: 40 topics, published with the runs (alongside the first rungs)
+    atlas = atlas_step("demo-atlas", data, k=40, cpus=1)
+    return [data, atlas, *rungs, *later, export_step("hero-model", hero),
+            *posttrain_steps(experiments, hero, data / "dataset" / "tokenizer.json")]
 
 
-def posttrain_steps(experiments: Path, hero) -> list:
-    """The hero made an assistant: the chat set, its SFT and DPO data (the hero's tokenizer plus the
-    template tokens), SFT from the hero, DPO from the SFT run (experiments/posttrain-demo.yaml)."""
+def posttrain_steps(experiments: Path, hero, tokenizer) -> list:
+    """The hero made an assistant: the chat set, its SFT and DPO data (`tokenizer`, the hero's
+    dataset's, plus the template tokens; built while the hero trains), SFT from the hero, DPO from the
+    SFT run (experiments/posttrain-demo.yaml)."""
     where = experiments / "posttrain-demo.yaml"
     spec = load_yaml(where)
     for key in ("chatset", "sft", "dpo"):   # an edited file: one line naming it, not a KeyError
@@ -61,10 +70,10 @@ def posttrain_steps(experiments: Path, hero) -> list:
             raise GlassroomError(f"{where}: `{key}:` is missing or not a mapping; restore it from the checkout")
     try:
         chat = chatset_step("chatset", **spec["chatset"])
-        sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=hero / "tokenizer.json")
-        dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=hero / "tokenizer.json")
-        sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero)
-        dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft)
+        sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=tokenizer, cpus=1)
+        dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=tokenizer, cpus=1)
+        sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero, cpus=TRAIN_CPUS)
+        dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft, cpus=TRAIN_CPUS)
     except (TypeError, ValueError) as exc:   # chatset: {max_per_source: lots}, a stray key, a wrong task
         raise GlassroomError(f"{where}: {str(exc).splitlines()[0]}") from exc
     return [chat, sft_data, sft, dpo_data, dpo]
@@ -192,7 +201,7 @@ def run_demo(out: Path, port: int = 8080, serve: bool = True, log=print) -> dict
         log(f"dashboard: {base}/  (the hero: {base}/runs/{hero_dir.relative_to(out)}, the rungs together: "
             f"{base}/compare?" + "&".join(f"run={d.relative_to(out)}" for d in rung_dirs + [hero_dir]) + ")")
     try:
-        graph, result = run_experiment(experiment, out, jobs=1)
+        graph, result = run_experiment(experiment, out, jobs=os.cpu_count() or 1)
         if not result.ok:
             raise GlassroomError(f"demo: {', '.join(result.failed) or 'some steps'} failed; see their log.txt "
                                  "under " + str(out) + ", then run the demo again (finished steps are reused)")
@@ -258,9 +267,9 @@ def _prediction_summary(fit_dir: Path, hero_dir: Path) -> dict:
 
 def run_settings(graph) -> dict:
     """What a user needs to rerun the demo's training as it ran: each rung's and the hero's train.seed,
-    the threads torch used, OMP_NUM_THREADS, the CPU and the torch version (trained numbers differ in
-    their last digits across thread counts and CPUs; the seeds' spread is what the ladder measures)."""
-    import os
+    the threads each training used, the user's OMP_NUM_THREADS, the CPU and the torch version (trained
+    numbers differ in their last digits across thread counts and CPUs; the seeds' spread is what the
+    ladder measures)."""
     import platform
 
     import torch  # lazy: torch loads only when this runs
@@ -274,7 +283,7 @@ def run_settings(graph) -> dict:
                     if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"seeds": seeds, "torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    return {"seeds": seeds, "torch_threads": int(thread_share(TRAIN_CPUS)), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "cpu": cpu, "torch": torch.__version__}
 
 
@@ -287,19 +296,28 @@ def _stage(node) -> str:
 
 
 def stage_times(graph, started: float, publish_s: float) -> list[dict]:
-    """Per stage, in the demo's order: seconds its steps ran in this invocation (from each step's
-    status.json), how many ran and how many were reused from an earlier one."""
+    """Per stage, in the demo's order: its wall-clock seconds in this invocation (from the start of its
+    first step that ran to the end of its last, from each step's status.json; stages that ran side by
+    side overlap), the seconds its steps ran added up (`step_seconds`), how many steps ran and how many
+    were reused from an earlier invocation."""
     stages: dict[str, dict] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
     for node in graph:
         status = read_status(node.output) or {}
-        entry = stages.setdefault(_stage(node), {"stage": _stage(node), "seconds": 0.0, "ran": 0, "reused": 0})
+        stage = _stage(node)
+        entry = stages.setdefault(stage, {"stage": stage, "seconds": 0.0, "step_seconds": 0.0, "ran": 0, "reused": 0})
         finished = status.get("finished")
         if status.get("state") == DONE and isinstance(finished, (int, float)) and finished < started:
             entry["reused"] += 1
-        else:
-            entry["ran"] += 1
-            entry["seconds"] += float(status.get("duration_s") or 0.0)
-    return [*stages.values(), {"stage": "publish", "seconds": publish_s, "ran": 1, "reused": 0}]
+            continue
+        entry["ran"] += 1
+        took = float(status.get("duration_s") or 0.0)
+        entry["step_seconds"] += took
+        if isinstance(finished, (int, float)):
+            spans.setdefault(stage, []).append((finished - took, finished))
+    for stage, pairs in spans.items():
+        stages[stage]["seconds"] = max(end for _, end in pairs) - min(start for start, _ in pairs)
+    return [*stages.values(), {"stage": "publish", "seconds": publish_s, "step_seconds": publish_s, "ran": 1, "reused": 0}]
 
 
 def _clock(seconds: float) -> str:
@@ -386,7 +404,7 @@ def format_summary(s: dict) -> str:
             for t in s["stages"]))
     settings = s.get("settings") or {}
     if settings.get("seeds"):
-        lines.append(f"settings: torch threads {settings['torch_threads']} (OMP_NUM_THREADS "
+        lines.append(f"settings: torch threads {settings['torch_threads']} per training (your OMP_NUM_THREADS "
                      f"{settings['OMP_NUM_THREADS'] or 'unset'}), {settings['cpu']}, torch {settings['torch']}; train.seed "
                      "of each run in its config.yaml (the rungs: 0 and 1)")
     return "\n".join(lines)

@@ -44,7 +44,11 @@ from glassroom.data.tokenizer import encode
 from glassroom.errors import GlassroomError
 from glassroom.numbers import loads as json_loads
 
-FORMAT = "glassroom-tasks/1"
+# Format 2 names the documents' fields by column ("context"); format 1 wrote them as Jinja templates
+# ("{{context}}"), which lm-eval compiles anew for every document (a fifth of an evaluation). Both give
+# the same prompts and scores; folders of either format are read, format 2 is written.
+FORMAT = "glassroom-tasks/2"
+READABLE_FORMATS = ("glassroom-tasks/1", FORMAT)
 CONTEXT_CHARS = 300
 ENDING_CHARS = 80
 MAX_CHOICES = 26
@@ -152,11 +156,16 @@ def _yaml(entries: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mc_yaml(name: str, file: str) -> str:
+def _field(column: str, fmt: str) -> str:
+    """How a task file names a document's field in `fmt` (see FORMAT)."""
+    return "{{" + column + "}}" if fmt == "glassroom-tasks/1" else column
+
+
+def _mc_yaml(name: str, file: str, fmt: str = FORMAT) -> str:
     return _yaml({
         "task": name, "tag": ["glassroom"], "custom_dataset": "!function utils.load_docs",
         "dataset_kwargs": {"file": file}, "output_type": "multiple_choice", "test_split": "test",
-        "doc_to_text": "{{context}}", "doc_to_target": "{{gold}}", "doc_to_choice": "choices",
+        "doc_to_text": _field("context", fmt), "doc_to_target": _field("gold", fmt), "doc_to_choice": "choices",
         "target_delimiter": "",
         "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True},
                         {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True}],
@@ -164,11 +173,11 @@ def _mc_yaml(name: str, file: str) -> str:
     })
 
 
-def _bpb_yaml(name: str, file: str) -> str:
+def _bpb_yaml(name: str, file: str, fmt: str = FORMAT) -> str:
     return _yaml({
         "task": name, "tag": ["glassroom"], "custom_dataset": "!function utils.load_docs",
         "dataset_kwargs": {"file": file}, "output_type": "loglikelihood_rolling", "test_split": "test",
-        "doc_to_text": "", "doc_to_target": "{{text}}", "process_results": "!function utils.bpb_results",
+        "doc_to_text": "", "doc_to_target": _field("text", fmt), "process_results": "!function utils.bpb_results",
         "metric_list": [{"metric": "bits_per_byte", "aggregation": "bits_per_byte", "higher_is_better": False}],
         "metadata": {"version": 1.0},
     })
@@ -323,7 +332,8 @@ def read_task_manifest(tasks_dir: Path) -> dict:
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise GlassroomError(f"{path}: cannot be read ({exc.__class__.__name__}); rewrite the tasks with "
                              "glassroom data tasks DATASET") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("tasks"), dict):
+    if (not isinstance(manifest, dict) or manifest.get("format") not in READABLE_FORMATS
+            or not isinstance(manifest.get("tasks"), dict)):
         raise GlassroomError(f"{path}: not a glassroom tasks manifest; rewrite it with glassroom data tasks DATASET")
     return manifest
 
@@ -337,7 +347,7 @@ def expected_files(manifest: dict, where: Path) -> dict[str, bytes]:
         if not isinstance(name, str) or not TASK_NAME.fullmatch(name) or kind not in writers:
             raise GlassroomError(f"{where}: task {name!r} is not one glassroom writes; rewrite the tasks with "
                                  "glassroom data tasks DATASET")
-        files[f"{name}.yaml"] = writers[kind](name, f"{name}.jsonl").encode("utf-8")
+        files[f"{name}.yaml"] = writers[kind](name, f"{name}.jsonl", manifest["format"]).encode("utf-8")
     groups = manifest.get("groups") or {}
     for group, members in (groups.items() if isinstance(groups, dict) else ()):
         if group not in GROUPS or not isinstance(members, list) or not all(m in manifest["tasks"] for m in members):

@@ -96,14 +96,17 @@ class GlassroomLM(TemplateLM):
     # ------------------------------------------------------------------ scoring
 
     @torch.no_grad()
-    def _logprobs(self, rows: list[list[int]]) -> torch.Tensor:
-        """Log-softmax over the vocabulary for right-padded rows: (batch, longest, vocab), fp32."""
-        longest = max(len(r) for r in rows)
+    def _continuation_logprobs(self, rows: list[tuple[list[int], list[int]]]) -> list[torch.Tensor]:
+        """For right-padded (inputs, continuation) rows: each continuation's log-softmax rows over the
+        vocabulary, (len(continuation), vocab) fp32. Only the continuation's positions are normalised
+        (log-softmax is row-wise, so the values are those of the whole sequence's)."""
+        longest = max(len(inputs) for inputs, _ in rows)
         batch = torch.full((len(rows), longest), self._eos, dtype=torch.long)
-        for i, r in enumerate(rows):
-            batch[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        for i, (inputs, _) in enumerate(rows):
+            batch[i, : len(inputs)] = torch.tensor(inputs, dtype=torch.long)
         logits = self.model(batch.to(self._device)).logits
-        return F.log_softmax(logits.float(), dim=-1).cpu()
+        picked = [logits[i, len(inputs) - len(cont): len(inputs)] for i, (inputs, cont) in enumerate(rows)]
+        return list(F.log_softmax(torch.cat(picked).float(), dim=-1).cpu().split([len(c) for _, c in rows]))
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         # lm-eval's "Tokenizing inputs" bar would fill stderr (and a training run's log) with progress
@@ -120,12 +123,9 @@ class GlassroomLM(TemplateLM):
         results: list[tuple[float, bool]] = [(0.0, False)] * len(prepared)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start: start + self.batch_size]
-            logprobs = self._logprobs([prepared[i][0] for i in chunk])
-            for row, i in enumerate(chunk):
-                inputs, cont = prepared[i]
-                n = len(cont)
-                picked = logprobs[row, len(inputs) - n: len(inputs)]
-                target = torch.tensor(cont, dtype=torch.long)
+            scored = self._continuation_logprobs([prepared[i] for i in chunk])
+            for picked, i in zip(scored, chunk):
+                target = torch.tensor(prepared[i][1], dtype=torch.long)
                 ll = float(picked.gather(1, target[:, None]).sum())
                 results[i] = (ll, bool((picked.argmax(-1) == target).all()))
                 self.cache_hook.add_partial("loglikelihood", requests[i][0], results[i])

@@ -1,7 +1,10 @@
 """The local runner: each step in its own subprocess on this machine, within a concurrency limit.
 
 At most `jobs` steps run at once, and the CPUs the running steps declare never add up to more than
-this machine has (a step that asks for more runs alone). GPUs are handed out by index through
+this machine has (a step that asks for more runs alone). Each step's process gets its share of
+threads: OMP_NUM_THREADS (which torch and the BLAS libraries read) is the CPUs it declares, rounded
+down, at least 1, and never more than an OMP_NUM_THREADS the user set (on 2 cores, two torch
+processes with 2 threads each slow each other far more than 2x). GPUs are handed out by index through
 CUDA_VISIBLE_DEVICES; a step that needs more GPUs than the machine has is an error before anything
 starts. Each step's stdout and stderr are appended to `<output>/log.txt`.
 """
@@ -40,6 +43,15 @@ def visible_gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def thread_share(cpus: float, environ=os.environ) -> str:
+    """OMP_NUM_THREADS for a step that declares `cpus`: floor(cpus), at least 1, capped by the user's own."""
+    share = max(1, int(cpus))
+    user = environ.get("OMP_NUM_THREADS", "")
+    if user.strip().isdigit() and int(user) >= 1:
+        share = min(share, int(user))
+    return str(share)
 
 
 @dataclass
@@ -86,7 +98,8 @@ class LocalBackend:
 
     def start(self, node: Node, spec: dict) -> None:
         gpus = [self.free_gpus.pop(0) for _ in range(node.step.resources.gpus)]
-        env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
+                   OMP_NUM_THREADS=thread_share(self._cpus(node)))
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         node.output.mkdir(parents=True, exist_ok=True)

@@ -75,11 +75,13 @@ def test_the_backtest_line_names_each_held_out_seed_and_the_measured_noise():
     assert "it reached 4.3165" in one and "its seeds" not in one
 
 
-def test_the_summary_times_each_stage_and_says_which_steps_were_reused(tmp_path):
+def test_the_summary_times_each_stage_by_the_wall_clock_and_says_which_steps_were_reused(tmp_path):
     started = 1_000_000.0
+    # two rungs side by side (30 s and 50 s, overlapping by 20 s: 60 s of wall clock, 80 s of steps)
     steps = [("demo-data", "data", 70.0, started - 500), ("r1", "rungs", 30.0, started + 40),
-             ("r2", "rungs", 50.0, started + 90), ("demo-fit", "ladders", 20.0, started + 110),
-             ("hero", "runs", 300.0, started + 410), ("hero-sft", "runs", 45.0, started + 455)]
+             ("r2", "rungs", 50.0, started + 70), ("demo-fit", "ladders", 20.0, started + 110),
+             ("hero", "runs", 300.0, started + 410), ("chat-sft-data", "data", 15.0, started + 130),
+             ("hero-sft", "runs", 45.0, started + 455)]
     graph = []
     for name, kind, took, finished in steps:
         out = tmp_path / name
@@ -90,12 +92,12 @@ def test_the_summary_times_each_stage_and_says_which_steps_were_reused(tmp_path)
     stages = {t["stage"]: t for t in stage_times(graph, started, publish_s=12.0)}
     assert list(stages) == ["corpus", "rungs", "fit", "hero", "post-training", "publish"]
     assert (stages["corpus"]["ran"], stages["corpus"]["reused"]) == (0, 1)        # finished before this run began
-    assert stages["rungs"]["seconds"] == 80.0 and stages["rungs"]["ran"] == 2
-    assert stages["post-training"]["ran"] == 2 and stages["post-training"]["seconds"] == 45.0
+    assert (stages["rungs"]["seconds"], stages["rungs"]["step_seconds"], stages["rungs"]["ran"]) == (60.0, 80.0, 2)
+    # post-training: the chat data built while the hero trained (from +115 s) to the end of SFT (+455 s)
+    assert stages["post-training"]["ran"] == 3 and stages["post-training"]["seconds"] == 340.0
+    assert stages["post-training"]["step_seconds"] == 60.0
     text = format_summary({**BASE, "stages": list(stages.values())})
-    assert "stages:   corpus reused, rungs 1m20s, fit 20s, hero 5m00s, post-training 45s, publish 12s" in text
-
-
+    assert "stages:   corpus reused, rungs 1m00s, fit 20s, hero 5m00s, post-training 5m40s, publish 12s" in text
 
 
 def test_demo_has_the_atlas_at_k40():

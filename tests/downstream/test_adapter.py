@@ -118,6 +118,36 @@ def test_eval_tasks_during_training_match_the_trainers_bpb(run):
     assert events[-1]["data"]["scores"]["glassroom_bpb_prose"]["bits_per_byte"] == pytest.approx(task_bpb[-1])
 
 
+def test_scores_are_the_same_at_any_batch_and_in_either_tasks_format(run, dataset, tmp_path):
+    """Training scores with four micro-batches per forward, `glassroom eval` with --batch-size: the
+    scores may not depend on it (right padding, causal attention, log-softmax only where scored).
+    A tasks folder of the older format (fields as Jinja templates) is still read, with the same scores."""
+    import glassroom
+    from glassroom.data import tasks as task_files
+    from glassroom.downstream.run import evaluate
+
+    model, tok = glassroom.load(run)
+    names = ["glassroom_mc_prose", "glassroom_mc_code", "glassroom_bpb_prose"]
+    scores = [evaluate(model, tok, names, dataset / "tasks", batch_size=b, max_length=SEQ_LEN)["scores"]
+              for b in (1, 3, 16)]
+    assert scores[0] == scores[1] == scores[2]
+    older = tmp_path / "tasks"
+    shutil.copytree(dataset / "tasks", older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    manifest["format"] = "glassroom-tasks/1"
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    for name in manifest["tasks"]:
+        text = (older / f"{name}.yaml").read_text()
+        templated = re.sub(r'(doc_to_target|doc_to_text): "(\w+)"', r'\1: "{{\2}}"', text)
+        assert templated != text
+        (older / f"{name}.yaml").write_text(templated)
+    assert task_files.verify_folder(older)["format"] == "glassroom-tasks/1"
+    assert evaluate(model, tok, names, older, batch_size=3, max_length=SEQ_LEN)["scores"] == scores[0]
+    (older / "glassroom_mc_prose.yaml").write_text(text)   # a format-2 file in a format-1 folder: refused
+    with pytest.raises(Exception, match="not the file glassroom writes"):
+        task_files.verify_folder(older)
+
+
 # ------------------------------------------------------------------ against lm-eval's HF model
 
 

@@ -178,3 +178,38 @@ def test_a_run_that_loses_a_lease_stops_its_copy_and_never_marks_it_done(tmp_pat
     assert "taking over from a stopped run" in err  # the thief's lease went stale; ours again
     assert calls(tmp_path, "slow") == 2 and calls(tmp_path, "after") == 1
     assert json.loads((slow_dir / "status.json").read_text())["state"] == "done"
+
+
+THREADS = """
+def threads(ctx):
+    import torch
+    ctx.write_json("value.json", {"value": 0, "omp": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads()})
+
+
+steps = [Step("one", threads, {"k": 1}, resources=Resources(cpus=1)),
+         Step("one-and-a-half", threads, {"k": 2}, resources=Resources(cpus=1.5)),
+         Step("two", threads, {"k": 3}, resources=Resources(cpus=2))]
+"""
+
+
+@pytest.mark.parametrize("user", [None, "1"])
+def test_each_step_process_gets_its_share_of_threads_never_more_than_the_user_set(tmp_path, monkeypatch, user):
+    """OMP_NUM_THREADS of a step's process is the CPUs it declares, rounded down, capped by the user's
+    own: torch in two 1-CPU steps at once then trains on one thread each instead of fighting."""
+    from pipeline_helpers import glassroom as run_here
+
+    from glassroom.pipeline.runner_local import thread_share
+
+    if user is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", user)
+    exp, ws = write_experiment(tmp_path, THREADS), tmp_path / "ws"
+    assert run_here("run", exp, "--workspace", ws, "--jobs", "2")[0] == 0
+    seen = {name: json.loads(next((ws / "steps").glob(f"{name}-????????/value.json")).read_text())
+            for name in ("one", "one-and-a-half", "two")}
+    cap = 2 if user is None else 1
+    for name, want in (("one", 1), ("one-and-a-half", 1), ("two", min(2, cap))):
+        assert seen[name]["omp"] == str(want) and seen[name]["torch"] == want, (name, seen[name])
+    assert [thread_share(c, {}) for c in (0.5, 1, 1.99, 2, 8)] == ["1", "1", "1", "2", "8"]
+    assert [thread_share(4, {"OMP_NUM_THREADS": v}) for v in ("3", "0", "many", " 2 ")] == ["3", "4", "4", "2"]
