@@ -74,13 +74,13 @@ def child(code: str, config: dict, folder: Path, threads: int) -> subprocess.Pop
     path.write_text(yaml.safe_dump(config))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     return subprocess.Popen([sys.executable, "-c", "import json\n" + code, str(path), str(folder / "run")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=folder)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder)
 
 
 def result(proc: subprocess.Popen) -> dict:
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"a bench process failed (exit {proc.returncode})")
+        raise SystemExit(f"a bench process failed (exit {proc.returncode}): {err.strip().splitlines()[-1:]}")
     return json.loads(out.strip().splitlines()[-1])
 
 
