@@ -59,10 +59,12 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
             *posttrain_steps(experiments, hero, data / "dataset" / "tokenizer.json")]
 
 
-def posttrain_steps(experiments: Path, hero, tokenizer) -> list:
-    """The hero made an assistant: the chat set, its SFT and DPO data (`tokenizer`, the hero's
-    dataset's, plus the template tokens; built while the hero trains), SFT from the hero, DPO from the
-    SFT run (experiments/posttrain-demo.yaml)."""
+def posttrain_steps(experiments: Path, hero, tokenizer=None) -> list:
+    """The hero made an assistant: the chat set, its SFT and DPO data (`tokenizer` plus the template
+    tokens: the demo passes its dataset's, the file the hero copies, so they build while the hero
+    trains; default the hero's own), SFT from the hero, DPO from the SFT run
+    (experiments/posttrain-demo.yaml)."""
+    tokenizer = hero / "tokenizer.json" if tokenizer is None else tokenizer
     where = experiments / "posttrain-demo.yaml"
     spec = load_yaml(where)
     for key in ("chatset", "sft", "dpo"):   # an edited file: one line naming it, not a KeyError
