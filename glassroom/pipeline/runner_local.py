@@ -2,8 +2,9 @@
 
 At most `jobs` steps run at once, and the CPUs the running steps declare never add up to more than
 this machine has (a step that asks for more runs alone). Each step's process gets its share of
-threads: OMP_NUM_THREADS (which torch and the BLAS libraries read) is the CPUs it declares, rounded
-down, at least 1, and never more than an OMP_NUM_THREADS the user set (on 2 cores, two torch
+threads: OMP_NUM_THREADS and MKL_NUM_THREADS (which torch and the BLAS libraries read) are the CPUs
+it declares, rounded down, at least 1, and never more than an OMP_NUM_THREADS the user set (on 2
+cores, two torch
 processes with 2 threads each slow each other far more than 2x). GPUs are handed out by index through
 CUDA_VISIBLE_DEVICES; a step that needs more GPUs than the machine has is an error before anything
 starts. Each step's stdout and stderr are appended to `<output>/log.txt`.
@@ -98,8 +99,9 @@ class LocalBackend:
 
     def start(self, node: Node, spec: dict) -> None:
         gpus = [self.free_gpus.pop(0) for _ in range(node.step.resources.gpus)]
+        threads = thread_share(self._cpus(node))
         env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
-                   OMP_NUM_THREADS=thread_share(self._cpus(node)))
+                   OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         node.output.mkdir(parents=True, exist_ok=True)
