@@ -48,7 +48,8 @@ from glassroom.numbers import loads as json_loads
 # ("{{context}}"), which lm-eval compiles anew for every document (a fifth of an evaluation). Both give
 # the same prompts and scores; folders of either format are read, format 2 is written.
 FORMAT = "glassroom-tasks/2"
-READABLE_FORMATS = ("glassroom-tasks/1", FORMAT)
+TEMPLATED_FORMAT = "glassroom-tasks/1"
+READABLE_FORMATS = (TEMPLATED_FORMAT, FORMAT)
 CONTEXT_CHARS = 300
 ENDING_CHARS = 80
 MAX_CHOICES = 26
@@ -158,7 +159,7 @@ def _yaml(entries: dict) -> str:
 
 def _field(column: str, fmt: str) -> str:
     """How a task file names a document's field in `fmt` (see FORMAT)."""
-    return "{{" + column + "}}" if fmt == "glassroom-tasks/1" else column
+    return "{{" + column + "}}" if fmt == TEMPLATED_FORMAT else column
 
 
 def _mc_yaml(name: str, file: str, fmt: str = FORMAT) -> str:

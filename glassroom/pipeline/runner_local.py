@@ -4,9 +4,8 @@ At most `jobs` steps run at once, and the CPUs the running steps declare never a
 this machine has (a step that asks for more runs alone). Each step's process gets its share of
 threads: OMP_NUM_THREADS and MKL_NUM_THREADS (which torch and the BLAS libraries read) are the CPUs
 it declares, rounded down, at least 1, and never more than an OMP_NUM_THREADS the user set (on 2
-cores, two torch
-processes with 2 threads each slow each other far more than 2x). GPUs are handed out by index through
-CUDA_VISIBLE_DEVICES; a step that needs more GPUs than the machine has is an error before anything
+cores, two torch processes with 2 threads each slow each other far more than 2x). GPUs are handed
+out by index through CUDA_VISIBLE_DEVICES; a step that needs more GPUs than the machine has is an error before anything
 starts. Each step's stdout and stderr are appended to `<output>/log.txt`.
 """
 
