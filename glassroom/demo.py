@@ -37,7 +37,8 @@ from glassroom.web.publish import publish
 # carries a copy (pyproject's package data), so `glassroom demo` runs from an installed package too.
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 DEMO_TASK_ITEMS = 100  # multiple-choice items per domain (the hero scores them at its checkpoints)
-TRAIN_CPUS = 1  # CPUs (threads) each training step declares; the pipeline runs as many steps at once as fit
+TRAIN_CPUS = 1  # CPUs (threads) each rung declares; the pipeline runs as many steps at once as fit
+SOLO_CPUS = 2   # CPUs (threads) of the trainings that run alone (hero, SFT, DPO); fewer on a 1-core machine
 
 
 def demo_steps(experiments: Path = EXPERIMENTS) -> list:
@@ -48,10 +49,12 @@ def demo_steps(experiments: Path = EXPERIMENTS) -> list:
     train = spec_raw["base"]["train"]
     tasks = {"seq_len": train["seq_len"], "windows": train["eval_sequences"], "items": DEMO_TASK_ITEMS}
     data = data_build_step("demo-data", experiments / "data-demo.yaml", tasks=tasks)
-    # Every training trains on one thread (TRAIN_CPUS): the demo's numbers are then the same on a
-    # machine of any core count, and on two cores two runs at once train 1.6-2x faster than one run on
-    # two threads (these models are too small for a second thread to help; bench/demo_threads.py).
-    rungs, later = ladder_steps(spec, spec_raw, data / "dataset", with_hero=True, cpus=TRAIN_CPUS)
+    # Every rung trains on one thread (TRAIN_CPUS): on two cores two rungs at once train 1.9x faster
+    # than one on two threads (too small for a second thread to help; bench/demo_threads.py). The
+    # hero, SFT and DPO train alone, on two threads (SOLO_CPUS: 1.25x faster than one). A fixed count,
+    # not "every core", keeps the demo's numbers the same on any machine with two cores or more.
+    rungs, later = ladder_steps(spec, spec_raw, data / "dataset", with_hero=True, cpus=TRAIN_CPUS,
+                                hero_cpus=SOLO_CPUS)
     hero = later[-1]
     # the story's composition page: 40 topics, published with the runs (alongside the first rungs)
     atlas = atlas_step("demo-atlas", data, k=40, cpus=1)
@@ -74,8 +77,8 @@ def posttrain_steps(experiments: Path, hero, tokenizer=None) -> list:
         chat = chatset_step("chatset", **spec["chatset"])
         sft_data = chat_data_step("chat-sft-data", chat, "sft", tokenizer=tokenizer, cpus=1)
         dpo_data = chat_data_step("chat-dpo-data", chat, "dpo", tokenizer=tokenizer, cpus=1)
-        sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero, cpus=TRAIN_CPUS)
-        dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft, cpus=TRAIN_CPUS)
+        sft = finetune_step("hero-sft", spec["sft"], sft_data, base=hero, cpus=SOLO_CPUS)
+        dpo = finetune_step("hero-dpo", spec["dpo"], dpo_data, base=sft, cpus=SOLO_CPUS)
     except (TypeError, ValueError) as exc:   # chatset: {max_per_source: lots}, a stray key, a wrong task
         raise GlassroomError(f"{where}: {str(exc).splitlines()[0]}") from exc
     return [chat, sft_data, sft, dpo_data, dpo]
@@ -285,7 +288,9 @@ def run_settings(graph) -> dict:
                     if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"seeds": seeds, "torch_threads": int(thread_share(TRAIN_CPUS)), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    solo = min(SOLO_CPUS, os.cpu_count() or 1)   # the pipeline caps a step's CPUs at the machine's
+    return {"seeds": seeds, "torch_threads": int(thread_share(TRAIN_CPUS)), "solo_threads": int(thread_share(solo)),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "cpu": cpu, "torch": torch.__version__}
 
 
@@ -406,7 +411,9 @@ def format_summary(s: dict) -> str:
             for t in s["stages"]))
     settings = s.get("settings") or {}
     if settings.get("seeds"):
-        lines.append(f"settings: torch threads {settings['torch_threads']} per training (your OMP_NUM_THREADS "
+        solo = settings.get("solo_threads", settings["torch_threads"])
+        lines.append(f"settings: torch threads {settings['torch_threads']} per rung, {solo} for the hero, SFT and DPO "
+                     "(your OMP_NUM_THREADS "
                      f"{settings['OMP_NUM_THREADS'] or 'unset'}), {settings['cpu']}, torch {settings['torch']}; train.seed "
                      "of each run in its config.yaml (the rungs: 0 and 1)")
     return "\n".join(lines)

@@ -130,9 +130,9 @@ def _with_data(config: dict, data: Any) -> dict:
 
 
 def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bool = True,
-                 cpus: float = 2) -> tuple[list[Step], list[Step]]:
+                 cpus: float = 2, hero_cpus: Optional[float] = None) -> tuple[list[Step], list[Step]]:
     """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
-    replaces the spec's data.path."""
+    replaces the spec's data.path. Each rung declares `cpus`, the hero `hero_cpus` (default `cpus`)."""
     rungs, hero = expand_seeds(spec)
     rung_steps = [
         Step(run.name, train_rung, {"run": _with_data(run.config, data)}, kind="rungs",
@@ -148,7 +148,8 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
                {"spec": spec_raw, "rungs": [Input(s) for s in rung_steps], "hero": hero_config},
                kind="ladders", description="fit the rungs and predict the hero")
     hero_step = Step("hero", train_hero, {"run": hero_config, "ladder": fit.output()},
-                     kind="runs", resources=Resources(cpus=cpus), description=f"the hero, {hero.name}")
+                     kind="runs", resources=Resources(cpus=cpus if hero_cpus is None else hero_cpus),
+                     description=f"the hero, {hero.name}")
     return rung_steps, [fit, hero_step]
 
 
