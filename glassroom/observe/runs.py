@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 from glassroom import yaml_io
 from glassroom.observe.redact import REDACTED, key_is_secret, public_name, redact, redact_text  # noqa: F401 (re-exported)
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, STORE_FILE, config_path
-from glassroom.observe.store import StoreReader
 
 # Folders never searched for runs: checkpoints can hold thousands of files, and hidden folders
 # (.git, .cache) or installed front-end packages hold no runs.
@@ -172,7 +172,8 @@ def looks_secret(name: str) -> bool:
     return isinstance(name, str) and redact_text(name) != name
 
 
-def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[Any, str]:
+def read_config(run_dir: str | Path, root: str | Path | None = None,
+                readers: Optional[StoreReaders] = None) -> tuple[Any, str]:
     """The run's resolved config (config.yaml, else the store's `config` artifact), redacted, as
     (tree, YAML text). (None, "") when there is none; a broken, oversized or alias-bomb file is
     reported in the text, never raised. With `root`, a config.yaml that resolves outside it (a
@@ -191,7 +192,7 @@ def read_config(run_dir: str | Path, root: str | Path | None = None) -> tuple[An
             return None, f"# config.yaml could not be read: {type(exc).__name__}"
     else:
         try:
-            with StoreReader(run_dir) as reader:
+            with reading(run_dir, readers) as reader:
                 tree = reader.artifact("config")
         except Exception:
             tree = None
@@ -211,9 +212,9 @@ def store_error(exc: BaseException) -> str:
     return f"store unreadable: {text}"
 
 
-def is_private(run_dir: str | Path) -> bool:
+def is_private(run_dir: str | Path, readers: Optional[StoreReaders] = None) -> bool:
     """True when the run was marked private (`glassroom note RUN_DIR --private-run`)."""
-    with StoreReader(run_dir) as reader:
+    with reading(run_dir, readers) as reader:
         value = reader.artifact(VISIBILITY)
     return bool(isinstance(value, dict) and value.get("private"))
 
@@ -228,13 +229,13 @@ def _finite(x: Optional[float]) -> Optional[float]:
     return x if x is not None and math.isfinite(x) else None
 
 
-def summarize(run_id: str, run_dir: Path, now: Optional[float] = None) -> dict:
+def summarize(run_id: str, run_dir: Path, now: Optional[float] = None, readers: Optional[StoreReaders] = None) -> dict:
     """Status and latest values of one run, for the run list: from the counters the writer keeps
     (observe/tiles.py), never by counting rows (a store without counters is counted)."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {"id": run_id, "state": "unknown", "step": None, "updated": None, "age_s": None}
     try:
-        with StoreReader(run_dir) as reader:
+        with reading(run_dir, readers) as reader:
             status = reader.status()
             out["state"] = str(status.get("state", "unknown"))
             out["step"] = status.get("step")

@@ -16,7 +16,6 @@ non-loopback address) notes marked private are left out.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -26,6 +25,7 @@ import numpy as np
 from glassroom.observe import anchor
 from glassroom.observe.buckets import bucket_index
 from glassroom.observe.redact import redact, redact_event
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.runs import VISIBILITY, event_is_private, looks_secret, read_config, summarize
 from glassroom.observe.store import StoreReader
 from glassroom.web.compute import run_compute
@@ -127,28 +127,28 @@ def events_payload(reader: StoreReader, after_id: int = 0, public: bool = False)
 
 
 def run_meta(run_id: str, run_dir: Path, root: Optional[Path] = None, public: bool = False,
-             reader: Optional[StoreReader] = None, runs: Optional[dict[str, Path]] = None) -> dict:
+             readers: Optional[StoreReaders] = None, runs: Optional[dict[str, Path]] = None) -> dict:
     """Everything a run page needs besides the series: status, names, events, config, prediction.
-    `root`: the served folder (files resolving outside it are not read); `reader`: the run's open
-    store reader (publish reads the run through one), else one is opened; `runs`: the runs below
+    `root`: the served folder (files resolving outside it are not read); `readers`: the pass's open
+    store readers (publish reads each run through one), else one is opened; `runs`: the runs below
     root when the caller has found them (publish), else a lineage base is looked up by a walk."""
-    with contextlib.nullcontext(reader) if reader is not None else StoreReader(run_dir) as reader:
+    with reading(run_dir, readers) as reader:
         names = [n for n in reader.names() if not looks_secret(n)]   # `secret/sk-...`: not listed
         vector_names = [n for n in reader.vector_names() if not looks_secret(n)]
         events = shown_events(reader.events(), public)
         artifacts = {name: redact(reader.artifact(name)) for name in EXPORTED_ARTIFACTS}
         lineage = reader.artifact("lineage")
-        artifacts["lineage"] = lineage_view(lineage, run_dir, root, public, runs)
+        artifacts["lineage"] = lineage_view(lineage, run_dir, root, public, runs, readers)
         status = reader.status()
         chain = anchor.head(reader.chain_tail())   # the record's head (glassroom.web.site_chain)
-    config, config_text = read_config(run_dir, root)
+    config, config_text = read_config(run_dir, root, readers)
     private_base = (artifacts["lineage"] or {}).get("base") == PRIVATE_BASE
-    hidden = hidden_base(lineage, run_dir, root, public, runs) if private_base else []   # named nowhere on the page
+    hidden = hidden_base(lineage, run_dir, root, public, runs, readers) if private_base else []   # named nowhere on the page
     events, config, config_text = scrub([events, config, config_text], hidden)
     return {
         "id": run_id,
         "status": {k: status.get(k) for k in ("state", "step", "updated")},
-        "summary": summarize(run_id, run_dir),
+        "summary": summarize(run_id, run_dir, readers=readers),
         "names": names,
         "vector_names": vector_names,
         "events": events,

@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from glassroom.folders import replace_file
 from glassroom.observe import anchor, incidents as incidents_mod
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs
 from glassroom.observe.store import StoreReader
@@ -65,8 +66,10 @@ def rfc3339(when) -> str:
 
 
 def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
-                  kinds: tuple[str, ...] = FEED_KINDS, limit: int = MAX_ENTRIES) -> list[dict]:
-    """The newest `limit` shown events of `kinds`, newest first (private notes skipped, not counted)."""
+                  kinds: tuple[str, ...] = FEED_KINDS, limit: int = MAX_ENTRIES,
+                  found: Optional[dict[str, Path]] = None, readers: Optional[StoreReaders] = None) -> list[dict]:
+    """The newest `limit` shown events of `kinds`, newest first (private notes skipped, not counted).
+    `found` and `readers`: every run below root and the pass's readers, when publish has them."""
     if public and run_is_private(reader):
         return []
     out: list[dict] = []
@@ -75,7 +78,7 @@ def newest_events(reader: StoreReader, run_dir: Path, root: Optional[Path], publ
         batch = reader.event_rows(kinds, limit, before, text_chars=EVENT_TEXT_CHARS)
         if not batch:
             break
-        out += shown(batch, reader, run_dir, root, public)
+        out += shown(batch, reader, run_dir, root, public, found, readers)
         before = batch[-1]["id"]
     return out[:limit]
 
@@ -117,14 +120,16 @@ def _entry(run_id: str, event: dict, incidents: dict[str, dict]) -> tuple[str, s
 
 
 def run_entries(run_id: str, run_dir: Path, root: Optional[Path], public: bool, link: Callable[[str], str],
-                lab: str, limit: int = MAX_ENTRIES) -> list[dict]:
+                lab: str, limit: int = MAX_ENTRIES, readers: Optional[StoreReaders] = None,
+                found: Optional[dict[str, Path]] = None) -> list[dict]:
     """The feed entries of one run, newest first: {"id", "title", "updated" (Unix time), "link", "content",
     "kind", "run"}. `link(hash)` makes the run page's URL with a permalink hash."""
-    with StoreReader(run_dir) as reader:
-        events = newest_events(reader, run_dir, root, public, limit=limit)
+    with reading(run_dir, readers) as reader:
+        events = newest_events(reader, run_dir, root, public, limit=limit, found=found, readers=readers)
         folded = {}
         if any(e["kind"] == "incident" for e in events):
-            all_incident_events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
+            all_incident_events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public,
+                                         found, readers)
             folded = {i["id"]: i for i in incidents_mod.fold(all_incident_events)}
         run_last = last_step(reader)
         tail = [] if public and run_is_private(reader) else reader.chain_tail()
@@ -144,12 +149,13 @@ def run_entries(run_id: str, run_dir: Path, root: Optional[Path], public: bool, 
 
 
 def lab_entries(runs: dict[str, Path], root: Optional[Path], public: bool, link: Callable[[str, str], str],
-                lab: str, limit: int = MAX_ENTRIES) -> list[dict]:
+                lab: str, limit: int = MAX_ENTRIES, readers: Optional[StoreReaders] = None,
+                found: Optional[dict[str, Path]] = None) -> list[dict]:
     """The newest `limit` entries over every run; a run whose store cannot be read is left out."""
     out: list[dict] = []
     for run_id, run_dir in sorted(runs.items()):
         try:
-            out += run_entries(run_id, run_dir, root, public, lambda h, r=run_id: link(r, h), lab, limit)
+            out += run_entries(run_id, run_dir, root, public, lambda h, r=run_id: link(r, h), lab, limit, readers, found)
         except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
     out.sort(key=lambda e: (_sort_time(e["updated"]), e["id"]), reverse=True)
@@ -197,7 +203,8 @@ def render(title: str, feed_id: str, self_href: str, page_href: str, entries: li
 
 
 def lab_feed(runs: dict[str, Path], root: Path, public: bool, base: str, lab: str,
-             static: bool = False) -> str:
+             static: bool = False, readers: Optional[StoreReaders] = None,
+             found: Optional[dict[str, Path]] = None) -> str:
     """The whole lab's feed. Live: `base` is the server's absolute base URL (`http://host:port/`);
     static: `base` is "" and links are relative to SITE/feed.atom."""
     if static:
@@ -206,13 +213,14 @@ def lab_feed(runs: dict[str, Path], root: Path, public: bool, base: str, lab: st
     else:
         page = lambda run_id, h: f"{base}runs/{quote(run_id)}{h}"   # noqa: E731
         self_href, page_href = f"{base}feed.atom", base
-    entries = lab_entries(runs, root, public, page, lab)
+    entries = lab_entries(runs, root, public, page, lab, readers=readers, found=found)
     return render(redact_text(f"{lab}: glassroom lab"), f"tag:glassroom,2026:{quote(lab, safe='')}",
                   self_href, page_href, entries)
 
 
 def run_feed(run_id: str, run_dir: Path, root: Path, public: bool, base: str, lab: str,
-             static: bool = False) -> str:
+             static: bool = False, readers: Optional[StoreReaders] = None,
+             found: Optional[dict[str, Path]] = None) -> str:
     """One run's feed (live: absolute links from `base`; static: relative to SITE/runs/<run>/feed.atom)."""
     if static:
         page = lambda h: f"index.html{h}"   # noqa: E731
@@ -220,18 +228,20 @@ def run_feed(run_id: str, run_dir: Path, root: Path, public: bool, base: str, la
     else:
         page = lambda h: f"{base}runs/{quote(run_id)}{h}"   # noqa: E731
         self_href, page_href = f"{base}feed.atom?run={quote(run_id, safe='')}", f"{base}runs/{quote(run_id)}"
-    entries = run_entries(run_id, run_dir, root, public, page, lab)
+    entries = run_entries(run_id, run_dir, root, public, page, lab, readers=readers, found=found)
     return render(f"{run_id}: glassroom run", f"tag:glassroom,2026:{quote(lab, safe='')}/{quote(run_id)}",
                   self_href, page_href, entries)
 
 
-def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool) -> list[dict]:
+def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool,
+                  readers: Optional[StoreReaders] = None, found: Optional[dict[str, Path]] = None) -> list[dict]:
     """Every run's folded incidents, {"run": id, ...}, newest first (by the time they were opened)."""
     out: list[dict] = []
     for run_id, run_dir in sorted(runs.items()):
         try:
-            with StoreReader(run_dir) as reader:
-                events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, public)
+            with reading(run_dir, readers) as reader:
+                events = shown(reader.event_rows(("incident",), 100_000, text_chars=EVENT_TEXT_CHARS), reader, run_dir,
+                               root, public, found, readers)
         except Exception:   # unreadable, or hostile content that cannot be shown: the other runs still are
             continue
         out += [{"run": run_id, **i} for i in incidents_mod.fold(events)]
@@ -240,7 +250,8 @@ def lab_incidents(runs: dict[str, Path], root: Optional[Path], public: bool) -> 
 
 
 def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation_dir: Path,
-                  write: Optional[Callable[[Path, str], None]] = None, runs: Optional[dict[str, Path]] = None) -> None:
+                  write: Optional[Callable[[Path, str], None]] = None, runs: Optional[dict[str, Path]] = None,
+                  readers: Optional[StoreReaders] = None) -> None:
     """Write SITE/feed.atom, SITE/runs/<run>/feed.atom, SITE/incidents.html, and
     generation_dir/incidents.json and search.json, for the runs just exported (public view)."""
     write = write or replace_file
@@ -249,12 +260,12 @@ def publish_feeds(root: Path, out: Path, exported_run_ids: list[str], generation
     lab = redact_text(Path(root).resolve().name)
     generation_dir.mkdir(parents=True, exist_ok=True)
     write(generation_dir / "incidents.json",
-          json.dumps({"incidents": lab_incidents(runs, root, True)}, separators=(",", ":"), allow_nan=False))
-    write(generation_dir / "search.json", json.dumps(site_index(runs, root), separators=(",", ":"), allow_nan=False))
-    write(out / "feed.atom", lab_feed(runs, root, True, "", lab, static=True))
+          json.dumps({"incidents": lab_incidents(runs, root, True, readers, found)}, separators=(",", ":"), allow_nan=False))
+    write(generation_dir / "search.json", json.dumps(site_index(runs, root, readers, found), separators=(",", ":"), allow_nan=False))
+    write(out / "feed.atom", lab_feed(runs, root, True, "", lab, static=True, readers=readers, found=found))
     for run_id, run_dir in runs.items():
         try:
-            text = run_feed(run_id, run_dir, root, True, "", lab, static=True)
+            text = run_feed(run_id, run_dir, root, True, "", lab, static=True, readers=readers, found=found)
         except Exception:   # a run that cannot be read now gets no feed this round (its page is still there)
             continue
         write(out / "runs" / run_id / "feed.atom", text)

@@ -19,8 +19,10 @@ from typing import Any, Optional
 
 from glassroom.errors import GlassroomError
 from glassroom.folders import replace_file
+from glassroom.observe.lab_index import LabIndex, shown_runs
+from glassroom.observe.readers import StoreReaders
 from glassroom.observe.redact import redact_text
-from glassroom.web.ladder_view import cannot_show, find_ladders, hero_runs, ladder_summary, ladder_view, shown_runs  # noqa: F401 (find_ladders, ladder_view: also used from here)
+from glassroom.web.ladder_view import cannot_show, find_ladders, hero_runs, ladder_summary, ladder_view  # noqa: F401 (find_ladders, ladder_view: also used from here)
 from glassroom.web.views import FRONTEND, render_page
 
 PAGE_FILES = ("ladder.js", "ladder.css")
@@ -35,8 +37,9 @@ def render(page_boot: dict) -> str:
 class _Ladders:
     """The ladder list and the runs it may link to, re-walked at most every 5 s."""
 
-    def __init__(self, root: Path, public: bool):
+    def __init__(self, root: Path, public: bool, index: Optional[LabIndex] = None):
         self.root, self.public = root, public
+        self.index = LabIndex(root, public) if index is None else index   # the server's run index
         self._lock, self._at = threading.Lock(), 0.0
         self._found: dict[str, Path] = {}
         self._runs: dict[str, Path] = {}
@@ -46,7 +49,7 @@ class _Ladders:
         with self._lock:
             if time.monotonic() - self._at > 5.0:
                 self._found = find_ladders(self.root)
-                self._runs = shown_runs(self.root, self.public)
+                self._runs = self.index.runs()
                 self._heroes = hero_runs(self.root, self._runs)
                 self._at = time.monotonic()
             return dict(self._found), dict(self._runs), list(self._heroes)
@@ -80,15 +83,16 @@ class _Ladders:
         return {"root": redact_text(self.root.resolve().name), "ladders": out}
 
 
-def ladder_routes(root: str | Path, public: bool = False) -> list:
-    """Starlette routes for the ladder pages and JSON below `root` (read-only)."""
+def ladder_routes(root: str | Path, public: bool = False, index: Optional[LabIndex] = None) -> list:
+    """Starlette routes for the ladder pages and JSON below `root` (read-only); `index`: the server's
+    run index (else one of their own)."""
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Route
 
-    ladders = _Ladders(Path(root), public)
+    ladders = _Ladders(Path(root), public, index)
     no_cache = {"Cache-Control": "no-cache"}
 
     async def index_page(request: Request):
@@ -135,7 +139,8 @@ def _dump(payload: Any) -> bytes:
 
 
 def publish_ladders(root: str | Path, site_dir: str | Path, published_runs: Optional[set[str]] = None,
-                    log=lambda m: None, runs: Optional[dict[str, Path]] = None) -> list[str]:
+                    log=lambda m: None, runs: Optional[dict[str, Path]] = None,
+                    readers: Optional[StoreReaders] = None) -> list[str]:
     """Static copies of every ladder below `root` into SITE/ladders/; returns the ladder ids published.
     Run links go only to `published_runs` (default: the runs publish would export: not private, no
     secret-looking ids); a ladder that cannot be read is listed with its one-line error and no page.
@@ -149,12 +154,12 @@ def publish_ladders(root: str | Path, site_dir: str | Path, published_runs: Opti
         runs = shown_runs(root, public=True)
     if published_runs is not None:
         runs = {i: p for i, p in runs.items() if i in published_runs}
-    heroes = hero_runs(root, runs)
+    heroes = hero_runs(root, runs, readers)
     published, summaries = [], []
     for ladder_id, folder in sorted(find_ladders(root).items()):
         dest = out / "l" / (ladder_id if ladder_id != "." else "_root")
         try:
-            view = ladder_view(ladder_id, folder, root, True, runs, heroes)
+            view = ladder_view(ladder_id, folder, root, True, runs, heroes, readers)
             body = _dump(view)
         except Exception as exc:
             line = cannot_show(ladder_id, exc)

@@ -61,11 +61,12 @@ from glassroom.ladder.rungs import (
     read_spec_settings,
     rung_dirs,
 )
+from glassroom.observe.lab_index import shown_runs
 from glassroom.observe.prediction import check_seal
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.redact import redact_text
 from glassroom.observe.run_folder import CHECKPOINTS_DIR, config_path, store_path
-from glassroom.observe.runs import find_folders, find_runs, inside, is_private, looks_secret
-from glassroom.observe.store import StoreReader
+from glassroom.observe.runs import find_folders, inside
 
 MAX_DEPTH = 6
 SKIP_DIRS = {"node_modules", "shards", CHECKPOINTS_DIR, "atlas", "site", "__pycache__", RUNGS_DIR}
@@ -85,20 +86,6 @@ def is_ladder(folder: Path) -> bool:
 def find_ladders(root: str | Path) -> dict[str, Path]:
     """{relative id: folder} of every ladder folder below root (root included), symlinks not followed."""
     return find_folders(root, is_ladder, SKIP_DIRS, MAX_DEPTH, enter_matches=True)
-
-
-def shown_runs(root: Path, public: bool) -> dict[str, Path]:
-    """The runs below root a page may link to: ids that look secret left out, and on a public server
-    or in publish, runs marked private (or whose store cannot be read) too."""
-    runs = {i: p for i, p in find_runs(root).items() if not looks_secret(i)}
-    if public:
-        def shown(p: Path) -> bool:
-            try:
-                return not is_private(p)
-            except Exception:
-                return False
-        runs = {i: p for i, p in runs.items() if shown(p)}
-    return runs
 
 
 def match_run(recorded: Any, root: Path, runs: dict[str, Path]) -> Optional[str]:
@@ -223,12 +210,12 @@ def law_band(key: tuple, C: list, L: list, law: dict, settings: dict, confidence
 
 # ---- one ladder ----
 
-def hero_runs(root: Path, runs: dict[str, Path]) -> list[tuple[str, dict]]:
+def hero_runs(root: Path, runs: dict[str, Path], readers: Optional[StoreReaders] = None) -> list[tuple[str, dict]]:
     """(run id, prediction artifact) of every run below root that holds a preregistered prediction."""
     out = []
     for run_id, run_dir in sorted(runs.items()):
         try:
-            with StoreReader(run_dir) as reader:
+            with reading(run_dir, readers) as reader:
                 value = reader.artifact("prediction")
         except Exception:
             continue
@@ -263,9 +250,9 @@ def sealed_disagreement(file_prediction: dict, sealed: dict) -> Optional[str]:
             "sealing; this page shows the sealed numbers")
 
 
-def _hero_actual(run_dir: Path, metric: str, steps: Any) -> Optional[dict]:
+def _hero_actual(run_dir: Path, metric: str, steps: Any, readers: Optional[StoreReaders] = None) -> Optional[dict]:
     try:
-        with StoreReader(run_dir) as reader:
+        with reading(run_dir, readers) as reader:
             latest = reader.latest(metric)
     except Exception:
         return None
@@ -339,7 +326,8 @@ def spec_name(ladder_dir: Path, root: Path) -> Optional[str]:
 
 
 def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = False,
-                runs: Optional[dict[str, Path]] = None, heroes: Optional[list] = None) -> dict:
+                runs: Optional[dict[str, Path]] = None, heroes: Optional[list] = None,
+                readers: Optional[StoreReaders] = None) -> dict:
     """Everything one ladder page draws (module docstring). GlassroomError / ValueError / OSError when
     the ladder's files cannot be read."""
     root = Path(root)
@@ -429,7 +417,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
     hero = None
     if prediction is not None:
         info = prediction.get("hero") if isinstance(prediction.get("hero"), dict) else {}
-        heroes = hero_runs(root, runs) if heroes is None else heroes
+        heroes = hero_runs(root, runs, readers) if heroes is None else heroes
         run_id, sealed = next(((i, p) for i, p in heroes if _same_prediction(p, prediction)), (None, None))
         chosen = sealed if sealed is not None else prediction
         disagreement = sealed_disagreement(prediction, sealed) if sealed is not None else None
@@ -449,7 +437,7 @@ def ladder_view(ladder_id: str, ladder_dir: Path, root: Path, public: bool = Fal
                 "created_iso": chosen.get("created_iso"),
                 "law_at_hero": _num(check.get("final_loss")),
                 "law_interval_at_hero": check.get("final_interval"),
-                "actual": _hero_actual(runs[run_id], metric, info.get("steps")) if run_id else None}
+                "actual": _hero_actual(runs[run_id], metric, info.get("steps"), readers) if run_id else None}
         if run_id is None:
             notes.append("the hero's run is not below this folder (or not shown here): its preregistered "
                          "prediction comes from the ladder's prediction.json")

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from glassroom.observe.readers import StoreReaders
 from glassroom.observe.redact import redact
 from glassroom.observe.runs import find_runs, is_private, looks_secret
 
@@ -63,22 +64,23 @@ def base_run(base: str, run_dir: Path, root: Path,
     return None
 
 
-def _hidden(run_id: str, folder: Path, public: bool) -> bool:
+def _hidden(run_id: str, folder: Path, public: bool, readers: Optional[StoreReaders] = None) -> bool:
     try:
-        return looks_secret(run_id) or (public and is_private(folder))
+        return looks_secret(run_id) or (public and is_private(folder, readers))
     except Exception:   # a store that cannot be read might be private: treat it so
         return public
 
 
 def hidden_base(lineage: Any, run_dir: Path, root: Optional[Path], public: bool,
-                runs: Optional[dict[str, Path]] = None) -> list[str]:
+                runs: Optional[dict[str, Path]] = None, readers: Optional[StoreReaders] = None) -> list[str]:
     """The texts that name a base run hidden from this page (the path as given, the run's folder),
-    longest first; [] when the base is shown or is no run below `root`."""
+    longest first; [] when the base is shown or is no run below `root`. `runs`: every run below root,
+    private ones too (publish's find_runs), else root is walked; `readers`: publish's store readers."""
     base = lineage.get("base") if isinstance(lineage, dict) else None
     if not isinstance(base, str) or not base or root is None:
         return []
     found = base_run(base, Path(run_dir), Path(root), runs)
-    if found is None or not _hidden(found[0], found[1], public):
+    if found is None or not _hidden(found[0], found[1], public, readers):
         return []
     return sorted({base, str(found[1])}, key=len, reverse=True)
 
@@ -103,7 +105,7 @@ def scrub(value: Any, texts: list[str]) -> Any:
 
 
 def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool,
-                 runs: Optional[dict[str, Path]] = None) -> Optional[dict]:
+                 runs: Optional[dict[str, Path]] = None, readers: Optional[StoreReaders] = None) -> Optional[dict]:
     """The panel's data: the artifact's fields, plus `base_run` (a run id to link to, or None)."""
     if not isinstance(lineage, dict):
         return None
@@ -114,7 +116,7 @@ def lineage_view(lineage: Any, run_dir: Path, root: Optional[Path], public: bool
         found = base_run(base, Path(run_dir), Path(root), runs)
         if found is not None:
             run_id, folder = found
-            if _hidden(run_id, folder, public):
+            if _hidden(run_id, folder, public, readers):
                 out["base"] = PRIVATE_BASE
             else:
                 out["base_run"] = run_id

@@ -39,6 +39,7 @@ outside DIR (symlinks) are never read; a run whose store cannot be read is skipp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -52,9 +53,9 @@ from typing import Callable, Optional
 from glassroom.errors import GlassroomError
 from glassroom.folders import OWNED, check_owned, folder_files, replace_file, write_owned
 from glassroom.observe.buckets import downsample
+from glassroom.observe.readers import StoreReaders
 from glassroom.observe.redact import redact_text
 from glassroom.observe.runs import find_runs, inside, is_private, looks_secret, store_error, summarize
-from glassroom.observe.store import StoreReader
 from glassroom.web import data
 from glassroom.web.atlas_page import publish_atlases
 from glassroom.web.feeds import publish_feeds
@@ -89,11 +90,15 @@ def _overview(steps, values) -> dict:
 
 
 def export_run(run_id: str, run_dir: Path, dest: Path, root: Optional[Path] = None,
-               chunks: Optional[ChunkStore] = None, runs: Optional[dict[str, Path]] = None) -> dict:
+               chunks: Optional[ChunkStore] = None, runs: Optional[dict[str, Path]] = None,
+               readers: Optional[StoreReaders] = None) -> dict:
     """Writes one run's meta, series and vectors below `dest` (and, with `chunks`, the tiles of its
-    long series into the shared chunk folder); returns its meta."""
-    with StoreReader(run_dir) as reader:   # one reader for the run's meta, series and vectors
-        meta = data.run_meta(run_id, run_dir, root=root, public=True, reader=reader, runs=runs)
+    long series into the shared chunk folder); returns its meta. One reader for the run's meta,
+    series and vectors: `readers`' (a publish's), else one of its own."""
+    own = StoreReaders() if readers is None else contextlib.nullcontext(readers)
+    with own as readers:
+        reader = readers.get(run_dir)
+        meta = data.run_meta(run_id, run_dir, root=root, public=True, readers=readers, runs=runs)
         meta["files"], meta["vector_files"] = {}, {}
         for name in meta["names"]:
             rel = f"series/{_file_key(name)}.json"
@@ -234,9 +239,30 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
     generation = f"g{time.time_ns() // 1_000_000}"
     data_dir = out / "data"
     tmp = data_dir / f".tmp-{generation}-{os.getpid()}"
-    runs = find_runs(root)
+    runs = find_runs(root)   # found once; every part below reads each run through one reader
     now = time.time()
     chunks = ChunkStore(data_dir)
+    with StoreReaders() as readers:
+        site = _export(root, out, runs, readers, generation, data_dir, tmp, now, chunks, interval, log)
+    _drop_what_is_no_longer_published(out, data_dir, generation, set(site["runs"]))
+    keep = sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g"))[-2:]
+    for p in data_dir.iterdir():
+        if p.is_dir() and p.name not in keep and (p.name.startswith("g") or p.name.startswith(".tmp-")):
+            if p.name.startswith(".tmp-") and p.name.endswith(f"-{os.getpid()}"):
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+    chunks.collect(log)   # after the switch: chunk files that no kept generation references
+    _write_manifest(out, _owned_now(out, before, since), "complete")   # the files a re-publish may replace
+    exported = site["runs"]
+    log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
+    return site
+
+
+def _export(root: Path, out: Path, runs: dict[str, Path], readers: StoreReaders, generation: str,
+            data_dir: Path, tmp: Path, now: float, chunks: ChunkStore, interval: Optional[float],
+            log: Callable[[str], None]) -> dict:
+    """The new generation, the pages, the ladder and atlas pages, the feeds and chains, then the
+    switch (site.json); returns site.json's content."""
     summaries, exported = [], []
     try:
         for run_id, run_dir in sorted(runs.items()):
@@ -246,10 +272,10 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 log(f"left out {redact_text(run_id)}: its folder name looks like a secret; rename the folder to publish it")
                 continue
             try:
-                if is_private(run_dir):
+                if is_private(run_dir, readers):
                     log(f"left out {run_id}: marked private")
                     continue
-                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks, runs=runs)
+                export_run(run_id, run_dir, tmp / "runs" / run_id, root=root, chunks=chunks, runs=runs, readers=readers)
             except SiteWriteError:   # the site cannot be written (site_tiles.ChunkStore): stop, switch nothing
                 raise
             except (sqlite3.DatabaseError, OSError) as exc:   # one unreadable run must not stop the others
@@ -260,7 +286,7 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
                 shutil.rmtree(tmp / "runs" / run_id, ignore_errors=True)
                 log(f"skipped {run_id}: cannot be exported ({type(exc).__name__}: {redact_text(str(exc))[:200]})")
                 continue
-            summaries.append(summarize(run_id, run_dir, now))
+            summaries.append(summarize(run_id, run_dir, now, readers))
             exported.append(run_id)
         _write_json(tmp / "runs.json", {"root": redact_text(root.resolve().name), "generated": now, "runs": summaries})
         chunks.write_manifest(tmp)
@@ -285,23 +311,13 @@ def publish(root: str | Path, out: str | Path, interval: Optional[float] = None,
 
     publish_atlases(root, out)
     # the runs found once above, passed down (no walk of DIR again)
-    publish_ladders(root, out, set(exported), log=log, runs={i: runs[i] for i in exported})
-    publish_feeds(root, out, exported, data_dir / generation, runs=runs)   # feeds, incidents.json, search.json
+    publish_ladders(root, out, set(exported), log=log, runs={i: runs[i] for i in exported}, readers=readers)
+    # feeds, incidents.json, search.json
+    publish_feeds(root, out, exported, data_dir / generation, runs=runs, readers=readers)
     # each run's chain.json, and its head here: what a watcher keeps (glassroom.web.site_chain)
-    chains = publish_chains(out, {i: runs[i] for i in exported}, now)
+    chains = publish_chains(out, {i: runs[i] for i in exported}, now, readers=readers)
     site = {"generation": generation, "generated": now, "interval": interval, "runs": exported, "chains": chains}
     replace_file(out / SITE_MARKER, json.dumps(site))   # the switch: readers move to the new generation
-
-    _drop_what_is_no_longer_published(out, data_dir, generation, set(exported))
-    keep = sorted(p.name for p in data_dir.iterdir() if p.is_dir() and p.name.startswith("g"))[-2:]
-    for p in data_dir.iterdir():
-        if p.is_dir() and p.name not in keep and (p.name.startswith("g") or p.name.startswith(".tmp-")):
-            if p.name.startswith(".tmp-") and p.name.endswith(f"-{os.getpid()}"):
-                continue
-            shutil.rmtree(p, ignore_errors=True)
-    chunks.collect(log)   # after the switch: chunk files that no kept generation references
-    _write_manifest(out, _owned_now(out, before, since), "complete")   # the files a re-publish may replace
-    log(f"published {len(exported)} run{'s' if len(exported) != 1 else ''} to {out} ({generation})")
     return site
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.redact import REDACTED
 from glassroom.observe.runs import looks_secret
 from glassroom.observe.store import StoreReader
@@ -103,15 +104,17 @@ def search(runs: dict[str, Path], q: str, public: bool, root: Optional[Path] = N
     return {"q": q, "metrics": metrics, "events": events, "truncated": truncated}
 
 
-def site_index(runs: dict[str, Path], root: Optional[Path] = None) -> dict:
+def site_index(runs: dict[str, Path], root: Optional[Path] = None, readers: Optional[StoreReaders] = None,
+               found: Optional[dict[str, Path]] = None) -> dict:
     """The published site's search.json: {"runs": {run_id: {"names": [...], "events": [{"id", "step",
     "kind", "text"}]}}}, the public view, the newest SITE_EVENTS events of each run."""
     out: dict[str, dict] = {}
     for run_id, run_dir in sorted(runs.items()):
         try:
-            with StoreReader(run_dir) as reader:
+            with reading(run_dir, readers) as reader:
                 names = [n for n in reader.metric_names_containing(None, 1_000_000) if not looks_secret(n)]
-                events = shown(reader.event_rows(limit=SITE_EVENTS, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, True)
+                events = shown(reader.event_rows(limit=SITE_EVENTS, text_chars=EVENT_TEXT_CHARS), reader, run_dir, root, True,
+                               found, readers)
         except Exception:
             continue
         out[run_id] = {"names": names,

@@ -27,7 +27,6 @@ import ipaddress
 import json
 import socket
 import sqlite3
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -41,8 +40,9 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from glassroom.observe.lab_index import LabIndex
 from glassroom.observe.redact import redact_text
-from glassroom.observe.runs import find_runs, is_private, looks_secret, store_error
+from glassroom.observe.runs import store_error
 from glassroom.web import data, feeds, run_list, site_chain
 from glassroom.web import search as search_mod
 from glassroom.web.atlas_page import atlas_routes
@@ -149,42 +149,19 @@ class MethodAndHostGuard:
 
 
 class Runs:
-    """The runs below DIR, re-listed at most every 2 s (a new run shows up without a restart). With
-    `public`, runs marked private, and runs whose store cannot be read (they might be), are left out."""
+    """The server's runs: its LabIndex (shared with the ladder pages), a missing run as a 404."""
 
-    def __init__(self, root: Path, public: bool = False):
-        self.root = root
-        self.public = public
-        self._lock = threading.Lock()
-        self._at = 0.0
-        self._runs: dict[str, Path] = {}
-
-    def _shown(self, run_dir: Path) -> bool:
-        try:
-            return not is_private(run_dir)
-        except Exception:
-            return False
+    def __init__(self, index: LabIndex):
+        self.index = index
 
     def all(self) -> dict[str, Path]:
-        with self._lock:
-            if time.monotonic() - self._at > 2.0:
-                # A run whose folder path holds a secret (`runs/ghp_...`) is not shown: its id is its path.
-                found = {i: p for i, p in find_runs(self.root).items() if not looks_secret(i)}
-                if self.public:
-                    found = {i: p for i, p in found.items() if self._shown(p)}
-                self._runs = found
-                self._at = time.monotonic()
-            return dict(self._runs)
+        return self.index.runs()
 
     def get(self, run_id: str) -> Path:
-        runs = self.all()
-        if run_id not in runs:
-            with self._lock:   # maybe it was just created (re-list at most twice a second)
-                self._at = min(self._at, time.monotonic() - 1.5)
-            runs = self.all()
-        if run_id not in runs or (self.public and not self._shown(runs[run_id])):   # marked private since
+        folder = self.index.find(run_id)
+        if folder is None:   # never there, gone, or marked private since
             raise HTTPException(404, f"no run {redact_text(run_id[:200])!r} below the served folder")
-        return runs[run_id]
+        return folder
 
 
 def _int_param(request: Request, key: str, default: Optional[int], lo: int, hi: int) -> Optional[int]:
@@ -256,7 +233,8 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
     def release_stream():
         open_streams[0] -= 1
     public = (not loopback_only) if public is None else public
-    runs = Runs(root, public=public)
+    lab_index = LabIndex(root, public=public)   # one run index for every route, the ladder pages' too
+    runs = Runs(lab_index)
 
     def page(name: str, **boot):
         return HTMLResponse(render_page(name, {"mode": "live", "base": "/", "page": name, **boot}),
@@ -488,7 +466,7 @@ def create_app(root: str | Path, loopback_only: bool = True, hosts: set[str] | N
         Route("/incidents", incidents_page),
         Route("/feed.atom", feed_atom),
         *atlas_routes(root),
-        *ladder_routes(root, public=public),
+        *ladder_routes(root, public=public, index=lab_index),
         Mount("/static", StaticFiles(directory=FRONTEND, follow_symlink=False), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: not_found})

@@ -32,6 +32,7 @@ from glassroom.observe import anchor, record
 from glassroom.observe.journal import event_digest
 from glassroom.observe.prediction import check_seal
 from glassroom.observe.redact import REDACTED
+from glassroom.observe.readers import StoreReaders, reading
 from glassroom.observe.run_folder import has_store
 from glassroom.observe.store import StoreReader
 from glassroom.web.lineage import PRIVATE_BASE
@@ -43,9 +44,10 @@ HEAD_RE = re.compile(r"sha256 ([0-9a-f]{64})")
 ENTRY_RE = re.compile(r"/(?P<run>[^/]+(?:/[^/]+)*)/chain/(?P<id>\d+)$")
 
 
-def run_chain(run_dir: Path, run_id: str, now: Optional[float] = None) -> Optional[dict]:
+def run_chain(run_dir: Path, run_id: str, now: Optional[float] = None,
+              readers: Optional[StoreReaders] = None) -> Optional[dict]:
     """The chain.json of one run (None when its journal has no chained event)."""
-    with StoreReader(run_dir) as reader:
+    with reading(run_dir, readers) as reader:
         rows = reader.chain_rows()
         start = reader.journal_events(kind="start")
         prediction = reader.artifact("prediction")
@@ -58,12 +60,13 @@ def run_chain(run_dir: Path, run_id: str, now: Optional[float] = None) -> Option
             "sealed": seal.get("digest") if isinstance(seal.get("digest"), str) else None}
 
 
-def publish_chains(out: Path, runs: dict[str, Path], now: float) -> dict[str, dict]:
+def publish_chains(out: Path, runs: dict[str, Path], now: float,
+                   readers: Optional[StoreReaders] = None) -> dict[str, dict]:
     """Write SITE/runs/<run>/chain.json for each exported run; returns {run: head} for site.json."""
     heads = {}
     for run_id, run_dir in sorted(runs.items()):
         try:
-            chain = run_chain(run_dir, run_id, now)
+            chain = run_chain(run_dir, run_id, now, readers)
         except Exception:   # an unreadable store: its page is skipped too
             continue
         if chain is not None:

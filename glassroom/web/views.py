@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from glassroom.observe import incidents as incidents_mod
+from glassroom.observe.readers import StoreReaders
 from glassroom.observe.redact import SHOWN_CHARS, clip_shown, redact_text, shown_prefix
 from glassroom.observe.runs import VISIBILITY, event_is_private
 from glassroom.observe.store import StoreReader
@@ -76,7 +77,8 @@ def run_is_private(reader: StoreReader) -> bool:
     return bool(isinstance(value, dict) and value.get("private"))
 
 
-def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool) -> list[dict]:
+def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional[Path], public: bool,
+          runs: Optional[dict[str, Path]] = None, readers: Optional[StoreReaders] = None) -> list[dict]:
     """Events as the run page shows them: redacted, private notes out when `public`, and a private
     base run (glassroom.web.lineage) named nowhere on a public view. Only incident events keep their
     (redacted) data: feeds and search show texts, and redacting every event's data would cost more
@@ -98,7 +100,7 @@ def shown(events: list[dict], reader: StoreReader, run_dir: Path, root: Optional
             out.append({**e, "kind": redacted_text(kind) if isinstance(kind, str) else kind,
                         "text": redacted_text(shown_prefix(text)) if isinstance(text, str) else "", "data": None})
     if public and out:
-        hidden = hidden_base(reader.artifact("lineage"), run_dir, root, True)
+        hidden = hidden_base(reader.artifact("lineage"), run_dir, root, True, runs, readers)
         if hidden:
             out = scrub(out, hidden)
     for e in out:   # clipped only now: a secret or a hidden path across the cut was removed whole

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from glassroom.observe.buckets import downsample
+from glassroom.observe import lab_index as lab_index_mod
+from glassroom.observe.runs import find_runs
 from glassroom.observe.store import StoreReader
+from glassroom.web import feeds as feeds_mod, ladder_view as ladder_view_mod, lineage as lineage_mod
 from glassroom.web.publish import SERIES_POINTS, publish
 from publish_lab import make_lab, manifest
 
@@ -64,6 +69,34 @@ def test_site_chunks_are_the_store_readers_buckets(lab, tmp_path):
                 np.testing.assert_array_equal(_floats(sum((c["values" if k == 0 else "max"] for c in got), [])), hi)
                 checked.add((name, k))
     assert {("probe/long", 0), ("probe/long", 1)} <= checked   # the raw level and the width-8 level
+
+
+def test_a_publish_walks_the_lab_once_and_opens_each_runs_store_once(lab, tmp_path, monkeypatch):
+    """Runs are found once and every part of the export (pages, summaries, feeds, incidents, search,
+    chains, ladder pages, lineage checks of a private base) reads a run through one store reader."""
+    import glassroom.observe.runs as runs_mod
+    import glassroom.observe.store as store_mod
+    import glassroom.web.publish as publish_mod
+
+    opened, walks = Counter(), []
+    real_init, real_find = store_mod.StoreReader.__init__, runs_mod.find_runs
+
+    def counting_init(self, run_dir):
+        opened[Path(run_dir).resolve()] += 1
+        real_init(self, run_dir)
+
+    def counting_find(*args, **kwargs):
+        walks.append(args)
+        return real_find(*args, **kwargs)
+
+    monkeypatch.setattr(store_mod.StoreReader, "__init__", counting_init)
+    for module in (runs_mod, publish_mod, feeds_mod, lineage_mod, lab_index_mod, ladder_view_mod):
+        monkeypatch.setattr(module, "find_runs", counting_find, raising=False)
+    site = publish(lab, tmp_path / "site")
+    assert len(walks) == 1
+    assert {"runs/sft", "runs/sft-private"} <= set(site["runs"])   # runs whose base the lineage checks read
+    assert opened and set(opened.values()) == {1}, {p.name: n for p, n in opened.items() if n > 1}
+    assert {p.resolve() for p in find_runs(lab).values()} <= set(opened)
 
 
 @pytest.mark.xfail(strict=True, reason="the published overview is downsample() of the raw rows; the live full "
