@@ -1,11 +1,13 @@
 """Which rule source finds the secrets a lab leaks, and which blanks ordinary values: detect-secrets'
-plugins (its regex plugins, its KeywordDetector, its two high-entropy plugins), the hand list
+plugins (its regex plugins, its KeywordDetector, its two high-entropy plugins), Kingfisher's rules
+alone (Betterleaks and Veles, as glassroom.observe.secret_rules adapts them), the hand list
 glassroom.observe.redact had before it read detect-secrets (the file at BEFORE, read with git), and
 the redactor as it is now.
 
     python bench/redaction_rules.py [--n 10] [--seed 0] [--before COMMIT]
 
-Planted: every shape of tests/secret_shapes.py, --n random instances each (seeded), in every
+Planted: one instance of every Kingfisher rule made from its own regex (row "rule-generated"), and
+every shape of tests/secret_shapes.py, --n random instances each (seeded), in every
 position (standalone, after `-`, `_`, `/`, `=`, inside a run, metric and folder name, a domain, a URL,
 prose, JSON). A redactor covers an instance when no 12 characters in a row of the secret part are
 left in its output; detect-secrets (which reports, not rewrites) covers one when a regex plugin
@@ -33,9 +35,9 @@ from detect_secrets.settings import default_settings
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from secret_shapes import HARMLESS_CONFIG, flat, controls, leaked, planted, real_config  # noqa: E402
+from secret_shapes import HARMLESS_CONFIG, flat, controls, from_rules, leaked, planted, real_config  # noqa: E402
 
-from glassroom.observe import redact as after  # noqa: E402
+from glassroom.observe import redact as after, secret_rules  # noqa: E402
 
 BEFORE = "d872fa1"   # the last commit whose redact.py was the hand list alone
 
@@ -76,6 +78,16 @@ def findings(plugins: list, text: str, filename: str) -> list[str]:
     return out
 
 
+def kingfisher_alone(text: str) -> str:
+    """`text` with only what Kingfisher's rules find (as redaction adapts them) replaced."""
+    out, pos = [], 0
+    for start, end in sorted(secret_rules.spans(text)):
+        if start >= pos:
+            out.append(text[pos:start] + after.REDACTED)
+            pos = end
+    return "".join(out) + text[pos:]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=10, help="random instances per shape and position (default 10)")
@@ -87,10 +99,13 @@ def main(argv=None) -> int:
         return 2
     before = load_before(args.before)
     groups = plugin_groups()
-    columns = [*groups, "ds all", "before", "after"]
+    columns = [*groups, "ds all", "kingfisher", "before", "after"]
+    redactors = (("kingfisher", kingfisher_alone), ("before", before.redact_text), ("after", after.redact_text))
     covered: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     with default_settings():
-        for shape, _, text, secret in planted(args.seed, args.n):
+        rows = planted(args.seed, args.n)
+        rows += [("rule-generated", position, text, secret) for _, position, text, secret in from_rules(args.seed)]
+        for shape, _, text, secret in rows:
             row = covered[shape]
             hit_any = False
             for name, plugins in groups.items():
@@ -101,8 +116,8 @@ def main(argv=None) -> int:
                 row[name][1] += 1
             row["ds all"][0] += hit_any
             row["ds all"][1] += 1
-            for name, module in (("before", before), ("after", after)):
-                row[name][0] += not leaked(secret, module.redact_text(text))
+            for name, fn in redactors:
+                row[name][0] += not leaked(secret, fn(text))
                 row[name][1] += 1
         false_hits: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         for kind, texts in controls(args.seed + 1, max(50, args.n * 5)).items():
@@ -117,8 +132,8 @@ def main(argv=None) -> int:
                     row[name][1] += 1
                 row["ds all"][0] += hit_any
                 row["ds all"][1] += 1
-                for name, module in (("before", before), ("after", after)):
-                    row[name][0] += module.redact_text(text) != text
+                for name, fn in redactors:
+                    row[name][0] += fn(text) != text
                     row[name][1] += 1
     width = max(len(k) for k in [*covered, *false_hits]) + 2
     head = f"{'':{width}s}" + "".join(f"{c:>12s}" for c in columns)

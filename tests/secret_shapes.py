@@ -128,6 +128,54 @@ def planted(seed: int, n: int) -> list[tuple[str, str, str, str]]:
     return out
 
 
+RULE_POSITIONS: dict[str, Callable[[str], str]] = {
+    "standalone": lambda t: t,
+    "after a dash": lambda t: f"exp-{t}",
+    "run folder": lambda t: f"runs/{t}/store.sqlite",
+    "prose": lambda t: f"the launcher printed {t} and stopped",
+    "json": lambda t: json.dumps({"note": t}),
+}
+
+
+def from_rules(seed: int) -> list[tuple[str, str, str, str]]:
+    """(rule id, position, text, secret part): one instance of every rule redaction applies, made from
+    the rule's own regex (rstr), in every RULE_POSITIONS place; the secret part is what the rule
+    itself finds in the instance (its first group of 8 or more characters, else the match). Rules
+    whose regex rstr cannot invert, or whose instance holds less than 12 secret characters, are left
+    out (counted by the caller: `len(rule_set().ids)` against the ids returned)."""
+    import warnings
+
+    import regex
+    import rstr
+
+    from glassroom.observe import secret_rules
+
+    rules = secret_rules.rule_set()
+    patterns = {r["id"]: r["pattern"] for r in secret_rules.read_rules()}
+    make = rstr.Rstr(random.Random(seed))
+    out = []
+    for index, rule_id in enumerate(rules.ids):
+        pattern = patterns[rule_id]
+        if regex.search(r".\(\?[a-zA-Z]+\)", pattern):   # flags mid-pattern: rstr reads them only at the start
+            pattern = "(?i)" + regex.sub(r"\(\?[a-zA-Z]+\)", "", pattern)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                token = make.xeger(pattern)
+        except Exception:
+            continue
+        m = rules.compiled[index].search(token)
+        if m is None:
+            continue
+        group = next((g for g in range(1, (m.re.groups or 0) + 1) if m.group(g) and len(m.group(g)) >= 8), 0)
+        secret = m.group(group).strip(" \t\r\n\"'=:")
+        if len(secret) < 12 or not token.isprintable() or any(c in token for c in "{}|^`[]<>\\"):   # junk no service issues
+            continue
+        out += [(rule_id, position, place(token), secret) for position, place in RULE_POSITIONS.items()
+                if not (position == "json" and ('"' in token or "\\" in token))]   # JSON escapes would change the token
+    return out
+
+
 def leaked(secret: str, text: str, window: int = 12) -> bool:
     """True when any `window` characters in a row of the secret part are still in `text`."""
     w = min(window, len(secret))

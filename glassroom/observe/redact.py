@@ -16,12 +16,15 @@ config, events, notes, atlas excerpts) and the mirrors' config uploads (wandb). 
 - `public_name(name)`: a name that stands in URLs and file names (a run's folder path) with each
   secret replaced by `redacted-<8 hex>`, stable per name (glassroom.observe.runs.find_runs).
 
-Token rules: the regex rules of detect-secrets' plugins (LIBRARY_RULES, read from its plugin
-registry when this module loads: a maintained source that grows with the package), less the ones
-listed in _LIBRARY_SKIP, plus OWN_RULES for the shapes it lacks (Slack workflow and trigger webhooks,
-Discord webhooks, `hf_`, `api_org_`, `sk-proj-`, `ghp_` of other lengths, Mailgun, Shopify,
-Doppler, age, GOCSPX-, Linear, Databricks, Groq, Replicate, GitHub App `v1.` tokens, AWS session
-tokens, ...). A token is found wherever it starts except inside a run of letters and digits, so one
+Token rules, from three sources: Kingfisher's rule set (glassroom.observe.secret_rules: the
+Betterleaks (gitleaks') and Veles rules, about 490 shapes, read from the installed kingfisher-bin);
+the regex rules of detect-secrets' plugins (LIBRARY_RULES, read from its plugin registry when this
+module loads), less the ones listed in _LIBRARY_SKIP; and OWN_RULES for the shapes both lack, with
+one class rule (_PREFIXED_RE: a service's short prefix and a random mixed-case body) for services
+no rule names. OWN_RULES were written when detect-secrets was the only source (Slack workflow and
+trigger webhooks, Discord webhooks, `hf_`, `api_org_`, `sk-proj-`, `ghp_` of other lengths, Mailgun,
+Shopify, Doppler, age, GOCSPX-, Linear, Databricks, Groq, Replicate, GitHub App `v1.` tokens, AWS
+session tokens, ...); several overlap Kingfisher's now and are kept because they are wider. A token is found wherever it starts except inside a run of letters and digits, so one
 right after `-`, `_`, `/` (`exp-hf_...`, `sweep_ghp_...`) is found too. detect-secrets' keyword and
 entropy plugins are not used: bench/redaction_rules.py measured them (the entropy plugins flag every
 quoted commit sha and sha256 digest, the keyword plugin found none of the planted shapes).
@@ -43,10 +46,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import RegexBasedDetector
+
+from glassroom.observe import secret_rules
 
 REDACTED = "<redacted>"
 
@@ -161,6 +167,34 @@ OWN_RULES = [
     (r"Private-Lines:[ \t]*[0-9]+[ \t]*\r?\n(?:[A-Za-z0-9+/=]+\r?\n?)+", 0, 'Private-Lines:'),
 ]
 _OWN = [(re.compile(p, re.S), g, needle) for p, g, needle in OWN_RULES]
+# The class the named rules stand for: a service's short prefix (one to three parts joined by `_`,
+# `-` or `.`: `aio_`, `CFPAT-`, `pat-na1-`, `dt0c01.`) and then a random body, a run of 20 or more
+# letters and digits holding upper case, lower case and digits. Names (`Llama-3.1-8B-Instruct`,
+# `vivid-sunset-42`), hex digests and UUIDs (no upper case) and words stay; digests written as
+# `sha256-<base64>` stay too. The body is redacted with what continues it (_body_end): parts after
+# `_`, `-` or `.` of 8 or more characters or in mixed case, and `=` padding; a `/` or a short part
+# (`-seed1`) ends it.
+_PREFIXED_RE = re.compile(
+    r"(?<![A-Za-z0-9])([A-Za-z][A-Za-z0-9]{0,11}(?:[_\-.][A-Za-z0-9]{1,11}){0,2}[_\-.])"
+    r"([A-Za-z0-9]{20,})")
+_TAIL_RE = re.compile(r"[_\-.]([A-Za-z0-9]+)|=+")
+_DIGEST_PREFIX = re.compile(r"(?i)(?:sha|md|blake|xxh|crc|git|commit|rev|hash|digest|uuid|id)[0-9]*[_\-.]")
+
+
+def _body_end(text: str, pos: int) -> int:
+    while (part := _TAIL_RE.match(text, pos)) is not None:
+        word = part.group(1)
+        if word is not None and not (len(word) >= 8 or (re.search(r"[a-z]", word) and re.search(r"[A-Z]", word))):
+            break
+        pos = part.end()
+    return pos
+
+
+def _looks_random(body: str) -> bool:
+    """A run of letters and digits that holds all three kinds and no long dictionary-like stretch."""
+    if not (re.search(r"[a-z]", body) and re.search(r"[A-Z]", body) and re.search(r"[0-9]", body)):
+        return False
+    return max(len(w) for w in re.findall(r"[a-z]+|[A-Z][a-z]+|[A-Z]+", body)) < 12 and len(set(body)) >= 12
 # <password>...</password>, <apiKey>..</apiKey>: the text between tags whose name looks secret.
 _XML_RE = re.compile(r"<([A-Za-z_][A-Za-z0-9_.\-]{0,60})>([^<]{1,4096})</\1>")
 _PEM_RE = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
@@ -189,13 +223,20 @@ _PAIR_RE = re.compile(
 # `curl -u user:password`, `--user user:password`: the part after the colon.
 _USER_PASS_RE = re.compile(r"(?<![A-Za-z0-9_\-])(-u|--user)(\s+|=)([^\s:'\"]+):([^\s'\"]+)")
 
+_AFTER_MARKER_RE = re.compile(re.escape(REDACTED) + r"[^\s,;&\"'{}\[\]()<>]*")
 _INNER_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)=(?!=)")
 _ARGV_FLAG_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9_\-]*$")
 
 
+_CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_ACRONYM_RE = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
+
+
 def _words(key: Any) -> list[str]:
-    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", str(key))
-    text = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text).lower()
+    # camelCase and HTTPServer split by lookarounds alone: linear in the key's length (a capture of
+    # `[A-Z]+` retried from every position was quadratic: seconds for a 20,000-letter upper-case word)
+    text = _CAMEL_RE.sub("_", str(key))
+    text = _ACRONYM_RE.sub("_", text).lower()
     return [p for p in re.split(r"[^a-z0-9]+", text) if p]
 
 
@@ -255,9 +296,19 @@ def _token_spans(text: str) -> list[tuple[int, int]]:
             start = url.end() if url else start
             if end > start:
                 spans.append((start, end))
+    for start, end in secret_rules.spans(text):   # the maintained rule set (Betterleaks and Veles rules)
+        while start < end and text[start] in _EDGE_CHARS:
+            start += 1
+        while end > start and text[end - 1] in _EDGE_CHARS:
+            end -= 1
+        if end > start:
+            spans.append((start, end))
     for rule, group, needle in _OWN:
         if needle is None or needle in text:   # a rule's fixed start first: most texts hold none
             spans += [m.span(group) for m in rule.finditer(text)]
+    for m in _PREFIXED_RE.finditer(text):
+        if _looks_random(m.group(2)) and not _DIGEST_PREFIX.fullmatch(m.group(1)):
+            spans.append((m.start(2), _body_end(text, m.end())))   # the prefix names the service, not the secret
     merged: list[list[int]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -308,9 +359,9 @@ def _redact_pairs(text: str) -> str:
         inner = _INNER_PAIR_RE.match(text, m.end())
         if inner and key_is_secret(inner.group(1)):
             continue   # "key: HF_TOKEN=...": the inner pair is redacted on its own
-        value = _VALUE_RE.match(text, m.end())
+        value = _VALUE_RE.match(text, m.end()) or _AFTER_MARKER_RE.match(text, m.end())
         if value is None or value.group(0) in ('""', "''") or _is_marker(value.group(0)):
-            continue
+            continue   # (a token rule's marker followed by more of the value: the whole value goes)
         quote = value.group(0)[:2] if value.group(0).startswith('\\"') else (
             value.group(0)[0] if value.group(0)[0] in "\"'" else "")
         end = value.end()
@@ -338,6 +389,20 @@ def redact_text(text: str, pairs: bool = True) -> str:
     them, redacted; any other text keeps them."""
     if not isinstance(text, str) or not text:
         return text
+    if len(text) <= _CACHED_CHARS:   # names and event texts come back in every part of a page or a site
+        return _redact_short(str(text), pairs)
+    return _redact_any(text, pairs)
+
+
+_CACHED_CHARS = 2048
+
+
+@lru_cache(maxsize=65536)
+def _redact_short(text: str, pairs: bool) -> str:
+    return _redact_any(text, pairs)
+
+
+def _redact_any(text: str, pairs: bool) -> str:
     if _INVISIBLE_RE.search(text):
         seen = _INVISIBLE_RE.sub("", text)
         hidden = _redact_visible(seen, pairs)

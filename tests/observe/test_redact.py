@@ -171,9 +171,9 @@ def test_wandb_mirror_uploads_the_redacted_config(monkeypatch, tmp_path):
     # every pair is looked at, not only the first ones: a harmless pair never ends the scan
     ("lr=0.1 batch=4 PASSWORD=hunter2xyz epochs=3", "lr=0.1 batch=4 PASSWORD=<redacted> epochs=3"),
     ("steps: 10 api_key: abc123def more", "steps: 10 api_key: <redacted>"),
-    # -u user:password is a credential; -u uid:gid is not
+    # curl's -u user:password is a credential (the Betterleaks rule takes the pair); docker's -u uid:gid is not
     ("docker run -u 1000:1000 img && curl -u admin:s3cretpw https://x.org",
-     "docker run -u 1000:1000 img && curl -u admin:<redacted> https://x.org"),
+     "docker run -u 1000:1000 img && curl -u <redacted> https://x.org"),
     # the key and separator stay, the 40-character secret goes
     ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "aws_secret_access_key = <redacted>"),
     ("Basic authentication is off; header Basic dXNlcjpwYXNzd29yZA==",
@@ -221,10 +221,12 @@ def test_a_token_behind_invisible_characters_is_redacted(hidden):
 def test_redaction_of_a_long_word_takes_linear_time():
     # Before: a key was tried from every position of a word (and a URL scheme from every part of
     # `a-a-a-...`): 20,000 characters without a separator took seconds, 100,000 minutes, per request.
-    # 600,000 characters each: linear, a second; quadratic as before, hours. The subprocess's
+    # 600,000 characters each: linear, a second; quadratic as before, hours (an upper-case word read
+    # as a key was split into words from every position: 'A' * 600,000 + '=='). The subprocess's
     # timeout only guards against that hang (no timing is asserted).
     code = ("from glassroom.observe.redact import redact_text\n"
-            "for text in ('x' * 600_000, 'x-' * 300_000, 'a.' * 300_000, 'eyJ' * 200_000, '1' * 600_000 + 'a'):\n"
+            "for text in ('x' * 600_000, 'x-' * 300_000, 'a.' * 300_000, 'eyJ' * 200_000, '1' * 600_000 + 'a',\n"
+            "             'A' * 600_000 + '=='):\n"
             "    assert redact_text(text) == text\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
     # the pairs it finds are the same as before, a key starting with a digit, dot or dash included

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from glassroom.observe.redact import REDACTED, key_is_secret, public_name, redact, redact_text
-from secret_shapes import HARMLESS_CONFIG, POSITIONS, TEXTS, TOKENS, controls, leaked, planted, real_config
+from secret_shapes import HARMLESS_CONFIG, POSITIONS, TEXTS, TOKENS, controls, from_rules, leaked, planted, real_config
 
 N = 6
 SEED = 20261203
@@ -26,6 +26,33 @@ def test_every_planted_shape_is_removed_in_every_position(shape):
         out = redact_text(text)
         assert not leaked(secret, out) and REDACTED in out, (shape, position, text, out)
         assert not leaked(secret, redact_text(text, pairs=False)), (shape, position, text)
+
+
+def test_every_rule_of_the_maintained_set_is_applied_wherever_its_token_stands():
+    """One instance of each Betterleaks and Veles rule, made from the rule's own regex, standalone,
+    after a dash, as a run folder, in prose and in JSON: none of its secret comes through."""
+    from glassroom.observe.secret_rules import rule_set
+
+    rows = from_rules(SEED)
+    planted_rules = {r[0] for r in rows}
+    assert len(rule_set().ids) >= 400 and len(planted_rules) >= 120   # the rule set loaded, the generator made them
+    missed = [(rule, position, text[:120]) for rule, position, text, secret in rows if leaked(secret, redact_text(text))]
+    assert not missed, missed[:10]
+
+
+def test_a_service_prefix_and_a_random_body_is_found_without_a_rule_for_the_service():
+    """The class the named rules stand for: a short prefix and 20+ random letters and digits."""
+    rng = random.Random(SEED)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    for prefix in ("zq_", "acme-", "ybx.live.", "tok_v2_", "ZZPAT-", "q-9-"):
+        for _ in range(20):
+            body = "".join(rng.choice(alnum) for _ in range(rng.randint(24, 64))) + "Aa1"
+            for text in (f"{prefix}{body}", f"exp-{prefix}{body}-seed1", f"runs/{prefix}{body}/loss", f"note {prefix}{body}."):
+                out = redact_text(text)
+                assert not leaked(body, out), (text, out)
+    for name in ("meta-llama/Llama-3.1-8B-Instruct", "vivid-sunset-42", "hero-c7c68edd", "sha256-" + "Ab1" * 15,
+                 "run-" + "0123456789abcdef" * 4, "Qwen2.5-0.5B-Instruct-GGUF", "step_0002600", "deepseek-ai/DeepSeek-V3-Base"):
+        assert redact_text(name) == name
 
 
 def test_planted_secrets_in_a_tree_as_values_keys_and_list_items():
