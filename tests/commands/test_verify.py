@@ -10,6 +10,7 @@ are copied, as a watcher would save them."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -260,6 +261,57 @@ def reseal(run_dir: Path, change) -> None:
         conn.execute("UPDATE artifacts SET value = ? WHERE name = 'prediction'", (json.dumps(sealed),))
         conn.execute("UPDATE events SET data = ? WHERE id = ?", (json.dumps(data), id_))
     conn.close()
+
+
+def _random_tampering(run_dir: Path, rng: random.Random) -> str:
+    """One edit a forger could make to what the band is compared with, chosen and placed at random:
+    an event's text, step, kind, time or data changed, an event deleted or inserted, a metric value
+    changed, a metric row deleted or added inside a closed window. Returns what it did."""
+    conn = sqlite3.connect(run_dir / "store.sqlite")
+    ids = [r[0] for r in conn.execute("SELECT id FROM events ORDER BY id")]
+    last_to = max(record.record_of(json.loads(d)).get("to") or 0 for d, in conn.execute(
+        "SELECT data FROM events WHERE kind IN ('checkpoint', 'end') AND data IS NOT NULL"))
+    metric = conn.execute("SELECT name_id, step, value FROM metrics WHERE step <= ? ORDER BY name_id, step", (last_to,)).fetchall()
+    conn.close()
+    kind = rng.choice(["text", "step", "kind", "time", "data", "delete event", "insert event",
+                       "metric value", "delete metric", "add metric"])
+    event_id, row = rng.choice(ids), rng.choice(metric)
+    if kind in ("text", "kind"):
+        sql(run_dir, (f"UPDATE events SET {kind} = {kind} || ? WHERE id = ?", (rng.choice([".", " ", "x"]), event_id)))
+    elif kind in ("step", "time"):
+        sql(run_dir, (f"UPDATE events SET {kind} = COALESCE({kind}, 0) + ? WHERE id = ?", (rng.choice([-1, 1, 7]), event_id)))
+    elif kind == "data":
+        sql(run_dir, ("UPDATE events SET data = ? WHERE id = ?", (json.dumps({"forged": rng.random()}), event_id)))
+    elif kind == "delete event":
+        sql(run_dir, ("DELETE FROM events WHERE id = ?", (event_id,)))
+    elif kind == "insert event":
+        sql(run_dir, ("UPDATE events SET id = -(id + 1) WHERE id >= ?", (event_id,)), "UPDATE events SET id = -id WHERE id < 0",
+            ("INSERT INTO events (id, time, step, kind, text, data) VALUES (?, 1.0, 1, 'note', 'all fine', NULL)", (event_id,)))
+    elif kind == "metric value":
+        sql(run_dir, ("UPDATE metrics SET value = ? WHERE name_id = ? AND step = ?",
+                      ((row[2] or 0.0) * rng.choice([0.5, 0.999, 1.001]) + 1e-9, row[0], row[1])))
+    elif kind == "delete metric":
+        sql(run_dir, ("DELETE FROM metrics WHERE name_id = ? AND step = ?", (row[0], row[1])))
+    else:
+        sql(run_dir, "INSERT INTO names (name) VALUES ('eval/forged')",
+            ("INSERT INTO metrics (name_id, step, value, time) SELECT id, ?, 0.0, 1.0 FROM names WHERE name = 'eval/forged'",
+             (rng.randrange(last_to + 1),)))
+    return f"{kind} (event {event_id}, metric row {row[:2]})"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_rewrite_of_the_record_with_every_digest_recomputed_is_named_against_a_saved_copy(lab, tmp_path, seed):
+    """The class of the tamperings above, generated: a random edit anywhere in the chained events or
+    the windowed metric rows, every digest recomputed as a forger would, against the run folder and
+    the chain.json saved at the end: exit 3, one line."""
+    rng = random.Random(seed)
+    run_dir = tmp_path / "hero"
+    shutil.copytree(lab["hero"], run_dir)
+    what = _random_tampering(run_dir, rng)
+    recompute_everything(run_dir)
+    for copy in (lab["saved"] / "run-3", lab["saved"] / "chain-3.json"):
+        result = verify(run_dir, copy)
+        assert result.returncode == ALTERED, (what, copy.name, result.stdout, result.stderr[-500:])
 
 
 def test_a_published_prediction_edited_after_sealing_is_named(lab, tmp_path):
