@@ -3,7 +3,8 @@
 Each subcommand lives in glassroom/commands/<name>.py with `register(subparsers)` (its options
 and help) and `run(args) -> int`. Command modules import heavy libraries (torch) inside `run`, so
 `glassroom --help` and `glassroom serve` start fast. A GlassroomError is printed as one line,
-`error: ...`, with exit code 2; `--debug` shows the traceback instead.
+`error: ...`, with exit code 2, and so is an OSError the system raises on a path the user gave (a
+name too long, a file where a folder should be, no permission); `--debug` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -82,6 +83,28 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:   # a path the system refuses (too long, not a folder, no permission, a loop)
+        if args.debug:
+            raise
+        sys.stderr.write(f"error: {os_error(exc)}\n")
+        sys.stderr.flush()
+        return 2
+    except ValueError as exc:
+        if args.debug or "null byte" not in str(exc):
+            raise
+        # a path holding a NUL character (from a config file or a caller: a shell cannot pass one)
+        sys.stderr.write("error: a path holds a NUL character (\\x00); no file can be named so\n")
+        sys.stderr.flush()
+        return 2
+
+
+def os_error(exc: OSError) -> str:
+    """`PATH: reason` in one line (the path cut to 120 characters)."""
+    name = exc.filename if exc.filename is not None else ""
+    name = str(name)
+    shown = name if len(name) <= 120 else f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+    reason = exc.strerror or type(exc).__name__
+    return f"{shown}: {reason}; check the path" if shown else f"{reason}"
 
 
 if __name__ == "__main__":

@@ -88,7 +88,10 @@ def _refuse_constant(name: str) -> Any:
 def loads(text: str | bytes) -> Any:
     """json.loads with the bounds above: a 5,000-digit integer, 1e400, NaN or Infinity is a
     NumberError, like any malformed JSON (json.JSONDecodeError); both are ValueErrors."""
-    return json.loads(text, parse_int=parse_int, parse_float=parse_float, parse_constant=_refuse_constant)
+    try:
+        return json.loads(text, parse_int=parse_int, parse_float=parse_float, parse_constant=_refuse_constant)
+    except RecursionError:   # `[[[[...]]]]` thousands deep
+        raise NumberError("nested too deeply (arrays or objects inside each other thousands of times)") from None
 
 
 def option_int(text: str) -> int:

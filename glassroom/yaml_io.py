@@ -136,6 +136,8 @@ def safe_load(text: str) -> Any:
             return None
         _expanded_size(node)
         return loader.construct_document(node)
+    except RecursionError:   # `a: [[[[...]]]]` thousands deep: the parser's own recursion runs out
+        raise YamlLimitError("nested too deeply (lists or mappings inside each other thousands of times)") from None
     finally:
         loader.dispose()
 

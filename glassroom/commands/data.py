@@ -11,6 +11,7 @@ import json
 import math
 import sys
 
+from glassroom import numbers
 from glassroom.commands import new_command, positive_count, whole, number
 from glassroom.commands.chatset import register_chatset, run_chatset
 from glassroom.errors import GlassroomError
@@ -211,9 +212,10 @@ def parse_weights(text: str) -> dict[str, float]:
         if name.strip() in weights:
             raise GlassroomError(f"--weights: domain {name.strip()} is given twice; give each domain once")
         try:
-            weights[name.strip()] = float(value)
-        except ValueError:
-            raise GlassroomError(f"--weights: {name.strip()} has weight {value!r}, expected a number") from None
+            weights[name.strip()] = numbers.option_float(value)
+        except numbers.NumberError:
+            raise GlassroomError(f"--weights: {numbers.shown(name.strip())} has weight {numbers.shown(value)}, "
+                                 "expected a number (finite)") from None
     return weights
 
 

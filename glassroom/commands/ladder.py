@@ -12,6 +12,7 @@ import math
 import sys
 from dataclasses import asdict
 
+from glassroom import numbers
 from glassroom.commands import new_command, whole, number
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
@@ -150,9 +151,9 @@ def _fraction(flag: str, text, default: float, low_open: bool = False) -> float:
         return default
     raw = str(text).strip()
     try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise GlassroomError(f"{flag}: {text!r} is not a number (e.g. 0.003 or 0.3%)") from None
+        value = numbers.option_float(raw[:-1]) / 100 if raw.endswith("%") else numbers.option_float(raw)
+    except numbers.NumberError:
+        raise GlassroomError(f"{flag}: {shown(text)} is not a number (e.g. 0.003 or 0.3%)") from None
     if not math.isfinite(value) or value < 0 or value >= 1 or (low_open and value == 0):
         raise GlassroomError(f"{flag}: must be {'above' if low_open else 'at least'} 0 and below 1, got {shown(text)}")
     return value

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
+from glassroom import numbers
 from glassroom.commands import new_command
 from glassroom.errors import GlassroomError
 
@@ -31,17 +31,20 @@ def register(sub) -> None:
     p = new_command(sub, "publish", "export the runs below a folder as a static site", DESCRIPTION)
     p.add_argument("dir", metavar="DIR", help="folder holding runs (searched recursively), or one run")
     p.add_argument("--out", required=True, metavar="SITE", help="site folder to write (new, empty, or an earlier site)")
-    p.add_argument("--watch", metavar="SECONDS", help="re-export at this interval until interrupted")
+    p.add_argument("--watch", metavar="SECONDS", help="re-export at this interval (1 s to a week) until interrupted")
     p.set_defaults(run=run)
+
+
+MAX_WATCH_S = 7 * 86400   # a week between exports at most
 
 
 def parse_interval(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise GlassroomError(f"--watch: expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 1:
-        raise GlassroomError(f"--watch: must be at least 1 second, got {text}")
+        value = numbers.option_float(text)
+    except numbers.NumberError as exc:
+        raise GlassroomError(f"--watch: expected a number of seconds: {exc}") from None
+    if not 1 <= value <= MAX_WATCH_S:
+        raise GlassroomError(f"--watch: must be from 1 second to a week ({MAX_WATCH_S} s), got {numbers.shown(text)}")
     return value
 
 

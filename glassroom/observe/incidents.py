@@ -83,7 +83,7 @@ def fold(events: list[dict]) -> list[dict]:
 def normalize_id(raw: str) -> str:
     """`inc-3` or `3` -> `inc-3`; anything else is a GlassroomError."""
     text = str(raw).strip()
-    if text.isascii() and text.isdigit():   # ("²".isdigit() is true, int("²") an error)
+    if text.isascii() and text.isdigit() and len(text) <= 18:   # ("²".isdigit() is true, int("²") an error)
         text = f"inc-{int(text)}"
     if not ID_RE.match(text):
         raise GlassroomError(f"{str(raw)[:60]!r}: not an incident ID; IDs look like inc-1, inc-2 "
