@@ -14,9 +14,9 @@ Adapted as they are read (`adapt`), to the places a lab's secrets stand:
   or after none (or one) of these" accepts a `/`, `-` or `_` before the token (`runs/<token>`).
 Rules that find identifiers, not credentials (client ids, tenant ids, user and account names,
 addresses), are not applied (SKIPPED). A rule matches only where one of its literal words stands:
-each rule's required literals are taken from its parsed pattern and looked up by their first three
-characters, so a text is searched only by the rules whose words it holds (a short text in about
-0.1 ms; rules without a literal of three characters run on every text).
+each rule's required literals are taken from its parsed pattern and found in one pass over the text
+(an Aho-Corasick automaton, pyahocorasick), so a text is searched only by the rules whose words it
+holds (rules without a literal of three characters run on every text).
 
 `spans(text)` gives (start, end) of each secret found: the rule's first group of 8 or more
 characters, else its whole match.
@@ -32,6 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+import ahocorasick
 import regex
 
 from glassroom.errors import GlassroomError
@@ -103,7 +104,19 @@ def adapt(pattern: str) -> str:
     pattern = regex.sub(r"\(\?:\^\|\[(?!\^)([^\]]*)\]\)", lambda m: "(?:^|[" + m.group(1) + "/_\\-])", pattern)
     # "then the end or one of these": a `/` after a token ends it too (`runs/<token>/store.sqlite`)
     pattern = regex.sub(r"\(\?:\$\|\[(?!\^)([^\]]*)\]\)", lambda m: "(?:$|[" + m.group(1) + "/])", pattern)
-    return regex.sub(r"(?<!\\)((?:\\\\)*)\\b", lambda m: m.group(1) + _WORD_EDGE, pattern)
+    return regex.sub(r"(?<!\\)((?:\\\\)*)\\b", lambda m: m.group(1) + _edge(pattern, m.start(), m.end()), pattern)
+
+
+def _edge(pattern: str, start: int, end: int) -> str:
+    """`\\b` with `_` a separator: a token's start (the pattern's start, or after `(`, `(?:`, `|` or
+    flags) needs no letter or digit before it, its end none after it; one lookaround each is 15x
+    faster than the two-sided test, which stays for a `\\b` anywhere else."""
+    before = regex.sub(r"\(\?[a-zA-Z]+\)$", "", pattern[:start])
+    if before == "" or before.endswith(("(", "(?:", "|")):
+        return r"(?<![A-Za-z0-9])"
+    if end == len(pattern) or pattern[end] in ")|":
+        return r"(?![A-Za-z0-9])"
+    return _WORD_EDGE
 
 
 def literals(pattern: str) -> Optional[set[str]]:
@@ -181,18 +194,17 @@ class RuleSet:
             else:
                 for word in found:
                     self.by_literal.setdefault(word, []).append(index)
-        self.by_start: dict[str, list[str]] = {}
+        self._words = ahocorasick.Automaton()   # every literal found in one pass over the text
         for word in self.by_literal:
-            self.by_start.setdefault(word[:_MIN_LITERAL], []).append(word)
+            self._words.add_word(word, word)
+        if self.by_literal:
+            self._words.make_automaton()
 
     def candidates(self, text: str) -> list[int]:
-        low = text.lower()
-        grams = {low[i:i + _MIN_LITERAL] for i in range(len(low) - _MIN_LITERAL + 1)}
         chosen = set(self.always)
-        for gram in grams & self.by_start.keys():
-            for word in self.by_start[gram]:
-                if word in low:
-                    chosen.update(self.by_literal[word])
+        if self.by_literal:
+            for _, word in self._words.iter(text.lower()):
+                chosen.update(self.by_literal[word])
         return sorted(chosen)
 
     def matches(self, text: str) -> list[tuple[int, int, str]]:
