@@ -274,7 +274,7 @@ def test_file_texts_reads_txt_jsonl_json_and_folders(tmp_path):
     (lambda p: (p / "bad.jsonl").write_text('{"a": "ok"}\n{broken\n') and p / "bad.jsonl", "bad.jsonl:2 is not a JSON"),
     (lambda p: (p / "bad.json").write_text("{") and p / "bad.json", "is not valid JSON"),
     (lambda p: (p / "numbers.json").write_text("[1, 2, 3]") and p / "numbers.json", "has no text"),
-    (lambda p: (p / "deep.json").write_text("[" * 100_000 + "]" * 100_000) and p / "deep.json", "not valid JSON"),
+    (lambda p: (p / "deep.json").write_text("[" * 100_000 + "]" * 100_000) and p / "deep.json", "nested too deeply"),
     (lambda p: (p / "nothing").mkdir() or (p / "nothing" / "x.yaml").write_text("a: b") and p / "nothing",
      "has no .txt, .jsonl or .json files"),
     (lambda p: (p / "blank").mkdir() or (p / "blank" / "x.txt").write_text("") or p / "blank", "have no text"),

@@ -51,7 +51,7 @@ def test_a_window_end_inside_a_character_leaves_those_tokens_out_and_the_rest_is
         assert encode(tok, doc["text"]) == ids[: doc["tokens"]]  # what lm-eval scores: the trainer's tokens
         assert doc["n_bytes"] == shard.bytes_between(0, doc["tokens"])
         trimmed += doc["trimmed_tokens"] > 0
-    assert trimmed >= 5  # the corpus does split characters at window ends
+    assert trimmed >= 2  # the corpus does split characters at window ends (4-9 of these 51 lengths, by the BPE trained)
 
 
 def test_the_trimmed_task_stays_close_to_the_trainers_bits_per_byte(dataset):
