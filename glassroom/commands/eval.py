@@ -17,14 +17,21 @@ Score a model on lm-evaluation-harness tasks, in-process, through glassroom's mo
 (log-likelihood, rolling log-likelihood, greedy generation; batched).
 
 PATH is a run folder (its newest intact checkpoint, or --step) or a Hugging Face folder (from
-`glassroom export`). Tasks are looked up in the tasks folder: for a run folder, its dataset's
-tasks/ (written by `glassroom data tasks DATASET`), or --tasks-dir. Local tasks:
+`glassroom export`). Tasks are looked up in the tasks folder: --tasks-dir, else for a run folder
+its dataset's tasks/ (written by `glassroom data tasks DATASET`). Its local tasks:
   glassroom_mc_<domain>   multiple-choice continuation from held-out documents (acc, acc_norm)
   glassroom_bpb_<domain>  rolling log-likelihood over the validation stream (bits_per_byte; equals
                           the trainer's eval/<domain>/bpb at --max-length = train.seq_len)
   glassroom_mc, glassroom_bpb   the groups of each (mean over domains)
 Names lm-eval ships (hellaswag, arc_easy, lambada_openai, ...) pass through; they download their
 data, so they need the network.
+
+--tasks-dir DIR may be any folder of lm-eval task YAML files (your own tasks, as lm_eval
+--include_path takes them). A folder `glassroom data tasks` wrote is verified file by file. Any
+other folder runs as it is when it holds only YAML and data; when it holds Python (a .py file, or a
+YAML value tagged !function, which lm-eval imports and runs) it is refused unless --trust-code is
+given. Without --trust-code its templates render in Jinja's sandbox and its metrics must be ones
+lm-eval registers.
 
 For a run folder the scores are also written to its store at the checkpoint's step as
 downstream/<task>/<metric> with a `downstream` event (the dashboard draws them over checkpoints);
@@ -36,6 +43,8 @@ example:
   glassroom data tasks data/tiny --seq-len 32 --windows 4
   glassroom eval runs/tiny --tasks glassroom_mc,glassroom_bpb
   glassroom eval exported/ --tasks glassroom_mc_prose --tasks-dir data/tiny/tasks --limit 50 --json
+  glassroom eval runs/tiny --tasks my_qa,my_prose --tasks-dir mytasks
+  glassroom eval runs/tiny --tasks my_scored --tasks-dir theirtasks --trust-code
 """
 
 
@@ -43,7 +52,10 @@ def register(sub) -> None:
     p = new_command(sub, "eval", "score a checkpoint on lm-eval tasks (local or from the hub)", DESCRIPTION)
     p.add_argument("path", metavar="PATH", help="a run folder or a Hugging Face folder")
     p.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task or group names")
-    p.add_argument("--tasks-dir", metavar="DIR", help="folder of task files (default: the run's DATASET/tasks)")
+    p.add_argument("--tasks-dir", metavar="DIR",
+                   help="folder of lm-eval task files: glassroom's or your own (default: the run's DATASET/tasks)")
+    p.add_argument("--trust-code", action="store_true",
+                   help="run the Python a tasks folder holds (.py files, !function in its YAML); refused without it")
     p.add_argument("--step", type=whole, metavar="N", help="the checkpoint at step N (default: the newest intact one)")
     p.add_argument("--limit", type=whole, metavar="N",
                    help="at most N items per task (scores of a task cut short are printed, not stored)")
@@ -97,13 +109,12 @@ def run(args: argparse.Namespace) -> int:
             tasks_dir = None  # tasks lm-eval ships only: the dataset needs no tasks folder
     else:
         tasks_dir = None
-    if tasks_dir is not None and not tasks_dir.is_dir():
-        raise GlassroomError(f"{tasks_dir}: no tasks folder; write it with glassroom data tasks DATASET "
-                             "(or give another with --tasks-dir)")
+    glassroom_tasks = False
     if tasks_dir is not None:
-        from glassroom.data.tasks import verify_folder
+        from glassroom.downstream.run import check_folder
 
-        verify_folder(tasks_dir)  # a damaged task file or record: one line before the model loads
+        # A damaged task file or record, or code not trusted: one line before the model loads.
+        glassroom_tasks, _ = check_folder(tasks_dir, args.trust_code, "--tasks-dir" if args.tasks_dir else "")
     if is_run:
         from glassroom.data.tokenizer import load_tokenizer
         from glassroom.hf.load import build_from_state
@@ -127,9 +138,11 @@ def run(args: argparse.Namespace) -> int:
         run_dataset = run_tasks_dir(path).parent if is_run else None
     except GlassroomError:  # no data.path in its config.yaml: --tasks-dir was given
         run_dataset = None
-    _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len, run_dataset)
+    if glassroom_tasks:
+        _note_windows(names, tasks_dir, max_length or model.cfg.max_seq_len, run_dataset)
     result = downstream.evaluate(model, tokenizer, names, tasks_dir, limit=args.limit, batch_size=args.batch_size,
-                                 max_length=max_length, eos_id=special[0], prefix_id=special[1])
+                                 max_length=max_length, eos_id=special[0], prefix_id=special[1],
+                                 trust_code=args.trust_code)
     scores = result["scores"]
     # A score over part of a task, or with other windows than the run's, is not the checkpoint's
     # score: it would replace the one the dashboard draws at that step.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from glassroom.commands import new_command
 from glassroom.errors import ConfigError, GlassroomError
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         config = config_path(out)
     cfg = load_run_config(config, args.set, out if args.resume else None)
     check_launch()
+    if cfg.init is not None and not args.resume and not args.quiet:
+        _import_note(Path(cfg.init.source).expanduser())
     if not args.resume:
         check_new_run_dir(out)
 
@@ -94,3 +97,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"run": str(args.out), "step": trainer.step, **final}))
     return 0
 
+
+def _import_note(folder) -> None:
+    """A note on stderr when init.from is a Hugging Face folder that exports under another name."""
+    from glassroom.hf.architectures import import_note
+    from glassroom.hf.load import is_hf_folder, read_hf_config
+
+    if is_hf_folder(folder) and not has_config(folder):
+        note = import_note(read_hf_config(folder), str(folder))
+        if note:
+            print(note, file=sys.stderr, flush=True)

@@ -12,6 +12,9 @@ is added, and a (context, continuation) pair is encoded whole and split after th
 - generate_until: greedy, one request at a time, with the model's KV cache when it has one
   (`model.new_cache`), else a full forward per token; stops at EOS, at a stop string (the text is
   cut before it) or after max_gen_toks tokens.
+
+Every request's text arguments are checked to be text first (check_text): a task record whose field
+a template reads as a number is one line naming the task and the document.
 """
 
 from __future__ import annotations
@@ -23,6 +26,19 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from glassroom.data.tokenizer import EOS_TOKEN, encode, hf_encoder  # noqa: F401  (encode: re-exported)
 from glassroom.errors import GlassroomError
+
+
+def check_text(requests, parts: tuple[str, ...]) -> None:
+    """Each request's first len(parts) arguments are text: a record whose field a task's template
+    reads as a number, a list or nothing is one line naming the task and the document, not an
+    error inside the tokenizer."""
+    for req in requests:
+        for part, value in zip(parts, req.args):
+            if not isinstance(value, str):
+                raise GlassroomError(f"task {req.task_name!r}, document {req.doc_id}: its {part} is "
+                                     f"{type(value).__name__} {value!r:.60}, not text; check the task's "
+                                     "doc_to_text, doc_to_choice and doc_to_target against its records")
+
 
 def special_ids(folder, tokenizer) -> tuple[int | None, int | None]:
     """(eos, prefix) of a Hugging Face folder as lm-eval's HFLM takes them: EOS is <|endoftext|>, else
@@ -109,6 +125,7 @@ class GlassroomLM(TemplateLM):
         return list(F.log_softmax(torch.cat(picked).float(), dim=-1).cpu().split([len(c) for _, c in rows]))
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        check_text(requests, ("context", "continuation"))
         # lm-eval's "Tokenizing inputs" bar would fill stderr (and a training run's log) with progress
         return super().loglikelihood(requests, disable_tqdm=True)
 
@@ -132,6 +149,7 @@ class GlassroomLM(TemplateLM):
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        check_text(requests, ("text",))
         pieces, owners = [], []
         for index, (string,) in enumerate(req.args for req in requests):
             windows = get_rolling_token_windows(token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
@@ -169,6 +187,7 @@ class GlassroomLM(TemplateLM):
         return text
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        check_text(requests, ("context",))
         outputs = []
         for context, gen_kwargs in (req.args for req in requests):
             kwargs = dict(gen_kwargs or {})

@@ -69,6 +69,17 @@ def choose(cfg: ModelConfig, router_bias_zero: bool = True) -> str:
     return "glm4_moe"
 
 
+def import_note(hf: dict, where: str) -> Optional[str]:
+    """One line for a folder whose architecture glassroom reads but exports under another name: a
+    GLM-4-MoE with use_qk_norm is read as a sigmoid MoE with qk_norm, which `choose` exports as
+    dots.llm1 (the same tensors and logits: docs/export.md)."""
+    if hf.get("model_type") == "glm4_moe" and hf.get("use_qk_norm") is True:
+        return (f"note: {where}: GLM-4-MoE with use_qk_norm is read as a sigmoid MoE with qk_norm, which glassroom "
+                "export writes as dots.llm1 (Dots1ForCausalLM): the same tensors and logits under another "
+                "model_type (docs/export.md)")
+    return None
+
+
 def exported_shared_experts(moe) -> int:
     """Shared experts in the exported folder: GLM-4-MoE and dots.llm1 always have one, so a model
     without is written with one whose weights are zero (its output is exactly 0)."""

@@ -77,6 +77,10 @@ class TrainSection:
     # every eval_tasks_every steps, and at the last step; scores as downstream/<task>/<metric>.
     eval_tasks: list[str] = field(default_factory=list)
     eval_tasks_every: Optional[int] = None
+    # the folder eval_tasks are looked up in (default: DATASET/tasks): any folder of lm-eval task
+    # files; one holding Python (.py, !function) runs only with eval_tasks_trust_code (docs/eval.md)
+    eval_tasks_dir: Optional[str] = None
+    eval_tasks_trust_code: bool = False
     max_bad_steps: int = 5  # NaN/Inf steps in a row before the run stops
     # under torchrun: fsdp, ddp, or {ep: N} (FSDP2 with N-way expert parallelism, docs/train.md)
     parallel: Any = "fsdp"
@@ -121,6 +125,13 @@ class TrainSection:
             if not name.strip() or name in self.eval_tasks[:i]:
                 raise ConfigError(f"{path}.eval_tasks[{i}]: {'empty' if not name.strip() else f'{name!r} is named twice'}; "
                                   "give each task name once")
+        if self.eval_tasks_dir is not None and not self.eval_tasks_dir.strip():
+            raise ConfigError(f"{path}.eval_tasks_dir: empty; give a folder of lm-eval task files, or null for the "
+                              "dataset's tasks/")
+        for key in ("eval_tasks_dir", "eval_tasks_trust_code"):
+            if getattr(self, key) not in (None, False) and not self.eval_tasks:
+                raise ConfigError(f"{path}.{key}: set, but train.eval_tasks is empty; name the tasks to run "
+                                  f"(e.g. eval_tasks: [my_task]) or leave {key} out")
         if not 0 <= self.seed < 2**63:
             raise ConfigError(f"{path}.seed: must be between 0 and 2**63 - 1, got {self.seed}")
         check_parallel(self.parallel, f"{path}.parallel")

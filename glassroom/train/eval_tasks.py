@@ -6,15 +6,27 @@ longest sequence, four training micro-batches of sequences per forward: no gradi
 the scores do not depend on the batch), then training continues where
 it was: the model's mode and every random generator are restored, so a run with eval_tasks trains
 exactly as one without. Scores go to the store as downstream/<task>/<metric> at that step with a
-`downstream` event. Tasks are looked up in the dataset's tasks/ folder (glassroom data tasks).
+`downstream` event. Tasks are looked up in `train.eval_tasks_dir`, by default the dataset's tasks/
+folder (glassroom data tasks); a folder holding Python runs only with `train.eval_tasks_trust_code`
+(glassroom/downstream/run.py's check_folder), checked at the start and before every evaluation.
 One process only: under torchrun with more than one process the run is refused in one line.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from glassroom.errors import ConfigError, GlassroomError
+
+TRUST_KEY = "set train.eval_tasks_trust_code: true if you trust it"
+
+
+def _said(exc: GlassroomError, key: str = "train.eval_tasks") -> str:
+    """A downstream error as the config key's: --tasks becomes the key, --trust-code its setting."""
+    from glassroom.downstream.run import TRUST_HINT  # lazy: numpy loads only when this runs
+
+    return f"{key}: {str(exc).removeprefix('--tasks: ').replace(TRUST_HINT, TRUST_KEY)}"
 
 # Sequences per scoring forward, in training micro-batches: a forward without gradients holds far
 # less than a training one, and fewer, larger forwards took the demo's evaluations from 11 s to 5 s.
@@ -31,17 +43,26 @@ class TrainingTasks:
         if world_size > 1:
             raise ConfigError(f"train.eval_tasks: runs in a single process only, this run has {world_size}; "
                               "leave it empty and score the checkpoints with glassroom eval RUN_DIR --step N")
-        self.tasks_dir = Path(dataset.path) / "tasks"
-        if not self.tasks_dir.is_dir():
-            raise ConfigError(f"train.eval_tasks: {self.tasks_dir} does not exist; write the tasks with "
-                              f"glassroom data tasks {dataset.path} --seq-len {tc.seq_len} --windows {tc.eval_sequences}")
+        self.trust_code = tc.eval_tasks_trust_code
+        if tc.eval_tasks_dir is not None:
+            self.tasks_dir = Path(os.path.expanduser(tc.eval_tasks_dir))
+            try:
+                downstream.check_folder(self.tasks_dir, self.trust_code)
+            except GlassroomError as exc:  # missing, not a folder, damaged, or code not trusted
+                raise ConfigError(_said(exc, "train.eval_tasks_dir")) from None
+        else:
+            self.tasks_dir = Path(dataset.path) / "tasks"
+            if not self.tasks_dir.is_dir():
+                raise ConfigError(f"train.eval_tasks: {self.tasks_dir} does not exist; write the tasks with "
+                                  f"glassroom data tasks {dataset.path} --seq-len {tc.seq_len} --windows {tc.eval_sequences} "
+                                  "(or give a folder of lm-eval task files as train.eval_tasks_dir)")
         try:
-            self.manager = downstream.task_manager(self.tasks_dir, self.names)
+            self.manager = downstream.task_manager(self.tasks_dir, self.names, self.trust_code)
             # Loaded once now: a group with its own member, or a hub task whose data cannot be
             # fetched, is refused before RUN_DIR is touched, not at the first checkpoint.
-            downstream.load_tasks(self.names, self.tasks_dir, self.manager)
+            downstream.load_tasks(self.names, self.tasks_dir, self.manager, self.trust_code)
         except GlassroomError as exc:  # naming --tasks: say the config key instead
-            raise ConfigError(f"train.eval_tasks: {str(exc).removeprefix('--tasks: ')}") from None
+            raise ConfigError(_said(exc)) from None
         self.tokenizer = dataset.tokenizer()
         self.seq_len, self.batch = tc.seq_len, tc.micro_batch_size * EVAL_BATCH_MICRO_BATCHES
 
@@ -64,9 +85,10 @@ class TrainingTasks:
         try:
             try:
                 result = downstream.evaluate(model, self.tokenizer, self.names, self.tasks_dir, batch_size=self.batch,
-                                             max_length=self.seq_len, device=str(device), manager=self.manager)
+                                             max_length=self.seq_len, device=str(device), manager=self.manager,
+                                             trust_code=self.trust_code)
             except GlassroomError as exc:  # the tasks folder changed under the run, the hub went away, ...
-                raise GlassroomError(f"train.eval_tasks: {str(exc).removeprefix('--tasks: ')}") from None
+                raise GlassroomError(_said(exc)) from None
         finally:
             set_rng_state(state)
             random.setstate(py_state)
