@@ -235,7 +235,7 @@ def _build(recipe: Recipe, tmp: Path, ex: Executor, recipe_file: str | None, log
             split_of[i] = forced[i] or ("validation" if score[i] < cutoffs[domain] else "train")
     train = [i for i in sorted(split_of) if split_of[i] == "train"]
     validation = [i for i in sorted(split_of) if split_of[i] == "validation"]
-    decontam_entry, removed, flagged = decontaminate(recipe, corpus, train, validation, ex, tmp, log)
+    decontam_entry, removed, flags = decontaminate(recipe, corpus, train, validation, ex, tmp, log)
     for i in sorted(split_of):
         d, n = corpus.domain[i], corpus.nbytes[i]
         stats.record_in("decontaminate", d, n)
@@ -310,7 +310,7 @@ def _build(recipe: Recipe, tmp: Path, ex: Executor, recipe_file: str | None, log
             else:
                 encoded = ex.map(fast_tokens.encode_batch, ((spec, corpus.texts_of(b), dtype.name) for b in batches))
                 for b, (ids, offsets) in zip(batches, encoded):
-                    rows = [{"id": r["id"], "source": r["source"], "bytes": r["bytes"], "flags": int(i in flagged),
+                    rows = [{"id": r["id"], "source": r["source"], "bytes": r["bytes"], "flags": flags.get(i, 0),
                              **({"quality": qscore[i], "bucket": bucket[i]} if i in bucket else {})}
                             for i, r in zip(b, corpus.meta(b))]
                     writer.add(ids, offsets, rows, source_index)

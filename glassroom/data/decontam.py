@@ -24,7 +24,7 @@ import json
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from glassroom.data.ngrams import FP_RATE, WORDS, BloomFilter, batch_ngram_hashe
 EXAMPLE_BYTES = 64 * 1024  # a removed/contaminated.jsonl text is cut here, the cut marked with "…"
 PASSAGES = 5  # leaked passages shown per example record
 PASSAGE_CHARS = 1000
-_MAGIC = b"glassroom-evalindex/1\n"
+COVERAGE_BATCH = 64  # documents read back at a time to measure their coverage
+_MAGIC = b"glassroom-evalindex/2\n"
 
 
 @dataclass
@@ -45,6 +46,11 @@ class EvalIndex:
     hashes: np.ndarray  # sorted unique uint64
     source_of: np.ndarray  # int32, per hash: index into sources
     sources: list[dict] = field(default_factory=list)  # {"name", "documents", "short_documents", "ngrams"}
+    # every n-gram occurrence of every evaluation text of at least `ngram` words, sorted by (hash, place):
+    occ_hash: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
+    occ_word: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # its first word, all texts end to end
+    doc_words: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # text e: words [e], [e+1]
+    doc_source: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32))  # per text: index into sources
 
     @classmethod
     def build(cls, cfg, eval_texts: Iterable[tuple[str, str]], fp_rate: float = FP_RATE) -> "EvalIndex":
@@ -53,31 +59,39 @@ class EvalIndex:
         names: dict[str, int] = {}
         sources: list[dict] = []
         chunks: list[np.ndarray] = []
-        owners: list[np.ndarray] = []
+        doc_source: list[int] = []
+        doc_words = [0]
         for name, text in eval_texts:
             s = names.get(name)
             if s is None:
                 s = names[name] = len(sources)
                 sources.append({"name": name, "documents": 0, "short_documents": 0, "ngrams": 0})
             sources[s]["documents"] += 1
-            h = np.unique(ngram_hashes(text, n))
+            h = ngram_hashes(text, n)
             if not len(h):
                 sources[s]["short_documents"] += 1
                 continue
             chunks.append(h)
-            owners.append(np.full(len(h), s, dtype=np.int32))
+            doc_source.append(s)
+            doc_words.append(doc_words[-1] + len(h) + n - 1)
+        offsets = np.asarray(doc_words, dtype=np.int64)
         if chunks:
             everything = np.concatenate(chunks)
-            owner = np.concatenate(owners)
-            hashes, first = np.unique(everything, return_index=True)
+            word = np.concatenate([np.arange(len(h), dtype=np.int64) + offsets[e] for e, h in enumerate(chunks)])
+            order = np.lexsort((word, everything))  # by hash, then by place: an n-gram's first occurrence first
+            occ_hash, occ_word = everything[order], word[order]
+            hashes, first = np.unique(occ_hash, return_index=True)
+            owner = np.asarray(doc_source, dtype=np.int32)[np.searchsorted(offsets, occ_word, side="right") - 1]
             source_of = owner[first]
             for s, src in enumerate(sources):
-                src["ngrams"] = int(len(np.unique(everything[owner == s])))
+                src["ngrams"] = int(len(np.unique(occ_hash[owner == s])))
         else:
+            occ_hash, occ_word = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
             hashes, source_of = np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int32)
         bloom = BloomFilter.sized(len(hashes), fp_rate)
         bloom.add(hashes)
-        return cls(n, bloom, hashes, source_of.astype(np.int32), sources)
+        return cls(n, bloom, hashes, source_of.astype(np.int32), sources, occ_hash, occ_word, offsets,
+                   np.asarray(doc_source, dtype=np.int32))
 
     def verify(self, items: np.ndarray) -> np.ndarray:
         """bool per uint64 item: exactly one of the evaluation n-grams (no false positives)."""
@@ -122,10 +136,11 @@ class EvalIndex:
     def to_bytes(self) -> bytes:
         """A self-contained, deterministic serialisation (shipped to executor tasks)."""
         bloom = self.bloom.to_bytes()
-        meta = json.dumps({"ngram": self.ngram, "sources": self.sources, "hashes": len(self.hashes),
-                           "bloom": len(bloom)}, sort_keys=True).encode()
-        return b"".join([_MAGIC, struct.pack("<Q", len(meta)), meta, self.hashes.astype("<u8").tobytes(),
-                         self.source_of.astype("<i4").tobytes(), bloom])
+        arrays = [self.hashes.astype("<u8"), self.source_of.astype("<i4"), self.occ_hash.astype("<u8"),
+                  self.occ_word.astype("<i8"), self.doc_words.astype("<i8"), self.doc_source.astype("<i4")]
+        meta = json.dumps({"ngram": self.ngram, "sources": self.sources, "bloom": len(bloom),
+                           "arrays": [[a.dtype.str, len(a)] for a in arrays]}, sort_keys=True).encode()
+        return b"".join([_MAGIC, struct.pack("<Q", len(meta)), meta, *(a.tobytes() for a in arrays), bloom])
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "EvalIndex":
@@ -136,13 +151,68 @@ class EvalIndex:
         at += 8
         meta = json.loads(blob[at: at + size])
         at += size
-        count = meta["hashes"]
-        hashes = np.frombuffer(blob, dtype="<u8", count=count, offset=at).astype(np.uint64, copy=False)
-        at += 8 * count
-        source_of = np.frombuffer(blob, dtype="<i4", count=count, offset=at).astype(np.int32, copy=False)
-        at += 4 * count
+        arrays = []
+        for dtype, count in meta["arrays"]:
+            a = np.frombuffer(blob, dtype=dtype, count=count, offset=at)
+            arrays.append(a.astype(a.dtype.newbyteorder("="), copy=False))
+            at += a.nbytes
         bloom = BloomFilter.from_bytes(blob[at: at + meta["bloom"]])
-        return cls(meta["ngram"], bloom, hashes, source_of, meta["sources"])
+        hashes, source_of, occ_hash, occ_word, doc_words, doc_source = arrays
+        return cls(meta["ngram"], bloom, hashes, source_of, meta["sources"], occ_hash, occ_word, doc_words, doc_source)
+
+    def coverage(self, leaked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per evaluation text (its place in the index): the share of its words the `leaked` n-grams cover, and
+        the share its longest passage spans (consecutive words all covered: the windows of a run of shared
+        n-grams that overlap or touch). A word is covered when a leaked n-gram holds it (the
+        contaminated-token count of Llama 2's appendix A.6, by words); the passage is ConTAM's longest
+        match (Singh et al. 2024)."""
+        leaked = np.asarray(leaked, dtype=np.uint64)
+        texts = len(self.doc_source)
+        share, passage = np.zeros(texts), np.zeros(texts)
+        if not len(leaked) or not len(self.occ_hash):
+            return share, passage
+        lo = np.searchsorted(self.occ_hash, leaked, side="left")
+        counts = np.searchsorted(self.occ_hash, leaked, side="right") - lo
+        if not counts.sum():
+            return share, passage
+        take = np.repeat(lo - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(counts.sum())
+        starts = np.sort(self.occ_word[take])
+        text = np.searchsorted(self.doc_words, starts, side="right") - 1
+        words = np.diff(self.doc_words).astype(np.float64)
+        share = np.bincount(text, weights=_run_cover(starts, self.ngram, text), minlength=texts) / words
+        # passages: a new one begins where the text changes or a word after the last window is not covered
+        new = np.ones(len(starts), dtype=bool)
+        new[1:] = (text[1:] != text[:-1]) | (starts[1:] > starts[:-1] + self.ngram)
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], len(starts)) - 1
+        spans = (starts[last] + self.ngram - starts[first]).astype(np.float64)
+        np.maximum.at(passage, text[first], spans)
+        return share, passage / words
+
+    def text_name(self, e: int) -> str:
+        """`source #k`: the k-th evaluation text (from 0, counting only texts of at least `ngram` words) of its source."""
+        s = int(self.doc_source[e])
+        return f"{self.sources[s]['name']} #{int(np.count_nonzero(self.doc_source[:e] == s))}"
+
+
+def _run_cover(starts: np.ndarray, n: int, group: np.ndarray | None = None) -> np.ndarray:
+    """Per sorted n-gram start, the words it covers that the next one (in the same group) does not: the
+    union of the windows [start, start + n) is their sum."""
+    out = np.full(len(starts), n, dtype=np.float64)
+    if len(starts) > 1:
+        gap = np.minimum(np.diff(starts), n).astype(np.float64)
+        same = np.ones(len(gap), dtype=bool) if group is None else group[1:] == group[:-1]
+        out[:-1] = np.where(same, gap, n)
+    return out
+
+
+def train_coverage(text: str, leaked: np.ndarray, n: int) -> float:
+    """The share of text's words inside its leaked n-grams (0.0 for a text of fewer than n words)."""
+    h = ngram_hashes(text, n)
+    if not len(h) or not len(leaked):
+        return 0.0
+    starts = np.flatnonzero(np.isin(h, np.asarray(leaked, dtype=np.uint64)))
+    return float(_run_cover(starts, n).sum() / (len(h) + n - 1)) if len(starts) else 0.0
 
 
 _INDEXES: dict[bytes, EvalIndex] = {}
@@ -171,7 +241,8 @@ def scan_batch(blob: bytes, texts: Sequence[str]) -> list[np.ndarray]:
 
 @dataclass
 class Verdict:
-    """decide()'s answer, per document in the order given: contaminated or not, distinct leaked n-grams."""
+    """decide()'s answer, per document in the order given: contaminated (covered past a threshold) or only
+    overlapping (shares n-grams below both thresholds: kept), distinct leaked n-grams, the two coverages."""
 
     contaminated: np.ndarray  # bool
     matches: np.ndarray  # int64: distinct leaked n-grams after dropping common phrases
@@ -180,6 +251,15 @@ class Verdict:
     index: EvalIndex
     cfg: object
     raw_documents: int = 0  # documents with any evaluation n-gram before dropping common phrases
+    eval_coverage: np.ndarray = field(default_factory=lambda: np.zeros(0))  # share of the most covered eval text
+    eval_text: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # which one (-1: none)
+    train_coverage: np.ndarray = field(default_factory=lambda: np.zeros(0))  # share of the document itself
+    eval_passage: np.ndarray = field(default_factory=lambda: np.zeros(0))  # its longest passage in the document
+
+    @property
+    def overlapping(self) -> np.ndarray:
+        """bool: shares evaluation n-grams, but covers too little of either text to count as contaminated."""
+        return (self.matches > 0) & ~self.contaminated
 
     def leaked(self, i: int) -> np.ndarray:
         """Document i's leaked n-gram hashes, common phrases left out."""
@@ -187,6 +267,31 @@ class Verdict:
         if not len(self.common) or not len(hits):
             return hits
         return hits[~np.isin(hits, self.common, assume_unique=True)]
+
+    def reason(self, i: int) -> str:
+        """Why document i is contaminated or kept, in words (removed/contaminated.jsonl's `reason`)."""
+        ep, ec, tc = float(self.eval_passage[i]), float(self.eval_coverage[i]), float(self.train_coverage[i])
+        cfg = self.cfg
+        name = self.index.text_name(int(self.eval_text[i])) if self.eval_text[i] >= 0 else "an evaluation text"
+        parts = []
+        if ep >= float(cfg.eval_passage):
+            parts.append(f"holds a passage of {ep:.0%} of {name} (at least {float(cfg.eval_passage):.0%})")
+        if ec >= float(cfg.eval_coverage):
+            parts.append(f"covers {ec:.0%} of {name} (at least {float(cfg.eval_coverage):.0%})")
+        if tc >= float(cfg.train_coverage):
+            parts.append(f"is {tc:.0%} evaluation text (at least {float(cfg.train_coverage):.0%})")
+        if parts:
+            return " and ".join(parts)
+        return (f"kept: its longest passage of {name} is {ep:.0%} of it (below {float(cfg.eval_passage):.0%}), "
+                f"covering {ec:.0%} in all (below {float(cfg.eval_coverage):.0%}); it is {tc:.0%} evaluation text "
+                f"(below {float(cfg.train_coverage):.0%})")
+
+    def coverage_of(self, i: int) -> dict:
+        """Document i's coverage figures and reason, as removed/contaminated.jsonl has them."""
+        e = int(self.eval_text[i])
+        return {"eval_text": self.index.text_name(e) if e >= 0 else None,
+                "eval_passage": round(float(self.eval_passage[i]), 4), "eval_coverage": round(float(self.eval_coverage[i]), 4),
+                "train_coverage": round(float(self.train_coverage[i]), 4), "reason": self.reason(i)}
 
     def summary(self, domains: Sequence[str] | None = None) -> dict:
         """manifest["decontamination"]; `domains` (one name per document) adds the counts per domain."""
@@ -198,28 +303,40 @@ class Verdict:
             "words": "lowercased \\w+ runs (the dedup shingles' words)",
             "method": "64-bit hash of each n-word window; Bloom filter first, every hit verified against the "
                       "exact sorted set of evaluation n-gram hashes",
+            "rule": "contaminated when one passage of an evaluation text in the document spans at least "
+                    "eval_passage of its words, or the shared n-grams cover at least eval_coverage of them, or at "
+                    "least train_coverage of the document's own words; a document sharing less is kept (overlapping)",
+            "eval_passage": float(self.cfg.eval_passage),
+            "eval_coverage": float(self.cfg.eval_coverage),
+            "train_coverage": float(self.cfg.train_coverage),
             "eval_sources": self.index.sources,
             "eval_ngrams": int(len(self.index.hashes)),
             "common_docs": int(getattr(self.cfg, "common_docs", 0)),
             "common_phrases_dropped": int(len(self.common)),
             "documents_scanned": int(len(self.contaminated)),
-            "documents_with_common_phrases_only": int(self.raw_documents - int(self.contaminated.sum())),
+            "documents_with_common_phrases_only": int(self.raw_documents - int((self.matches > 0).sum())),
+            "documents_overlapping_kept": int(self.overlapping.sum()),
             f"documents_{verb}": int(self.contaminated.sum()),
             "bloom": self.index.bloom.describe(),
         }
         if domains is not None:
             per: dict[str, dict] = {}
-            for d, bad, m in zip(domains, self.contaminated, self.matches):
-                entry = per.setdefault(d, {"scanned": 0, verb: 0, "ngrams": 0})
+            for d, bad, over, m in zip(domains, self.contaminated, self.overlapping, self.matches):
+                entry = per.setdefault(d, {"scanned": 0, verb: 0, "overlapping_kept": 0, "ngrams": 0})
                 entry["scanned"] += 1
                 entry[verb] += int(bad)
+                entry["overlapping_kept"] += int(over)
                 entry["ngrams"] += int(m)
             out["domains"] = per
         return out
 
 
-def decide(index: EvalIndex, hits_per_doc: Sequence[np.ndarray], cfg) -> Verdict:
-    """Which documents are contaminated: >= 1 leaked n-gram that is in at most cfg.common_docs documents."""
+def decide(index: EvalIndex, hits_per_doc: Sequence[np.ndarray], cfg,
+           texts_of: Callable[[list[int]], list[str]]) -> Verdict:
+    """Which documents are contaminated. N-grams in more than cfg.common_docs documents are common phrases and
+    dropped; a document with leaked n-grams left is contaminated when they cover at least cfg.eval_coverage of
+    one evaluation text's words or cfg.train_coverage of its own (texts_of(positions) reads those documents'
+    texts back), and overlapping (kept) otherwise."""
     hits_per_doc = [np.unique(np.asarray(h, dtype=np.uint64)) for h in hits_per_doc]  # a repeat counts once
     nonempty = [h for h in hits_per_doc if len(h)]
     if nonempty:
@@ -227,12 +344,26 @@ def decide(index: EvalIndex, hits_per_doc: Sequence[np.ndarray], cfg) -> Verdict
         common = grams[counts > int(cfg.common_docs)]
     else:
         common = np.empty(0, dtype=np.uint64)
-    verdict = Verdict(np.zeros(len(hits_per_doc), dtype=bool), np.zeros(len(hits_per_doc), dtype=np.int64),
-                      common, hits_per_doc, index, cfg, raw_documents=len(nonempty))
+    docs = len(hits_per_doc)
+    verdict = Verdict(np.zeros(docs, dtype=bool), np.zeros(docs, dtype=np.int64), common, hits_per_doc, index, cfg,
+                      raw_documents=len(nonempty), eval_coverage=np.zeros(docs),
+                      eval_text=np.full(docs, -1, dtype=np.int64), train_coverage=np.zeros(docs),
+                      eval_passage=np.zeros(docs))
     for i, h in enumerate(hits_per_doc):
         if len(h):
             verdict.matches[i] = len(verdict.leaked(i))
-    verdict.contaminated = verdict.matches > 0
+    candidates = np.flatnonzero(verdict.matches).tolist()
+    for at in range(0, len(candidates), COVERAGE_BATCH):
+        batch = candidates[at: at + COVERAGE_BATCH]
+        for i, text in zip(batch, texts_of(batch)):
+            leaked = verdict.leaked(i)
+            share, passage = index.coverage(leaked)
+            e = int(np.argmax(passage)) if passage.max() >= float(cfg.eval_passage) else int(np.argmax(share))
+            verdict.eval_text[i], verdict.eval_coverage[i], verdict.eval_passage[i] = e, share[e], passage[e]
+            verdict.train_coverage[i] = train_coverage(text, leaked, index.ngram)
+    verdict.contaminated = (verdict.matches > 0) & ((verdict.eval_passage >= float(cfg.eval_passage))
+                                                   | (verdict.eval_coverage >= float(cfg.eval_coverage))
+                                                   | (verdict.train_coverage >= float(cfg.train_coverage)))
     return verdict
 
 
@@ -271,19 +402,23 @@ def leaked_passages(text: str, hits: np.ndarray, n: int, limit: int = PASSAGES) 
     return out
 
 
-ACTIONS = {"remove": "removed", "removed": "removed", "flag": "flagged", "flagged": "flagged"}
+ACTIONS = {"remove": "removed", "removed": "removed", "flag": "flagged", "flagged": "flagged", "kept": "kept"}
+FLAG_CONTAMINATED = 1  # doc_flags bit of a contaminated document that action: flag kept in train
+FLAG_OVERLAP = 2  # doc_flags bit of a document sharing evaluation n-grams below the coverage thresholds
 
 
-def example_record(doc: dict, text: str, hits: np.ndarray, index: EvalIndex, action: str) -> dict:
-    """One line of removed/contaminated.jsonl: the document, its leaked passages and where they came from.
+def example_record(doc: dict, text: str, hits: np.ndarray, index: EvalIndex, action: str,
+                   coverage: dict | None = None) -> dict:
+    """One line of removed/contaminated.jsonl: the document, its leaked passages, where they came from and why.
 
     `hits` are the document's leaked n-gram hashes (Verdict.leaked(i)); doc holds index, id, domain, source;
-    action is the recipe's (remove, flag) or the record's word for it (removed, flagged)."""
+    action is the recipe's (remove, flag), the record's word for it (removed, flagged) or kept (a document
+    that only overlaps); coverage is Verdict.coverage_of(i)."""
     hits = np.asarray(hits, dtype=np.uint64)
     if action not in ACTIONS:
         raise ValueError(f"example_record: action {action!r} is not one of {sorted(ACTIONS)}")
     return {"index": doc.get("index"), "id": doc.get("id"), "domain": doc.get("domain"), "source": doc.get("source"),
-            "action": ACTIONS[action], "matches": int(len(hits)),
+            "action": ACTIONS[action], "matches": int(len(hits)), **(coverage or {}),
             "eval_sources": index.source_names(hits), "ngrams": leaked_passages(text, hits, index.ngram),
             "text": _cut(text)}
 

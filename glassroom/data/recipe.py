@@ -230,12 +230,21 @@ class DecontaminateConfig:
     validation: bool = True  # the build's own validation split (and so the downstream tasks made from it) is evaluation text
     files: list[str] = field(default_factory=list)  # more evaluation text: .txt, .jsonl, .json or a folder of them
     common_docs: int = 10  # an n-gram in more train documents than this is a common phrase, not a leak
+    # contaminated (docs/data-decontamination.md): one passage copied whole spans eval_passage of an evaluation
+    # text's words, or all shared n-grams cover eval_coverage of them, or train_coverage of the document's own
+    eval_passage: float = 0.3
+    eval_coverage: float = 0.5
+    train_coverage: float = 0.5
     examples: int = 1000  # contaminated documents kept (with their texts) in removed/contaminated.jsonl
 
     def check(self, path: str) -> None:
         if not 8 <= self.ngram <= 50:
             raise ConfigError(f"{path}.ngram: must be between 8 and 50 words, got {self.ngram}")
         require_positive(path, common_docs=self.common_docs)
+        for key in ("eval_passage", "eval_coverage", "train_coverage"):
+            value = getattr(self, key)
+            if not 0 < value <= 1:
+                raise ConfigError(f"{path}.{key}: must be a share above 0 and at most 1 (0.3 is 30%), got {value!r}")
         if self.examples < 0:
             raise ConfigError(f"{path}.examples: must be 0 or more, got {self.examples}")
         for i, f in enumerate(self.files):

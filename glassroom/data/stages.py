@@ -116,12 +116,14 @@ def write_jsonl(path: Path, records) -> int:
 
 
 def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: list[int], ex: Executor,
-                  tmp: Path, log: TextIO) -> tuple[dict | None, set[int], set[int]]:
-    """(manifest entry or None, indices removed, indices flagged) of the decontamination stage over
-    the train documents `train`; evaluation text is the validation documents and the recipe's files."""
+                  tmp: Path, log: TextIO) -> tuple[dict | None, set[int], dict[int, int]]:
+    """(manifest entry or None, indices removed, shard flags per index) of the decontamination stage over the
+    train documents `train`; evaluation text is the validation documents and the recipe's files. Flags:
+    decontam.FLAG_CONTAMINATED for a contaminated document kept by action: flag, decontam.FLAG_OVERLAP for one
+    that shares n-grams below the coverage thresholds (kept either way)."""
     cfg = recipe.decontaminate
     if not cfg.enabled:
-        return None, set(), set()
+        return None, set(), {}
 
     def eval_texts():
         if cfg.validation:
@@ -135,22 +137,28 @@ def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: 
     hits: list[np.ndarray] = []
     for part in ex.map(decontam.scan_batch, ((blob, corpus.texts_of(b)) for b in corpus.batches(train))):
         hits.extend(part)
-    verdict = decontam.decide(index, hits, cfg)
+    verdict = decontam.decide(index, hits, cfg, lambda ks: corpus.texts_of([train[k] for k in ks]))
     summary = verdict.summary([corpus.domain[i] for i in train])
     bad = [train[k] for k in np.flatnonzero(verdict.contaminated)]
     action = "removed" if cfg.action == "remove" else "flagged"
+    flags = {train[k]: decontam.FLAG_OVERLAP for k in np.flatnonzero(verdict.overlapping)}
+    if cfg.action == "flag":
+        flags.update(dict.fromkeys(bad, decontam.FLAG_CONTAMINATED))
 
     def records():
-        for k in np.flatnonzero(verdict.contaminated)[: cfg.examples]:
+        shown = np.flatnonzero(verdict.contaminated).tolist() + np.flatnonzero(verdict.overlapping).tolist()
+        for k in shown[: cfg.examples]:
             i = train[int(k)]
             info = {"index": i, **corpus.doc_info(i)}
-            yield decontam.example_record(info, corpus.texts_of([i])[0], verdict.leaked(int(k)), index, action)
+            yield decontam.example_record(info, corpus.texts_of([i])[0], verdict.leaked(int(k)), index,
+                                          action if verdict.contaminated[k] else "kept", verdict.coverage_of(int(k)))
 
     written = write_jsonl(tmp / "removed" / "contaminated.jsonl", records())
     summary["examples_file"] = "removed/contaminated.jsonl" if written else None
-    print(f"decontaminate: {len(bad)} of {len(train)} train documents {action} (n-grams of {cfg.ngram} words shared "
-          f"with {len(index.sources)} evaluation sources)", file=log)
-    return summary, (set(bad) if cfg.action == "remove" else set()), (set(bad) if cfg.action == "flag" else set())
+    print(f"decontaminate: {len(bad)} of {len(train)} train documents {action}, {int(verdict.overlapping.sum())} "
+          f"kept that share less ({cfg.ngram}-word n-grams covering at least {cfg.eval_coverage:.0%} of an evaluation "
+          f"text or {cfg.train_coverage:.0%} of the document; {len(index.sources)} evaluation sources)", file=log)
+    return summary, (set(bad) if cfg.action == "remove" else set()), flags
 
 
 def quality_scores(recipe: Recipe, corpus: Corpus, train: list[int], kept: list[int], sample_key: dict[int, float],

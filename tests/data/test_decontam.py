@@ -20,7 +20,8 @@ from glassroom.data import decontam, eval_files, ngrams
 from glassroom.data.recipe import DecontaminateConfig
 from glassroom.errors import GlassroomError
 
-CFG = DecontaminateConfig()  # ngram 13, common_docs 10
+CFG = DecontaminateConfig()  # ngram 13, common_docs 10, eval_coverage 0.3, train_coverage 0.5
+ANY = replace(CFG, eval_coverage=1e-9)  # any leaked n-gram is contamination (GPT-3's rule): the n-gram mechanics alone
 LICENCE = Path("/usr/share/common-licenses/GPL-3")
 
 
@@ -46,6 +47,11 @@ def scan(index, texts):
     return decontam.scan_batch(index.to_bytes(), texts)
 
 
+def reader(texts):
+    """decide()'s texts_of over a list of texts."""
+    return lambda positions: [texts[k] for k in positions]
+
+
 def exact_leaks(text: str, evals: list[str], n: int) -> set[tuple[str, ...]]:
     """The slow, obviously right answer: the n-word tuples a text shares with the evaluation texts."""
     grams = set()
@@ -67,15 +73,19 @@ def test_planted_passage_found_and_n_minus_1_runs_are_not():
     exactly_n = plant(docs[2], eval_words(1000, 13))  # the boundary: one 13-word run is a leak
     texts = [leaked, near_miss, exactly_n] + docs[3:]
     hits = scan(index, texts)
-    verdict = decontam.decide(index, hits, CFG)
+    verdict = decontam.decide(index, hits, ANY, reader(texts))
     assert verdict.contaminated.tolist() == [True, False, True] + [False] * 3
     assert verdict.matches[0] == 30 - 13 + 1 and verdict.matches[2] == 1
+    # by the default rule these passages cover too little of the licence (5,600 words) or of their file: kept
+    verdict = decontam.decide(index, hits, CFG, reader(texts))
+    assert not verdict.contaminated.any() and verdict.overlapping.tolist() == [True, False, True] + [False] * 3
     for text, h in zip(texts, hits):  # hashes agree with the tuple-set answer, one per distinct n-gram
         assert len(h) == len(exact_leaks(text, [eval_text()], 13))
         assert np.all(np.diff(h.astype(np.float64)) >= 0) and len(np.unique(h)) == len(h)
     # one word changed in the middle of the 30: two runs of 14 and 15 words remain, 2 + 3 n-grams
     changed = passage[:14] + ["qqqq"] + passage[15:]
-    assert decontam.decide(index, scan(index, [plant(docs[0], changed)]), CFG).matches.tolist() == [5]
+    one = [plant(docs[0], changed)]
+    assert decontam.decide(index, scan(index, one), CFG, reader(one)).matches.tolist() == [5]
 
 
 def test_case_and_punctuation_do_not_hide_a_leak_and_the_example_shows_it():
@@ -85,7 +95,7 @@ def test_case_and_punctuation_do_not_hide_a_leak_and_the_example_shows_it():
     index = decontam.EvalIndex.build(CFG, [("validation:prose", "a short one"), ("file:GPL-3", eval_text())])
     assert index.sources[0] == {"name": "validation:prose", "documents": 1, "short_documents": 1, "ngrams": 0}
     hits = scan(index, [shouted, docs[1]])
-    verdict = decontam.decide(index, hits, CFG)
+    verdict = decontam.decide(index, hits, ANY, reader([shouted, docs[1]]))
     assert verdict.contaminated.tolist() == [True, False]
     rec = decontam.example_record({"index": 7, "id": "email/x.py", "domain": "code", "source": "stdlib"},
                                   shouted, verdict.leaked(0), index, "remove")
@@ -107,7 +117,7 @@ def test_empty_inputs_and_odd_text():
     assert len(empty.hashes) == 0 and empty.sources[0]["short_documents"] == 1
     assert [len(h) for h in scan(empty, train_texts(2) + [""])] == [0, 0, 0]
     assert decontam.scan_batch(empty.to_bytes(), []) == []
-    verdict = decontam.decide(empty, [], CFG)
+    verdict = decontam.decide(empty, [], CFG, reader([]))
     assert len(verdict.contaminated) == 0 and verdict.summary([])["documents_removed"] == 0
     none = decontam.EvalIndex.build(CFG, [])
     assert none.sources == [] and scan(none, ["a b c d e f g h i j k l m n"])[0].size == 0
@@ -126,20 +136,20 @@ def test_common_phrase_in_more_than_common_docs_documents_is_not_a_leak():
     header = eval_words(100, 20)  # a licence header pasted into many files
     rare = eval_words(3000, 20)
     texts = [plant(d, header) for d in docs[:11]] + [plant(docs[11], rare)]
-    verdict = decontam.decide(index, scan(index, texts), CFG)
+    verdict = decontam.decide(index, scan(index, texts), ANY, reader(texts))
     assert verdict.contaminated.tolist() == [False] * 11 + [True]  # 11 > common_docs (10): common
     assert len(verdict.common) == 20 - 13 + 1
     # hits given unsorted with repeats count once per document: 6 documents (12 hits each) stay under 10
     raw = [np.concatenate([h[::-1], h]) for h in scan(index, texts[:6])]
-    assert decontam.decide(index, raw, CFG).contaminated.tolist() == [True] * 6
+    assert decontam.decide(index, raw, ANY, reader(texts[:6])).contaminated.tolist() == [True] * 6
     summary = verdict.summary(["code"] * 6 + ["docs"] * 6)
     assert summary["common_phrases_dropped"] == 8 and summary["documents_removed"] == 1
     assert summary["documents_with_common_phrases_only"] == 11 and summary["documents_scanned"] == 12
-    assert summary["domains"] == {"code": {"scanned": 6, "removed": 0, "ngrams": 0},
-                                  "docs": {"scanned": 6, "removed": 1, "ngrams": 8}}
+    assert summary["domains"] == {"code": {"scanned": 6, "removed": 0, "overlapping_kept": 0, "ngrams": 0},
+                                  "docs": {"scanned": 6, "removed": 1, "overlapping_kept": 0, "ngrams": 8}}
     assert summary["bloom"]["items"] == len(index.hashes) and summary["bloom"]["fp_rate_expected"] <= 0.001
     # at exactly common_docs documents it is still a leak; a flag summary says flagged
-    verdict = decontam.decide(index, scan(index, texts[1:]), replace(CFG, action="flag"))
+    verdict = decontam.decide(index, scan(index, texts[1:]), replace(ANY, action="flag"), reader(texts[1:]))
     assert verdict.contaminated.all() and verdict.summary()["documents_flagged"] == 11
 
 
