@@ -182,8 +182,10 @@ def _funnel(m: dict) -> list[str]:
     dc = m.get("decontamination")
     if isinstance(dc, dict):
         verb = "removed" if dc.get("action") == "remove" else "flagged"
-        lines.append(f"  decontamination: {dc.get(f'documents_{verb}', 0)} train documents {verb} "
-                     f"({dc.get('ngram')}-word n-grams shared with evaluation text)")
+        kept = dc.get("documents_overlapping_kept")
+        lines.append(f"  decontamination: {dc.get(f'documents_{verb}', 0)} train documents {verb}"
+                     + (f", {kept} kept that share less" if kept is not None else "")
+                     + f" ({dc.get('ngram')}-word n-grams shared with evaluation text; removed/contaminated.jsonl says why)")
     q = m.get("quality")
     if isinstance(q, dict):
         acc = q.get("heldout_accuracy")

@@ -155,9 +155,10 @@ def decontaminate(recipe: Recipe, corpus: Corpus, train: list[int], validation: 
 
     written = write_jsonl(tmp / "removed" / "contaminated.jsonl", records())
     summary["examples_file"] = "removed/contaminated.jsonl" if written else None
-    print(f"decontaminate: {len(bad)} of {len(train)} train documents {action}, {int(verdict.overlapping.sum())} "
-          f"kept that share less ({cfg.ngram}-word n-grams covering at least {cfg.eval_coverage:.0%} of an evaluation "
-          f"text or {cfg.train_coverage:.0%} of the document; {len(index.sources)} evaluation sources)", file=log)
+    print(f"decontaminate: {len(bad)} of {len(train)} train documents {action}, {int(verdict.overlapping.sum())} kept "
+          f"that share less ({cfg.ngram}-word n-grams: a passage of {cfg.eval_passage:.0%} of an evaluation text, "
+          f"{cfg.eval_coverage:.0%} of one covered, or {cfg.train_coverage:.0%} of the document; "
+          f"{len(index.sources)} evaluation sources)", file=log)
     return summary, (set(bad) if cfg.action == "remove" else set()), flags
 
 

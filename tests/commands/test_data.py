@@ -41,7 +41,7 @@ def test_build_prints_a_summary(corpus, capsys):
     # The funnel: dedup clusters and removals, decontamination, the quality classifier's accuracy.
     import re
     assert re.search(r"  dedup: \d+ duplicate clusters, \d+ documents removed \(bands \d+ x rows \d+, threshold 0.8\)", stdout)
-    assert "  decontamination: " in stdout and "train documents removed (13-word n-grams" in stdout
+    assert "  decontamination: " in stdout and "train documents removed, " in stdout and "kept that share less (13-word" in stdout
     assert "  quality: 5 buckets per domain, classifier held-out accuracy 0." in stdout
     assert "tokenizer: trained byte-level BPE, vocabulary 1024" in stderr
     assert "clean:" in stderr and "tokenize:" in stderr  # stage lines with rates
