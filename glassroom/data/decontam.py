@@ -1,19 +1,22 @@
-"""Decontamination: find training documents that share long word n-grams with evaluation text.
+"""Decontamination: find training documents that hold evaluation text, judged by how much of it they cover.
 
-The rule (docs/data-decontamination.md) is GPT-3's: a training document is contaminated when it shares an
-n-gram of `ngram` words (13 by default) with any evaluation text, after dropping common phrases (n-grams
-found in more than `common_docs` training documents: licence headers, liturgical formulas). Words are
-lowercased `\\w+` runs, the words the dedup shingles count.
+The rule (docs/data-decontamination.md): words are lowercased `\\w+` runs (the dedup shingles' words); two
+texts share an n-gram of `ngram` words (13 by default), common phrases left out (n-grams found in more
+than `common_docs` training documents: licence headers, liturgical formulas). A training document is
+contaminated when the longest passage of an evaluation text it holds spans `eval_passage` of that text's
+words, or the shared n-grams cover `eval_coverage` of them, or `train_coverage` of the document's own;
+one that shares less is kept and listed (an overlap).
 
 Pieces, in the order a build uses them (glassroom/data/build.py and stages.py wire them); the n-gram hashes
 and the Bloom filter are glassroom/data/ngrams.py's, the evaluation files are read by glassroom/data/eval_files.py:
 - `EvalIndex.build(cfg, eval_texts)`: the Bloom filter of every evaluation n-gram, the exact sorted array of
-  them (a Bloom hit is verified there, so a reported leak is never a false positive) and each n-gram's first
-  source (`eval_files.file_texts(files)` reads the recipe's extra evaluation files).
+  them (a Bloom hit is verified there, so a reported leak is never a false positive), each n-gram's first
+  source, and every occurrence's place (for the coverage of each evaluation text: `EvalIndex.coverage`).
 - `scan_batch(blob, texts)`: per text, the sorted unique evaluation n-gram hashes it contains (top-level and
   picklable for executor tasks; the index is deserialised once per process, cached by digest).
-- `decide(index, hits_per_doc, cfg)`: drops common phrases, says which documents are contaminated; its
-  `summary()` goes to manifest["decontamination"]; `example_record` makes one removed/contaminated.jsonl line.
+- `decide(index, hits_per_doc, cfg, texts_of)`: drops common phrases, measures the three shares of every
+  document with leaked n-grams left, says which are contaminated; its `summary()` goes to
+  manifest["decontamination"]; `example_record` makes one removed/contaminated.jsonl line.
 - `benchmark(texts, eval_texts, cfg)`: scan speed against a plain Python set-of-tuples baseline.
 """
 
