@@ -1,11 +1,11 @@
 """Cleaning: normalise, filter, exact and fuzzy dedup, held-out split; counts of what each stage did.
 
 Per document, in worker processes: Unicode NFC and newline normalisation, the quality filters of
-CleanConfig (thresholds in docs/data-build.md), a content hash and a MinHash signature of word
-shingles. Dedup itself (bands derived from the threshold, verified pairs, clusters) is
-glassroom/data/dedup.py; `Cleaner` records each document through the stages, then the held-out
-split by a stable hash of the id. Dedup runs over the whole corpus (a document in two domains is
-kept once, where it came first).
+CleanConfig (thresholds in docs/data-build.md), a content hash, and a MinHash signature of word
+shingles (dedup.Signer, over the batch's documents at once). Dedup itself (bands derived from the
+threshold, verified pairs, clusters) is glassroom/data/dedup.py; `Cleaner` records each document
+through the stages, then the held-out split by a stable hash of the id. Dedup runs over the whole
+corpus (a document in two domains is kept once, where it came first).
 `Stats` records, per stage and domain, documents and bytes in and out and removals by reason.
 """
 
@@ -120,9 +120,11 @@ def clean_batch(docs: list[dict], clean: CleanConfig, dedup: DedupConfig) -> lis
         item = Cleaned(doc, raw_bytes, len(data), reason)
         if reason is None:
             item.digest = hashlib.blake2b(data, digest_size=16).digest()
-            if dedup.fuzzy:
-                item.signature = signer.signature(text)
         out.append(item)
+    if dedup.fuzzy:  # the batch's signatures at once (dedup.Signer works over many documents per numpy call)
+        passed = [item for item in out if item.reason is None]
+        for item, signature in zip(passed, signer.signatures([item.doc["text"] for item in passed])):
+            item.signature = signature.copy()  # its own 1 KB, not a view of the batch's matrix
     return out
 
 

@@ -159,7 +159,10 @@ def test_manifest_is_deterministic_and_records_the_new_stages(built):
     assert stats["stages"] == ["extract", "normalize", "filter", "exact_dedup", "fuzzy_dedup", "split",
                                "decontaminate", "quality", "tokenize"]
     shard = Shard(built["out"], "web", "train", m["dtype"])
-    assert shard.doc_flags is not None and len(shard.doc_flags) == shard.n_docs and not shard.doc_flags.any()
+    assert shard.doc_flags is not None and len(shard.doc_flags) == shard.n_docs
+    assert not (shard.doc_flags & 1).any()  # action remove: nothing contaminated stays in train
+    overlaps = (m["decontamination"] or {}).get("documents_overlapping_kept", 0)
+    assert int(((shard.doc_flags & 2) > 0).sum()) <= overlaps  # documents that only overlap are marked, in train
     assert shard.doc_bucket is not None and len(shard.doc_bucket) == shard.n_docs
     if m["quality"] is None:
         assert (shard.doc_bucket == -1).all() and "cells" not in m["domains"]["web"]["train"]

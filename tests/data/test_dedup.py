@@ -1,18 +1,25 @@
-"""Dedup pieces and edges: the derived banding, short/wordless/huge documents, exact vs near reasons,
+"""Dedup pieces and edges: the MinHash signatures (their definition, an unbiased estimate of the Jaccard,
+the same in another process), the derived banding, short/wordless/huge documents, exact vs near reasons,
 duplicates.jsonl records, the manifest entry, the streaming Cleaner path and the benchmark."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import random
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from data_helpers import STDLIB
 from dedup_helpers import copy_at, distinct_documents, run, whitespace_copy
 from glassroom.data import dedup
-from glassroom.data.clean import Cleaned, Cleaner, Signer, Stats
+from glassroom.data.clean import Cleaned, Cleaner, Signer, Stats, clean_batch
+from glassroom.data.ngrams import ngram_hashes
 from glassroom.data.recipe import CleanConfig, DedupConfig, SplitConfig
 from glassroom.errors import ConfigError
 
@@ -20,6 +27,108 @@ from glassroom.errors import ConfigError
 @pytest.fixture(scope="module")
 def docs():
     return distinct_documents(40, min_words=400)
+
+
+# Texts whose signatures are pinned: literal strings, so the same on every machine.
+PINNED_TEXTS = ["The quick brown fox jumps over the lazy dog, then the dog sleeps in the sun all day long.",
+                "def f(x):\n    return x + 1  # a little code, then more words for shingles of five",
+                "Ünïcode wörds ändern nichts: ΟΔΟΣ οδός, 日本語の文章 also count as words here",
+                "two words", "!!! ???", ""]
+PINNED_SHA256 = "c6781f42e712a45410bba61b28a226d5d6446195426da52319339f09db8e716e"
+
+
+def _pair_at(rng: random.Random, n: int, shared: int) -> tuple[str, str]:
+    """Two texts of n distinct words each, `shared` of them in both: one-word shingles of Jaccard shared / (2n - shared)."""
+    common = [f"s{rng.getrandbits(48):x}" for _ in range(shared)]
+    a = common + [f"a{rng.getrandbits(48):x}" for _ in range(n - shared)]
+    b = common + [f"b{rng.getrandbits(48):x}" for _ in range(n - shared)]
+    rng.shuffle(a)
+    rng.shuffle(b)
+    return " ".join(a), " ".join(b)
+
+
+def test_each_signature_value_is_the_minimum_of_its_slot_function_over_the_shingle_set():
+    signer = Signer(64, 5)
+    texts = [STDLIB.joinpath("textwrap.py").read_text()[:20_000], "Hello World", "a b c d e", "!!! ???"] + PINNED_TEXTS
+    for text in texts:
+        shingles = dedup.shingle_set(text, 5)
+        if not shingles:
+            assert (signer.signature(text) == Signer.EMPTY).all()
+            continue
+        hashes = np.concatenate([ngram_hashes(s, len(s.split(" "))) for s in shingles])
+        assert len(hashes) == len(shingles) == len(set(hashes.tolist()))  # one 64-bit hash per shingle, no collision
+        assert (signer.signature(text) == signer.permuted(hashes).min(axis=0)).all()
+    # a batch gives each text the signature it has alone, also across chunk and group edges
+    alone = np.stack([signer.signature(t) for t in texts])
+    small = Signer(64, 5)
+    small.CHUNK, small.GROUP_CHARS = 100, 3000
+    assert (signer.signatures(texts) == alone).all() and (small.signatures(texts) == alone).all()
+    assert signer.signatures([]).shape == (0, 64)
+    a, b = dedup.slot_constants(64)
+    assert (a & np.uint64(1)).all() and len(set(a.tolist())) == len(set(b.tolist())) == 64
+    assert not set(np.concatenate([a, b]).tolist()) & set(np.concatenate(dedup.slot_constants(64, seed=2)).tolist())
+
+
+@pytest.mark.parametrize("jaccard, n, shared", [(0.3, 130, 60), (0.5, 300, 200), (0.8, 90, 80)])
+def test_share_of_equal_signature_values_is_an_unbiased_estimate_of_the_jaccard(jaccard, n, shared):
+    rng = random.Random(int(jaccard * 10))
+    pairs = [_pair_at(rng, n, shared) for _ in range(400)]
+    assert dedup.jaccard(dedup.shingle_set(pairs[0][0], 1), dedup.shingle_set(pairs[0][1], 1)) == pytest.approx(jaccard)
+    signer = Signer(128, 1)
+    a, b = signer.signatures([x for x, _ in pairs]), signer.signatures([y for _, y in pairs])
+    equal = a == b
+    # the mean over 400 x 128 values within 4 standard errors of the Jaccard
+    assert abs(equal.mean() - jaccard) < 4 * math.sqrt(jaccard * (1 - jaccard) / equal.size), equal.mean()
+    # slots independent: per pair, the count of equal values varies as a binomial's (variance within 4 SE of it)
+    ratio = equal.sum(axis=1).var(ddof=1) / (128 * jaccard * (1 - jaccard))
+    assert 1 - 4 * math.sqrt(2 / 399) < ratio < 1 + 4 * math.sqrt(2 / 399), ratio
+    # and a band of 7 rows agrees with probability J^7, as the banding's catch probability assumes
+    same_band = dedup.band_hashes(a, 18, 7) == dedup.band_hashes(b, 18, 7)
+    p = jaccard ** 7
+    assert abs(same_band.mean() - p) < 4 * math.sqrt(p * (1 - p) / same_band.size) + 1e-9, (same_band.mean(), p)
+
+
+def test_five_word_shingle_signatures_estimate_the_true_jaccard_of_near_copies():
+    rng = random.Random(3)
+    signer = Signer(128, 5)
+    originals, copies = [], []
+    for _ in range(300):
+        words = [f"w{rng.getrandbits(32):x}" for _ in range(200)]
+        originals.append(" ".join(words))
+        for pos in rng.sample(range(200), rng.randrange(2, 30)):
+            words[pos] = f"new{rng.getrandbits(32):x}"
+        copies.append(" ".join(words))
+    js = np.array([dedup.jaccard(dedup.shingle_set(x, 5), dedup.shingle_set(y, 5)) for x, y in zip(originals, copies)])
+    equal = (signer.signatures(originals) == signer.signatures(copies)).mean(axis=1)
+    assert js.min() < 0.5 < 0.8 < js.max()
+    z = (equal - js).sum() / math.sqrt((js * (1 - js)).sum() / 128)
+    assert abs(z) < 4, z
+
+
+def test_signatures_are_the_same_in_another_process_and_on_every_machine():
+    texts = PINNED_TEXTS + [STDLIB.joinpath("textwrap.py").read_text()]
+    here = Signer(128, 5).signatures(texts)
+    code = ("import json, sys; from glassroom.data.dedup import Signer; "
+            "sys.stdout.write(Signer(128, 5).signatures(json.load(sys.stdin)).tobytes().hex())")
+    other = subprocess.run([sys.executable, "-c", code], input=json.dumps(texts), capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    assert bytes.fromhex(other) == here.tobytes()
+    pinned = Signer(128, 5).signatures(PINNED_TEXTS)
+    assert pinned.dtype == np.uint64 and pinned.shape == (len(PINNED_TEXTS), 128)
+    assert hashlib.sha256(pinned.astype("<u8").tobytes()).hexdigest() == PINNED_SHA256
+
+
+def test_the_build_signs_a_batch_as_it_signs_each_document_alone(docs):
+    batch = [{"id": str(i), "domain": "d", "source": "s", "text": t} for i, t in enumerate(docs[:6] + ["tiny", docs[7]])]
+    out = clean_batch(batch, CleanConfig(), DedupConfig())
+    signer = Signer(128, 5)
+    assert [item.reason for item in out].count("too_short") == 1
+    for item in out:
+        if item.reason is None:
+            assert item.signature.base is None  # its own array, not a view of the batch's
+            assert (item.signature == signer.signature(item.doc["text"])).all()
+        else:
+            assert item.signature is None
 
 
 def test_banding_reaches_recall_at_the_threshold_within_num_perm():
