@@ -537,15 +537,16 @@ def test_a_journal_nested_too_deep_is_one_line_in_the_api_and_the_stream(tmp_pat
     with StoreWriter(run) as w:
         w.log(1, {"train/loss": 1.0})
 
-    def plant_deep_event():   # an edited database: event data nested 100,000 deep
-        with StoreWriter(run) as w:
-            w.event("note", "deep", 1, {"x": 1})
+    def plant_deep_event():   # an edited database: event data nested 100,000 deep, in one statement (the
+        # stream polls every 0.25 s: an event written first and edited after may be read before the edit)
         conn = sqlite3.connect(run / "store.sqlite")
-        conn.execute("UPDATE events SET data = ? WHERE text = 'deep'", ("[" * 100_000 + "]" * 100_000,))
+        conn.execute("INSERT INTO events (time, step, kind, text, data) VALUES (?, 1, 'note', 'deep', ?)",
+                     (time.time(), "[" * 100_000 + "]" * 100_000))
         conn.commit()
         conn.close()
 
     c = client(tmp_path)
+    deadline = time.monotonic() + 60   # a stream that never reports the error fails here instead of hanging
     with c.stream("GET", "/api/stream?run=r") as s:
         body, planted = "", False
         for chunk in s.iter_text():
@@ -553,7 +554,7 @@ def test_a_journal_nested_too_deep_is_one_line_in_the_api_and_the_stream(tmp_pat
             if "event: hello" in body and not planted:
                 plant_deep_event()
                 planted = True
-            if "event: error" in body:
+            if "event: error" in body or time.monotonic() > deadline:
                 break
     assert planted and "event: error" in body and "cannot be shown (RecursionError" in body, body[-300:]
     r = c.get("/api/run?run=r")
