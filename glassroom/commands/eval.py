@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         tasks_dir = None
     glassroom_tasks = False
     if tasks_dir is not None:
-        from glassroom.downstream.run import check_folder
+        from glassroom.downstream.run import check_folder  # lazy: keeps `glassroom --help` free of numpy and yaml
 
         # A damaged task file or record, or code not trusted: one line before the model loads.
         glassroom_tasks, _ = check_folder(tasks_dir, args.trust_code, "--tasks-dir" if args.tasks_dir else "")

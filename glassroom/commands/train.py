@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _import_note(folder) -> None:
     """A note on stderr when init.from is a Hugging Face folder that exports under another name."""
+    # lazy: hf.load brings in torch and safetensors; `glassroom --help` and `train --help` stay fast
     from glassroom.hf.architectures import import_note
     from glassroom.hf.load import is_hf_folder, read_hf_config
 
