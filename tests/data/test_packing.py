@@ -90,7 +90,10 @@ def test_rows_hold_whole_conversations_with_their_masks(chat):
                 np.testing.assert_array_equal(mask, whole[tuple(tokens)][1:])  # the mask, as targets
                 seen += 1
     assert seen > 30
-    assert (packer.batch(0).segments.max(1) >= 1).sum() >= 4  # several conversations share rows
+    # several conversations share rows: over 10 batches (80 rows) 69-81% of rows hold two or more for
+    # 25 splits (the split hashes document ids, which name the file's folder); one batch alone held 3-8 of 8
+    shared = np.mean([(packer.batch(s).segments.max(1) >= 1).mean() for s in range(10)])
+    assert shared >= 0.5
 
 
 def test_rows_of_a_step_are_a_pure_function_of_dataset_seed_and_step(chat):
