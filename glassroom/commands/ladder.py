@@ -17,7 +17,7 @@ from glassroom.commands import new_command, whole, number
 from glassroom.commands.ladder_design import register_design, run_design
 from glassroom.errors import GlassroomError
 from glassroom.ladder import LAW_KEYS
-from glassroom.model.accounting import GPU_PEAK_BF16
+from glassroom.model.accounting import GPU_MEMORY_GIB, GPU_PEAK_BF16
 from glassroom.numbers import shown
 from glassroom.observe.run_folder import store_path
 from glassroom.units import parse_count
@@ -420,6 +420,15 @@ def register_run(sub) -> None:
     p.add_argument("--hero", action="store_true", help="also fit, preregister and train the hero")
     p.add_argument("--jobs", type=whole, default=1, help="rungs trained at once (default 1)")
     p.add_argument("--force", action="append", default=[], metavar="NAME", help="retrain this step and what follows")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the steps on the Ray cluster at ADDRESS (host:port, auto) or "
+                   "`local`; each rung and the hero train as Ray Train workers (DIR and the data on a filesystem "
+                   "every node sees)")
+    p.add_argument("--gpus-per-worker", type=whole, default=0, metavar="G", help="with --ray: 1 gives each worker a GPU "
+                   "and each rung the fewest workers its memory per GPU fits in, by `glassroom plan`'s count (default 0: CPUs)")
+    p.add_argument("--gpu-memory", type=number, metavar="GIB", help="with --gpus-per-worker: memory per GPU in GiB "
+                   "(default 141, an H200)")
+    p.add_argument("--workers", type=whole, default=1, metavar="W", help="with --ray on CPUs: workers per rung "
+                   "and for the hero (default 1)")
     p.set_defaults(run=run_run)
 
 
@@ -433,19 +442,25 @@ def run_run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise GlassroomError(f"--jobs: must be at least 1, got {args.jobs}")
+    cluster = _cluster(args)
     spec, raw = read_spec(args.spec)  # read once: the steps and the ladder folder's spec.yaml come from it
     data = str(Path(args.data).resolve()) if args.data else None
     read_manifest(data or spec.base.get("data", {}).get("path", ""))  # a clear error before anything trains
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: is a file, expected a folder")
-    rung_steps, later = ladder_steps(spec, raw, data, with_hero=args.hero)
+    rung_steps, later = ladder_steps(spec, raw, data, with_hero=args.hero, cluster=cluster)
     names = [step.name for step in rung_steps + later]
     for name in args.force:  # before anything is written to --out
         if name not in names:
             raise GlassroomError(f"--force {name}: no such step; the steps are: {', '.join(names)}")
-    experiment = write_experiment(out, Path(args.spec), data, args.hero, rung_steps + later)
-    graph, result = run_experiment(experiment, out, args.jobs, args.force or None)
+    if cluster:
+        for step in rung_steps + later[1:]:
+            r = step.resources
+            print(f"ladder: {step.name}: {r.workers} worker(s)" + (f" x {r.gpus_per_worker} GPU" if r.gpus_per_worker
+                  else f" x {r.cpus:g} CPUs"), file=sys.stderr)
+    experiment = write_experiment(out, Path(args.spec), data, args.hero, rung_steps + later, cluster)
+    graph, result = run_experiment(experiment, out, args.jobs, args.force or None, ray=args.ray)
     rungs = [node for node in graph if node.step.kind == "rungs"]
     write_ladder_folder(out, raw, [node.output for node in rungs])
     if not result.ok:
@@ -458,6 +473,26 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"ladder: no prediction: {missing['reason']}\nway forward: {missing['way_forward']}", file=sys.stderr)
     print(f"ladder: {len(rungs)} rungs in {out}; next: glassroom ladder fit {out}")
     return 0
+
+
+def _cluster(args) -> dict | None:
+    """run_resources' settings for `ladder run --ray` (None without --ray); one-line errors."""
+    if args.ray is None:
+        if args.gpus_per_worker or args.gpu_memory is not None or args.workers != 1:
+            raise GlassroomError("--workers, --gpus-per-worker and --gpu-memory go with --ray ADDRESS|local")
+        return None
+    if args.gpus_per_worker > 1:
+        raise GlassroomError(f"--gpus-per-worker {args.gpus_per_worker}: a worker trains on one GPU; give 1 (the "
+                             "worker count comes from each rung's memory)")
+    if args.gpu_memory is not None and not args.gpus_per_worker:
+        raise GlassroomError("--gpu-memory: goes with --gpus-per-worker 1")
+    if args.gpu_memory is not None and args.gpu_memory <= 0:
+        raise GlassroomError(f"--gpu-memory: must be above 0 GiB, got {args.gpu_memory:g}")
+    if args.gpus_per_worker and args.workers != 1:
+        raise GlassroomError("--workers: with --gpus-per-worker each rung's worker count comes from its memory per GPU")
+    memory = (args.gpu_memory if args.gpu_memory is not None else GPU_MEMORY_GIB["h200"]) * 2**30
+    return {"gpus_per_worker": args.gpus_per_worker, "workers": args.workers,
+            **({"gpu_memory": memory} if args.gpus_per_worker else {})}
 
 
 # ----------------------------------------------------------------------------- verify

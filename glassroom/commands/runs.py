@@ -10,8 +10,8 @@ from glassroom.errors import GlassroomError
 
 DESCRIPTION = """\
 List every run below DIR (a folder holding store.sqlite) with its state (running, finished,
-failed; 'stalled?' when a running run has not written for 5 minutes), its step, its last training
-loss and its last macro bits per byte. Reads only; safe while runs train.
+failed; 'stalled since step S' when a running run's heartbeat is older than its train.stall_after,
+300 s by default), its step, its last training loss and its last macro bits per byte. Reads only; safe while runs train.
 
 example:
   glassroom runs lab
@@ -43,11 +43,12 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return 0
     width = max(len(r["id"]) for r in rows)
-    print(f"{'run':{width}s}  {'state':9s} {'step':>8s} {'loss':>8s} {'eval bpb':>9s}")
-    for r in rows:
-        state = "stalled?" if r.get("stale") else r["state"]
+    states = [f"stalled since step {r['stalled_since_step']}" if r.get("stale") else r["state"] for r in rows]
+    sw = max([9, *map(len, states)])
+    print(f"{'run':{width}s}  {'state':{sw}s} {'step':>8s} {'loss':>8s} {'eval bpb':>9s}")
+    for r, state in zip(rows, states):
         latest = r.get("latest", {})
         loss, bpb = latest.get("loss"), latest.get("eval_bpb")
-        print(f"{r['id']:{width}s}  {state:9s} {r['step'] or 0:>8d} "
+        print(f"{r['id']:{width}s}  {state:{sw}s} {r['step'] or 0:>8d} "
               f"{'' if loss is None else f'{loss:.4f}':>8s} {'' if bpb is None else f'{bpb:.4f}':>9s}")
     return 0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from glassroom.commands import new_command
-from glassroom.errors import ConfigError, GlassroomError
+from glassroom.errors import GlassroomError
 from glassroom.observe.run_folder import CONFIG_FILE, config_path, has_config
-from glassroom.train import stopping
 
 DESCRIPTION = """\
 Train the model of a run config on a dataset built by `glassroom data build`, on a CPU, one GPU, or
@@ -48,6 +48,15 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its newest intact checkpoint (checksums verified; "
                    "damaged ones are moved to checkpoints/damaged/)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--ray", metavar="ADDRESS", help="train as Ray Train workers (TorchTrainer) on the Ray cluster at "
+                   "ADDRESS (host:port, auto, ray://host:10001) or `local` (Ray started on this machine); "
+                   "RUN_DIR must be a folder every worker sees at the same path")
+    p.add_argument("--workers", type=int, metavar="W", help="with --ray: training processes (ranks), spread over "
+                   "the cluster's nodes (default 1)")
+    p.add_argument("--gpus-per-worker", type=int, default=0, metavar="G", help="with --ray: GPUs each worker holds "
+                   "(default 0: train on CPUs with gloo)")
+    p.add_argument("--cpus-per-worker", type=float, default=1, metavar="C", help="with --ray: CPUs each worker holds "
+                   "(and its torch threads; default 1)")
     p.set_defaults(run=run)
 
 
@@ -58,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     from glassroom.train.preflight import check_launch
     from glassroom.train.run_dir import check_new_run_dir
 
+    if args.ray is None and (args.workers is not None or args.gpus_per_worker or args.cpus_per_worker != 1):
+        raise GlassroomError("--workers, --gpus-per-worker and --cpus-per-worker go with --ray ADDRESS|local; "
+                             "under torchrun the launcher sets the processes (--nnodes, --nproc_per_node)")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise GlassroomError(f"--out {out}: is a file, not a folder")
@@ -72,27 +84,16 @@ def run(args: argparse.Namespace) -> int:
     check_launch()
     if cfg.init is not None and not args.resume and not args.quiet:
         _import_note(Path(cfg.init.source).expanduser())
-    if not args.resume:
+    if not args.resume and "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun: after its restart is known
         check_new_run_dir(out)
+    if args.ray is not None:
+        from glassroom.train.ray_train import fit_on_ray
 
-    from glassroom.train import parallel
-    from glassroom.train.trainer import Trainer
+        return fit_on_ray(cfg, config, out, args)
 
-    trainer = None
-    previous = stopping.install()  # SIGTERM stops like Ctrl-C, never in the middle of a checkpoint
-    try:
-        try:
-            trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
-        except ConfigError as exc:  # a key of the config against the data or the machine: name the file too
-            raise ConfigError(f"{config}: {exc}") from None
-        final = trainer.run()
-    except BaseException:
-        if trainer is not None and trainer.step == 0:
-            trainer.undo_failed_start()  # a new run that never finished a step leaves nothing behind
-        raise
-    finally:
-        parallel.teardown()
-        stopping.restore(previous)
+    from glassroom.train.session import train_run
+
+    trainer, final = train_run(cfg, out, args.resume, args.quiet, str(config))
     if trainer.info.is_main and not args.quiet:
         print(json.dumps({"run": str(args.out), "step": trainer.step, **final}))
     return 0

@@ -29,7 +29,7 @@ from collections import deque
 from typing import Callable, Iterable, Iterator
 
 from glassroom.errors import GlassroomError
-from glassroom.pipeline.runner_ray import check_reachable, init_ray
+from glassroom.pipeline.runner_ray import check_reachable, import_ray, init_ray
 
 _LOCK_FD: list[int | None] = [None]  # the build lock's descriptor (set by staging.build_lock)
 
@@ -103,14 +103,6 @@ class LocalExecutor(Executor):
             self.pool = None
 
 
-def _import_ray():
-    try:
-        import ray  # lazy: ray loads only when this runs
-    except ImportError:
-        raise GlassroomError("--ray needs Ray, an optional extra: pip install -e '.[ray]'") from None
-    return ray
-
-
 def _run(fn, args):
     return fn(*args)
 
@@ -119,7 +111,7 @@ class RayExecutor(Executor):
     """Tasks on a Ray cluster (one CPU each); `local` starts a private Ray on this machine."""
 
     def __init__(self, address: str) -> None:
-        ray = self.ray = _import_ray()
+        ray = self.ray = import_ray()
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         check_reachable(address)
         self.address = address

@@ -239,6 +239,8 @@ def summarize(run_id: str, run_dir: Path, now: Optional[float] = None, readers: 
             status = reader.status()
             out["state"] = str(status.get("state", "unknown"))
             out["step"] = status.get("step")
+            if isinstance(status.get("stall_after_s"), (int, float)) and status["stall_after_s"] > 0:
+                out["stall_after_s"] = float(status["stall_after_s"])
             updated = status.get("updated")
             count, newest = reader.max_metric_id()
             last_write = max(float(updated or 0), newest)
@@ -261,6 +263,17 @@ def summarize(run_id: str, run_dir: Path, now: Optional[float] = None, readers: 
     except Exception as exc:  # a half-created or foreign file must not break the run list
         out["state"] = "unreadable"
         out["error"] = store_error(exc)
-    # A run that says it is running but has not written for 5 minutes is probably dead.
-    out["stale"] = out["state"] == "running" and (out["age_s"] or 0) > 300
+    mark_stalled(out)
     return out
+
+
+STALL_AFTER_S = 300.0   # a run's train.stall_after when its status does not say (runs before the heartbeat)
+
+
+def mark_stalled(summary: dict) -> dict:
+    """`stale` and `stalled_since_step`: a run still marked running whose heartbeat (its status or
+    newest row, `age_s`) is older than its stall_after_s is stalled since the last step it wrote."""
+    limit = summary.get("stall_after_s") or STALL_AFTER_S
+    summary["stale"] = summary.get("state") == "running" and (summary.get("age_s") or 0) > limit
+    summary["stalled_since_step"] = summary.get("step") if summary["stale"] else None
+    return summary

@@ -138,6 +138,8 @@ class StoreWriter(JournalQueries):
         self._rows: list[tuple[int, int, Optional[float], float]] = []
         self._vectors: list[tuple[int, int, str, float]] = []
         self._last_flush = time.monotonic()
+        self._status_extra: dict[str, Any] = {}
+        self._last_beat = float("-inf")
 
     # ------------------------------------------------------------------ writing
 
@@ -269,9 +271,22 @@ class StoreWriter(JournalQueries):
         )
 
     def set_status(self, state: str, step: int, **extra: Any) -> None:
-        """The run's state (running, finished, failed) and last step, for run lists."""
+        """The run's state (running, finished, failed) and last step, for run lists; `updated` is the
+        heartbeat (observe/runs.py reads a running run silent for `stall_after_s` as stalled)."""
         self.flush()
-        self.set_artifact("status", {"state": state, "step": int(step), "updated": time.time(), **extra})
+        self.set_artifact("status", {"state": state, "step": int(step), "updated": time.time(),
+                                     **self._status_extra, **extra})
+
+    def set_stall_after(self, seconds: float) -> None:
+        """Seconds of silence after which this run, while running, reads as stalled."""
+        self._status_extra["stall_after_s"] = float(seconds)
+
+    def beat(self, step: int, every: float = 10.0) -> None:
+        """The run is alive at `step`: its running status rewritten, at most once per `every` seconds."""
+        now = time.monotonic()
+        if now - self._last_beat >= every:
+            self._last_beat = now
+            self.set_status("running", step)
 
     def close(self) -> None:
         self.flush()

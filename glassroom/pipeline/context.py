@@ -24,6 +24,8 @@ from typing import Any
 
 from glassroom.pipeline.status import PROGRESS, atomic_write_json, atomic_write_text
 
+RAY_ADDRESS_ENV = "GLASSROOM_RAY_ADDRESS"   # set by the Ray runner in a step's process: the cluster it runs on
+
 
 @dataclass
 class StepContext:
@@ -35,8 +37,12 @@ class StepContext:
     attempt: int = 1
     cpus: float = 1
     gpus: int = 0
-    rank: int = 0  # under torchrun (Resources.procs > 1): this process's rank
+    rank: int = 0  # under torchrun (Resources.procs or workers > 1): this process's rank
     world_size: int = 1
+    workers: int = 1  # Resources.workers: on the Ray runner, Ray Train workers the function may start
+    gpus_per_worker: int = 0
+    max_restarts: int = 0
+    ray_address: str | None = None  # the Ray cluster this step runs on (None on the local runner)
     _progress_written: float = field(default=0.0, repr=False)
     _progress_started: float = field(default_factory=time.time, repr=False)
     _progress_first: float | None = field(default=None, repr=False)

@@ -63,7 +63,8 @@ def step_record(graph, node) -> dict:
         "function": function_ref(node.step.fn),
         "description": node.step.description,
         "resources": {"cpus": node.step.resources.cpus, "gpus": node.step.resources.gpus,
-                      "procs": node.step.resources.procs},
+                      "procs": node.step.resources.procs, "workers": node.step.resources.workers,
+                      "gpus_per_worker": node.step.resources.gpus_per_worker},
         "deps": {d: {"version": graph.nodes[d].version, "output": str(graph.nodes[d].output)} for d in node.deps},
         "config": node.identity["config"],
     }

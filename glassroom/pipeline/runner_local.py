@@ -74,14 +74,14 @@ class LocalBackend:
         self.running: dict[str, _Job] = {}
 
     def check(self, nodes: list[Node]) -> None:
-        wanted = max((n.step.resources.gpus for n in nodes), default=0)
+        wanted = max((n.step.resources.total_gpus for n in nodes), default=0)
         if wanted:
             self.gpus = visible_gpus()
             self.free_gpus = list(self.gpus)
             for node in nodes:
-                if node.step.resources.gpus > len(self.gpus):
+                if node.step.resources.total_gpus > len(self.gpus):
                     raise GlassroomError(
-                        f"step {node.name} needs {node.step.resources.gpus} GPUs and this machine has "
+                        f"step {node.name} needs {node.step.resources.total_gpus} GPUs and this machine has "
                         f"{len(self.gpus)}; run it on a Ray cluster (--ray ADDRESS) or lower its Resources(gpus=...)"
                     )
 
@@ -94,11 +94,11 @@ class LocalBackend:
         used = sum(job.cpus for job in self.running.values())
         if used + self._cpus(node) > self.cpus + 1e-9:
             return False
-        return node.step.resources.gpus <= len(self.free_gpus)
+        return node.step.resources.total_gpus <= len(self.free_gpus)
 
     def start(self, node: Node, spec: dict) -> None:
-        gpus = [self.free_gpus.pop(0) for _ in range(node.step.resources.gpus)]
-        threads = thread_share(self._cpus(node))
+        gpus = [self.free_gpus.pop(0) for _ in range(node.step.resources.total_gpus)]
+        threads = thread_share(self._cpus(node) / node.step.resources.processes)  # each torchrun process its share
         env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
                    OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         if self.gpus is not None:

@@ -5,7 +5,8 @@ every CPU (and GPU) it has and a small object store (GLASSROOM_RAY_OBJECT_STORE_
 steps pass paths, not objects); `--ray ADDRESS` joins a running cluster (`auto`, `host:6379`, or
 `ray://host:10001`). Inside its task a step runs exactly as locally, in a subprocess of the task
 (`python -m glassroom.pipeline.worker`), so a step with Resources(procs=N) starts torchrun there
-with the task's GPUs (Ray sets CUDA_VISIBLE_DEVICES). The run (Ray's driver) holds the steps'
+with the task's GPUs (Ray sets CUDA_VISIBLE_DEVICES); a step with Resources(workers=W) holds no
+CPU itself and its function starts W Ray Train workers on the same cluster (GLASSROOM_RAY_ADDRESS). The run (Ray's driver) holds the steps'
 leases; outputs and leases live in the workspace, which must be a folder every Ray node sees at the
 same path (a shared filesystem) — and every node needs glassroom installed and the experiment file.
 """
@@ -15,16 +16,17 @@ from __future__ import annotations
 import os
 
 from glassroom.errors import GlassroomError
+from glassroom.pipeline.context import RAY_ADDRESS_ENV
 from glassroom.pipeline.graph import Node
 from glassroom.pipeline.runner_local import worker_command
 from glassroom.pipeline.status import LOG
 
 
-def _import_ray():
+def import_ray(option: str = "--ray"):
     try:
         import ray  # lazy: ray loads only when this runs
     except ImportError:
-        raise GlassroomError("--ray needs Ray, an optional extra: pip install -e '.[ray]'") from None
+        raise GlassroomError(f"{option} needs Ray, an optional extra: pip install -e '.[ray]'") from None
     return ray
 
 
@@ -37,7 +39,7 @@ def execute_in_task(spec: dict) -> int:
 
     node_ip = ray.util.get_node_ip_address()
     env = dict(os.environ, GLASSROOM_PARENT_PID=str(os.getpid()), PYTHONUNBUFFERED="1",
-               GLASSROOM_EXECUTOR=f"ray:{node_ip}")
+               GLASSROOM_EXECUTOR=f"ray:{node_ip}", **{RAY_ADDRESS_ENV: ray.get_runtime_context().gcs_address})
     output = spec["output"]
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, LOG), "ab") as log:
@@ -64,16 +66,17 @@ def check_reachable(address: str) -> None:
                              "start one with `ray start --head` or use --ray local") from None
 
 
-def init_ray(ray, address: str) -> None:
+def init_ray(ray, address: str, log_to_driver: bool = False) -> None:
     """ray.init for `--ray ADDRESS`: `local` starts Ray here with every CPU and a small object store
-    (GLASSROOM_RAY_OBJECT_STORE_MB, default 128); anything else joins that cluster. One-line error."""
+    (GLASSROOM_RAY_OBJECT_STORE_MB, default 128); anything else joins that cluster. One-line error.
+    `log_to_driver`: the workers' output printed here (`glassroom train --ray`)."""
     try:
         if address == "local":
             store_mb = int(os.environ.get("GLASSROOM_RAY_OBJECT_STORE_MB", "128"))
             ray.init(address="local", num_cpus=os.cpu_count() or 1, object_store_memory=store_mb * 1024 * 1024,
-                     include_dashboard=False, log_to_driver=False, logging_level="warning")
+                     include_dashboard=False, log_to_driver=log_to_driver, logging_level="warning")
         else:
-            ray.init(address=address, log_to_driver=False, logging_level="warning")
+            ray.init(address=address, log_to_driver=log_to_driver, logging_level="warning")
     except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GlassroomError(f"--ray {address}: cannot start or reach Ray: {first}") from None
@@ -83,7 +86,7 @@ class RayBackend:
     name = "ray"
 
     def __init__(self, address: str):
-        self.ray = _import_ray()
+        self.ray = import_ray()
         ray = self.ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         check_reachable(address)
@@ -95,7 +98,7 @@ class RayBackend:
         total = self.ray.cluster_resources()
         for node in nodes:
             res = node.step.resources
-            for key, want in (("CPU", res.cpus), ("GPU", res.gpus)):
+            for key, want in (("CPU", res.cpus * res.workers), ("GPU", res.total_gpus)):
                 have = total.get(key, 0)
                 if want > have:
                     raise GlassroomError(
@@ -108,8 +111,11 @@ class RayBackend:
 
     def start(self, node: Node, spec: dict) -> None:
         res = node.step.resources
+        # A step of several workers is the driver of a Ray Train launch whose workers hold the CPUs
+        # and GPUs (glassroom/train/ray_train.py); its own task holds none.
+        cpus, gpus = (0, 0) if res.workers > 1 else (res.cpus, res.gpus)
         self.refs[node.name] = self.remote.options(
-            num_cpus=res.cpus, num_gpus=res.gpus, name=f"glassroom:{node.name}-{node.version}"
+            num_cpus=cpus, num_gpus=gpus, name=f"glassroom:{node.name}-{node.version}"
         ).remote(spec)
 
     def poll(self) -> list[tuple[str, int]]:

@@ -38,19 +38,42 @@ VERSION_CHARS = 8
 @dataclasses.dataclass(frozen=True)
 class Resources:
     """What one run of a step needs. `procs` > 1 launches the function under torchrun with that many
-    processes per node (one per GPU for a multi-GPU training step; gloo on CPU works too)."""
+    processes per node (one per GPU for a multi-GPU training step; gloo on CPU works too).
+    `workers` > 1 asks for a training of that many ranks that may span machines: on the Ray runner the
+    step's function gets them as Ray Train workers (each with `cpus` CPUs and `gpus_per_worker` GPUs;
+    glassroom/steps/ladder.py trains a rung so), on the local runner as torchrun processes.
+    `max_restarts`: torchrun's --max-restarts for such a launch (every process restarted when one fails)."""
 
     cpus: float = 1
     gpus: int = 0
     procs: int = 1
+    workers: int = 1
+    gpus_per_worker: int = 0
+    max_restarts: int = 0
 
     def __post_init__(self):
         if not (isinstance(self.cpus, (int, float)) and self.cpus > 0):
             raise GlassroomError(f"Resources.cpus must be a positive number, got {self.cpus!r}")
         if not (isinstance(self.gpus, int) and self.gpus >= 0):
             raise GlassroomError(f"Resources.gpus must be a whole number >= 0, got {self.gpus!r}")
-        if not (isinstance(self.procs, int) and self.procs >= 1):
-            raise GlassroomError(f"Resources.procs must be a whole number >= 1, got {self.procs!r}")
+        for key, least in (("procs", 1), ("workers", 1), ("gpus_per_worker", 0), ("max_restarts", 0)):
+            value = getattr(self, key)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+                raise GlassroomError(f"Resources.{key} must be a whole number >= {least}, got {value!r}")
+        if self.procs > 1 and self.workers > 1:
+            raise GlassroomError(f"Resources: procs={self.procs} (processes on one machine) and workers={self.workers} "
+                                 "(ranks across machines) both given; give one of them")
+        if self.gpus and self.workers > 1:
+            raise GlassroomError(f"Resources: gpus={self.gpus} with workers={self.workers}; say gpus_per_worker instead")
+
+    @property
+    def processes(self) -> int:
+        """Processes a local launch starts (torchrun's --nproc_per_node)."""
+        return max(self.procs, self.workers)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus if self.workers == 1 else self.workers * self.gpus_per_worker
 
 
 @dataclasses.dataclass(frozen=True)

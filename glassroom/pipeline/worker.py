@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 
 from glassroom.errors import GlassroomError
-from glassroom.pipeline.context import StepContext
+from glassroom.pipeline.context import RAY_ADDRESS_ENV, StepContext
 from glassroom.pipeline.experiment import load_experiment
 from glassroom.pipeline.lock import holds
 from glassroom.pipeline.provenance import provenance_record
@@ -47,10 +47,12 @@ def die_with_parent() -> None:
         os._exit(137)  # the parent died before prctl took effect
 
 
-def torchrun_command(spec_json: str, procs: int) -> list[str]:
-    """The command a multi-process step runs: torchrun around this worker, one process per GPU."""
+def torchrun_command(spec_json: str, procs: int, max_restarts: int = 0) -> list[str]:
+    """The command a multi-process step runs: torchrun around this worker, one process per GPU;
+    with restarts, every process is started again when one fails (TORCH_DISABLE_SHARE_RDZV_TCP_STORE
+    must then be 1: glassroom/train/preflight.py check_launch says why)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
-            "-m", "glassroom.pipeline.worker", spec_json]
+            f"--max-restarts={max_restarts}", "-m", "glassroom.pipeline.worker", spec_json]
 
 
 def main(argv: list[str]) -> int:
@@ -88,8 +90,12 @@ def main(argv: list[str]) -> int:
         return fail(FAILED, f"the experiment file changed while the run was going: {spec['name']} is now {now}, "
                             f"not {spec['version']}; run `glassroom run` again")
     step = node.step
-    if step.resources.procs > 1 and not under_torchrun:
-        os.execv(sys.executable, torchrun_command(argv[0], step.resources.procs))
+    res = step.resources
+    ray_address = os.environ.get(RAY_ADDRESS_ENV)
+    local_procs = res.procs if ray_address else res.processes  # on Ray, workers are Ray Train's
+    if local_procs > 1 and not under_torchrun:
+        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        os.execv(sys.executable, torchrun_command(argv[0], local_procs, res.max_restarts))
 
     if rank == 0:
         where = {"executor": os.environ["GLASSROOM_EXECUTOR"]} if "GLASSROOM_EXECUTOR" in os.environ else {}
@@ -97,7 +103,8 @@ def main(argv: list[str]) -> int:
     ctx = StepContext(
         name=node.name, version=node.version, output=output, config=node.resolved_config(graph),
         inputs={d: graph.nodes[d].output for d in node.deps}, attempt=spec["attempt"],
-        cpus=step.resources.cpus, gpus=step.resources.gpus, rank=rank, world_size=world,
+        cpus=res.cpus, gpus=res.gpus, rank=rank, world_size=world, workers=res.workers,
+        gpus_per_worker=res.gpus_per_worker, max_restarts=res.max_restarts, ray_address=ray_address,
     )
     try:
         result = step.fn(ctx)

@@ -57,13 +57,20 @@ class _Progress:
 
 
 def train_in_step(ctx: StepContext, config: dict[str, Any], run_dir: Path) -> dict:
-    """Train `config` (a RunConfig mapping) into run_dir, resuming what an earlier attempt left."""
-    from glassroom.train.trainer import Trainer  # lazy: torch loads only when this runs
-
+    """Train `config` (a RunConfig mapping) into run_dir, resuming what an earlier attempt left: in
+    this process (every rank of it, under torchrun), or, on the Ray runner with Resources(workers=W),
+    as W Ray Train workers on the same cluster."""
     cfg = run_config_from_mapping(config, ctx.name)
-    trainer = Trainer(cfg, run_dir, resume=has_config(run_dir))
-    trainer.observers.append(_Progress(ctx, cfg.train.steps))
-    final = trainer.run()
+    if ctx.ray_address and ctx.workers > 1:
+        from glassroom.train.ray_train import fit_workers  # lazy: ray and torch load only when this runs
+
+        value = fit_workers(cfg, ctx.name, run_dir, has_config(run_dir), False, ctx.ray_address, ctx.workers,
+                            ctx.gpus_per_worker, ctx.cpus, in_step=True)
+        return {"run_dir": str(run_dir), "steps": value["step"], **value["final"]}
+    from glassroom.train.session import train_run  # lazy: torch loads only when this runs
+
+    trainer, final = train_run(cfg, run_dir, has_config(run_dir), False, ctx.name, new_folder_rules=False,
+                               observers=[_Progress(ctx, cfg.train.steps)])
     return {"run_dir": str(run_dir), "steps": trainer.step, **final}
 
 
@@ -129,14 +136,57 @@ def _with_data(config: dict, data: Any) -> dict:
     return config
 
 
+def workers_for(config: dict[str, Any], gpu_memory: float) -> int:
+    """The fewest training ranks (one GPU each) over which `config` (a RunConfig mapping) fits in
+    `gpu_memory` bytes per GPU by `glassroom plan`'s count (FSDP2, its train.parallel ep): a count the
+    batch splits into whole micro-batches and ep divides. GlassroomError when none up to the batch size does."""
+    from glassroom.model.accounting import Layout, memory_per_gpu  # lazy: the ladder layer's only accounting use
+
+    cfg = run_config_from_mapping(config, "rung")
+    tc, ep = cfg.train, cfg.train.expert_parallel
+    need = None
+    for workers in range(ep, tc.batch_size + 1, ep):
+        per_rank, rest = divmod(tc.batch_size, workers)
+        if rest or per_rank % tc.micro_batch_size:
+            continue
+        layout = Layout(dp=workers // ep, ep=ep, micro_batch=tc.micro_batch_size, seq_len=tc.seq_len,
+                        activation_checkpointing=tc.activation_checkpointing, precision=tc.precision)
+        need = memory_per_gpu(cfg.model, layout)["bytes"]["total"]
+        if need <= gpu_memory:
+            return workers
+    raise GlassroomError(f"a run of {cfg.train.batch_size} sequences does not fit {gpu_memory / 2**30:.0f} GiB per GPU "
+                         f"on any worker count (the last tried needs {(need or 0) / 2**30:.1f} GiB); raise "
+                         "train.parallel ep, use activation checkpointing, or GPUs with more memory")
+
+
+def run_resources(config: dict[str, Any], cpus: float, gpus_per_worker: int = 0, workers: int = 1,
+                  gpu_memory: Optional[float] = None) -> Resources:
+    """What a rung or the hero asks for: on GPUs the fewest workers its memory per GPU fits in
+    (workers_for), else `workers` workers of `cpus` CPUs each (1: an ordinary in-process run); its
+    train.max_restarts for the launch."""
+    if gpus_per_worker:
+        workers = workers_for(config, gpu_memory)
+    if workers == 1:
+        return Resources(cpus=cpus, gpus=gpus_per_worker)
+    restarts = run_config_from_mapping(config, "run").train.max_restarts
+    return Resources(cpus=cpus, workers=workers, gpus_per_worker=gpus_per_worker, max_restarts=restarts)
+
+
 def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bool = True,
-                 cpus: float = 2, hero_cpus: Optional[float] = None) -> tuple[list[Step], list[Step]]:
+                 cpus: float = 2, hero_cpus: Optional[float] = None,
+                 cluster: Optional[dict] = None) -> tuple[list[Step], list[Step]]:
     """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
-    replaces the spec's data.path. Each rung declares `cpus`, the hero `hero_cpus` (default `cpus`)."""
+    replaces the spec's data.path. Each rung declares `cpus`, the hero `hero_cpus` (default `cpus`).
+    `cluster` (run_resources' gpus_per_worker, workers, gpu_memory): each rung and the
+    hero ask for the workers and GPUs they need, for the Ray runner (`ladder run --ray`)."""
     rungs, hero = expand_seeds(spec)
+
+    def resources(config: dict, n_cpus: float) -> Resources:
+        return run_resources(config, n_cpus, **cluster) if cluster else Resources(cpus=n_cpus)
+
     rung_steps = [
         Step(run.name, train_rung, {"run": _with_data(run.config, data)}, kind="rungs",
-             resources=Resources(cpus=cpus),
+             resources=resources(run.config, cpus),
              description=f"ladder rung {run.size or run.name}" + (f" seed {run.seed}" if run.seed else "")
              + f" ({run.steps} steps)")
         for run in rungs
@@ -148,15 +198,16 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
                {"spec": spec_raw, "rungs": [Input(s) for s in rung_steps], "hero": hero_config},
                kind="ladders", description="fit the rungs and predict the hero")
     hero_step = Step("hero", train_hero, {"run": hero_config, "ladder": fit.output()},
-                     kind="runs", resources=Resources(cpus=cpus if hero_cpus is None else hero_cpus),
+                     kind="runs", resources=resources(hero.config, cpus if hero_cpus is None else hero_cpus),
                      description=f"the hero, {hero.name}")
     return rung_steps, [fit, hero_step]
 
 
-def ladder_experiment(spec_path: str, data: Optional[str] = None, hero: bool = False) -> list[Step]:
+def ladder_experiment(spec_path: str, data: Optional[str] = None, hero: bool = False,
+                      cluster: Optional[dict] = None) -> list[Step]:
     """The steps of a ladder, for an experiment file (`steps = ladder_experiment(...)`)."""
     spec, raw = read_spec(spec_path)
-    rungs, later = ladder_steps(spec, raw, data, with_hero=hero)
+    rungs, later = ladder_steps(spec, raw, data, with_hero=hero, cluster=cluster)
     return rungs + later
 
 
@@ -166,31 +217,38 @@ EXPERIMENT_TEMPLATE = """\
 # reruns it (cached: finished rungs are reused).
 from glassroom.steps.ladder import ladder_experiment
 
-steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r})
+steps = ladder_experiment({spec!r}, data={data!r}, hero={hero!r}{cluster})
 """
 
 
 def write_experiment(ladder_dir: Path, spec_path: Path, data: Optional[str], hero: bool,
-                     steps: list[Step]) -> Experiment:
+                     steps: list[Step], cluster: Optional[dict] = None) -> Experiment:
     """DIR/ladder_experiment.py (for `glassroom run` reruns and the steps' workers), and the
     experiment it is, with the steps the caller built from the spec it read once."""
     ladder_dir.mkdir(parents=True, exist_ok=True)
     path = (ladder_dir / "ladder_experiment.py").resolve()
-    text = EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero)
+    text = EXPERIMENT_TEMPLATE.format(name=path.name, spec=str(spec_path.resolve()), data=data, hero=hero,
+                                      cluster=f", cluster={cluster!r}" if cluster else "")
     replace_file(path, text)
     return Experiment(path=path, module=None, steps=steps, sha256=hashlib.sha256(text.encode()).hexdigest(),
                       source=text)
 
 
 def run_experiment(experiment: Path | Experiment, workspace: Path, jobs: int = 1,
-                   force: Optional[list[str]] = None, progress_every: float = 5.0):
-    """Run an experiment (a file, or one whose steps are already built) with the local runner in
-    `workspace`; returns (graph, RunResult)."""
+                   force: Optional[list[str]] = None, progress_every: float = 5.0, ray: Optional[str] = None):
+    """Run an experiment (a file, or one whose steps are already built) in `workspace` with the local
+    runner, or on the Ray cluster at `ray`; returns (graph, RunResult)."""
     workspace.mkdir(parents=True, exist_ok=True)
     loaded = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
     graph = loaded.graph(workspace)
     selected, forced = graph.select(None, force)
-    result = run_graph(graph, LocalBackend(jobs), selected, forced, experiment_path=loaded.path,
+    if ray is not None:
+        from glassroom.pipeline.runner_ray import RayBackend  # lazy: ray loads only when this runs
+
+        backend = RayBackend(ray)
+    else:
+        backend = LocalBackend(jobs)
+    result = run_graph(graph, backend, selected, forced, experiment_path=loaded.path,
                        context=run_context(loaded.path, loaded.sha256, loaded.source), progress_every=progress_every)
     return graph, result
 

@@ -95,6 +95,13 @@ class TrainSection:
     # none, full (whole blocks) or selective (matmul and attention outputs kept); on blocks 0, k, 2k, ...
     activation_checkpointing: Literal["none", "full", "selective"] = "none"
     activation_checkpointing_every: int = 1
+    # automatic restarts of every worker from the newest intact checkpoint when one fails: the count
+    # `glassroom train --ray` gives Ray Train (FailureConfig) and a pipeline step gives torchrun
+    # (--max-restarts); a torchrun launched by hand takes its own --max-restarts (docs/train.md)
+    max_restarts: int = 0
+    # seconds without a heartbeat (written at every step and during evaluations) after which a
+    # run still marked running reads "stalled since step S" on the dashboard and in `glassroom runs`
+    stall_after: float = 300.0
 
     def check(self, path: str) -> None:
         require_non_negative(path, steps=self.steps)  # 0: evaluate and checkpoint the initial model (init.from)
@@ -105,8 +112,9 @@ class TrainSection:
             eval_sequences=self.eval_sequences, max_bad_steps=self.max_bad_steps, eval_tasks_every=self.eval_tasks_every,
             grad_clip=self.grad_clip, muon_lr=self.muon_lr, eps=self.eps, dpo_beta=self.dpo_beta,
             embedding_lr_multiplier=self.embedding_lr_multiplier,
-            activation_checkpointing_every=self.activation_checkpointing_every,
+            activation_checkpointing_every=self.activation_checkpointing_every, stall_after=self.stall_after,
         )
+        require_non_negative(path, max_restarts=self.max_restarts)
         if self.batch_size % self.micro_batch_size:
             raise ConfigError(
                 f"{path}.micro_batch_size: {self.micro_batch_size} does not divide batch_size ({self.batch_size})"

@@ -46,6 +46,12 @@ def check_launch(env=None) -> None:
             f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: "
             f"start many processes with torchrun --nproc_per_node={world} -m glassroom train ..., or unset WORLD_SIZE"
         )
+    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if restarts.isdigit() and int(restarts) > 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise GlassroomError(
+            f"torchrun --max-restarts {restarts}: the workers would share torchrun's rendezvous store, and a restarted "
+            "worker then reads the failed attempt's addresses and hangs (PyTorch issue 135712); export "
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before torchrun (docs/train.md, Many machines)")
     for key in ("RANK", "LOCAL_RANK"):
         try:
             value = int(env[key])

@@ -86,6 +86,11 @@ class ResumeMixin:
             if data["discarded_rows"]:
                 text += f"; steps after {self.step} are redone ({data['discarded_rows']} metric rows replaced)"
         data["record"] = {"measure": self._measure()}
+        restart = getattr(self, "restart", None)
+        if restart is not None:  # an engine restarted every worker after one failed (train/launch.py)
+            self.record_event("restarted", f"{restart.text()}; attempt {restart.attempt} continues from step "
+                              f"{self.step}", self.step, {**restart.data(), "step": self.step,
+                                                           "checkpoint": data.get("checkpoint")})
         self.record_event("resume", text, self.step, data)
 
     def _measure(self) -> dict:

@@ -41,6 +41,7 @@ from glassroom.train.eval_tasks import TrainingTasks
 from glassroom.train.expert_parallel import check_layout
 from glassroom.train.hardware import autocast_dtype_for, peak_flops, resolve_device
 from glassroom.train.init import check_init_weights, load_init_weights
+from glassroom.train.launch import RankNote, Restart, launched_by_ray
 from glassroom.train.objectives import SFT, Objective, Pretrain
 from glassroom.train.optim import build_optimizer, lr_multiplier, set_lr
 from glassroom.train.probes import norms_by_group, router_metrics, snapshot
@@ -57,6 +58,8 @@ from glassroom.units import model_name
 # "kill_after_checkpoint@8" SIGKILLs the process right after step 8's checkpoint is renamed into
 # place (before its event and retention); "kill@7" SIGKILLs it at the end of step 7 (after its
 # evaluation and checkpoint, if any): the drills for "no metric lost whatever the moment".
+# "kill@7:1" kills rank 1 only (a worker lost mid-run). Kills fire on a launch's first attempt only:
+# an engine's automatic restart (glassroom/train/launch.py) passes the step again unharmed.
 FAULT_ENV = "GLASSROOM_FAULTS"
 FAULT_KINDS = ("nan", "router_bias", "bad_batch", "lr", "kill", "kill_after_checkpoint")
 
@@ -68,7 +71,11 @@ def parse_faults(text: str) -> dict[int, list[tuple[str, float]]]:
         step, _, amount = rest.partition(":")
         if kind not in FAULT_KINDS or not step.isdigit():
             raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (expected e.g. nan@3, router_bias@500:0.5 or kill_after_checkpoint@8)")
-        faults.setdefault(int(step), []).append((kind, float(amount or 1.0)))
+        try:
+            value = float(amount) if amount else (None if kind.startswith("kill") else 1.0)
+        except ValueError:
+            raise GlassroomError(f"{FAULT_ENV}: cannot read {item!r} (the amount after ':' is a number)") from None
+        faults.setdefault(int(step), []).append((kind, value))
     return faults
 
 
@@ -86,8 +93,11 @@ def objective_for(cfg, dataset, info, device) -> Objective:
 
 
 class Trainer(ResumeMixin):
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False):
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, quiet: bool = False,
+                 restart: Optional[Restart] = None):
         self.cfg, self.run_dir, self.quiet = cfg, Path(run_dir), quiet
+        self.restart = restart  # an engine's automatic restart of this launch (glassroom/train/launch.py)
+        self.rank_note: Optional[RankNote] = None
         tc = cfg.train
         self.device = resolve_device(tc.device)
         self.info = parallel.setup(self.device.type)
@@ -132,6 +142,10 @@ class Trainer(ResumeMixin):
                 self.check_resume()
             self.state_at_start = prepare_run_dir(self.run_dir, cfg, resume, self.info.is_main,
                                                   barrier=lambda: parallel.barrier(self.info))
+            if self.info.enabled or restart is not None or launched_by_ray():  # which rank fails, if one does
+                self.rank_note = RankNote(self.run_dir, self.info.rank, self.info.world_size,
+                                          restart.attempt if restart is not None else 0)
+                self.rank_note.write()
         except BaseException:
             self._release_run_lock()
             raise
@@ -143,6 +157,11 @@ class Trainer(ResumeMixin):
             self.undo_failed_start()
             self._release_run_lock()
             raise
+
+    def note_end(self, exc: BaseException) -> None:
+        """This rank ended on `exc`: said in its launch note (a rank killed outright says nothing)."""
+        if self.rank_note is not None:
+            self.rank_note.ended(exc)
 
     def _release_run_lock(self) -> None:
         close_run_lock(getattr(self, "_run_lock", None))
@@ -187,6 +206,8 @@ class Trainer(ResumeMixin):
         self.store: Optional[StoreWriter] = None
         try:
             self.store = StoreWriter(self.run_dir) if self.info.is_main else None
+            if self.store is not None:
+                self.store.set_stall_after(tc.stall_after)
             prediction = self._preregistered()
             if self.store is not None and self.lineage is not None:  # the base this run starts from
                 self.store.set_artifact("lineage", self.lineage)
@@ -257,7 +278,10 @@ class Trainer(ResumeMixin):
 
     def _planted_kill(self, step: int, kind: str) -> None:
         """The kill drills of GLASSROOM_FAULTS: SIGKILL this process, nothing flushed or closed."""
-        if any(planted == kind for planted, _ in self.faults.get(step, [])):
+        if self.restart is not None:
+            return
+        if any(planted == kind and (rank is None or int(rank) == self.info.rank)
+               for planted, rank in self.faults.get(step, [])):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _say(self, text: str) -> None:
@@ -276,7 +300,9 @@ class Trainer(ResumeMixin):
             final_eval: dict[str, float] = {}
             while self.step < tc.steps:
                 self.train_step()
+                self._beat(every=10.0)
                 final_eval = self._after_step() or final_eval
+                self._beat(every=10.0)
                 self._planted_kill(self.step, "kill")
             if tc.steps == 0 and not ckpt.list_checkpoints(self.run_dir):
                 final_eval = self._after_step()  # the initial model (e.g. init.from) as step 0
@@ -451,7 +477,13 @@ class Trainer(ResumeMixin):
 
     # ------------------------------------------------------------------ eval and checkpoints
 
+    def _beat(self, every: float = 0.0) -> None:
+        """The heartbeat (main rank): at every step and before each evaluation, at most every `every` s."""
+        if self.store is not None:
+            self.store.beat(self.step, every)
+
     def run_eval(self) -> dict[str, float]:
+        self._beat()
         results = self.objective.evaluate(self.model, self.cfg.train.micro_batch_size, self.autocast_dtype)
         for observer in self.observers:  # mirrors get the evaluation too
             observer.on_step(self, self.step, results)
@@ -490,6 +522,7 @@ class Trainer(ResumeMixin):
 
     def run_downstream(self) -> None:
         """train.eval_tasks on the model now: downstream/<task>/<metric> at this step, one event."""
+        self._beat()
         scores = self.downstream.run(self.core, self.device)
         if self.store is not None and scores:
             self.store.log(self.step, metric_values(scores))

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from glassroom.observe.run_folder import STORE_FILE
-from glassroom.observe.runs import summarize
+from glassroom.observe.runs import mark_stalled, summarize
 
 MAX_AGE_S = 10.0
 MAX_ENTRIES = 20_000
-STALE_AFTER_S = 300   # as observe.runs.summarize: running but silent this long is probably dead
 
 
 def probe(run_dir: Path) -> tuple:
@@ -62,7 +61,7 @@ class RunList:
                 self._cache[key] = (seen, time.monotonic(), dict(out))
         updated = out.get("updated")
         out["age_s"] = None if not updated else max(0.0, now - updated)
-        out["stale"] = out.get("state") == "running" and (out["age_s"] or 0) > STALE_AFTER_S
+        mark_stalled(out)
         return out
 
     def summaries(self, runs: Iterable[tuple[str, Path]], now: Optional[float] = None) -> list[dict]:

@@ -22,10 +22,11 @@ function ago(t) {
   const s = Math.max(0, Date.now() / 1000 - t);
   return s < 60 ? `${Math.round(s)} s ago` : s < 3600 ? `${Math.round(s / 60)} min ago` : s < 86400 ? `${(s / 3600).toFixed(1)} h ago` : `${(s / 86400).toFixed(1)} d ago`;
 }
-function badge(state, stale) {
+function badge(state, stale, since) {
   const b = document.createElement("span");
   b.className = `badge ${stale ? "stale" : state}`;
-  b.textContent = stale ? "stalled?" : state;
+  b.textContent = stale ? (since == null ? "stalled" : `stalled since step ${GR.fmt(since)}`) : state;
+  if (stale) b.title = "marked running, but no heartbeat for longer than its train.stall_after";
   return b;
 }
 function showError(e) {
@@ -55,7 +56,7 @@ GR.indexPage = async function () {
       const a = GR.el("a", "", idCell); a.href = GR.runHref(r.id); a.textContent = r.id;
       if (r.private) GR.el("span", "badge private", idCell).textContent = "private";
       if (r.error) GR.el("div", "row-error", idCell).textContent = r.error;   // e.g. "store unreadable: file is not a database"
-      GR.el("td", "", tr).appendChild(badge(r.state, r.stale));
+      GR.el("td", "", tr).appendChild(badge(r.state, r.stale, r.stalled_since_step));
       for (const v of [r.step, l.loss, l.eval_bpb, l.lr, l.tokens_per_s, l.mfu]) GR.el("td", "num", tr).textContent = GR.fmt(v);
       const ev = GR.el("td", "num", tr); ev.textContent = r.anomalies ? `${r.events} (${r.anomalies} anomal${r.anomalies > 1 ? "ies" : "y"})` : GR.fmt(r.events);
       if (r.anomalies) ev.classList.add("warn");
@@ -301,7 +302,7 @@ GR.runPage = async function () {
   let events = [];
   const header = (status, summary) => {
     const st = document.getElementById("run-state");
-    st.innerHTML = ""; st.appendChild(badge(status.state, summary && summary.stale));
+    st.innerHTML = ""; st.appendChild(badge(status.state, summary && summary.stale, summary && summary.stalled_since_step));
     document.getElementById("run-step").textContent = `step ${GR.fmt(status.step)}`;
     document.getElementById("run-updated").textContent = `updated ${ago(status.updated)}`;
     GR.lastStep = status.step;
