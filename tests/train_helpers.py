@@ -46,12 +46,12 @@ TIMING = ("throughput/",)  # metrics that measure the machine, not the run: they
 
 def store_contents(run_dir: Path) -> dict:
     """What a run's store says about the run, timing aside: every series (steps and values), every
-    vector, and the kinds of the journal's events in order, with the resume's own events left out."""
+    vector, and the kinds of the journal's events in order, with the resume's own events (resume, restarted) left out."""
     with StoreReader(run_dir) as reader:
         series = {name: tuple(map(list, reader.series(name))) for name in reader.names()
                   if not name.startswith(TIMING)}
         vectors = {name: reader.vectors(name) for name in reader.vector_names()}
-        kinds = [e["kind"] for e in reader.events() if e["kind"] not in ("resume", "checkpoint_damaged")]
+        kinds = [e["kind"] for e in reader.events() if e["kind"] not in ("resume", "restarted", "checkpoint_damaged")]
     return {"series": series, "vectors": vectors, "kinds": kinds}
 
 

@@ -28,6 +28,7 @@ from glassroom.pipeline.runner_ray import check_reachable, import_ray, init_ray
 from glassroom.train.config import RunConfig, run_config_from_mapping
 from glassroom.train.expert_parallel import check_layout
 from glassroom.train.launch import LAUNCH_ID_ENV
+from glassroom.train.trainer import FAULT_ENV
 
 
 def check_workers(cfg: RunConfig, workers: int, gpus_per_worker: int, cpus_per_worker: float) -> None:
@@ -64,7 +65,8 @@ def check_cluster(ray, workers: int, gpus_per_worker: int, cpus_per_worker: floa
 def fit_on_ray(cfg: RunConfig, config, out: Path, args) -> int:
     """`glassroom train --ray`: the training as Ray Train workers; prints the final line; 0 when it
     finished (a refusal or a failure past train.max_restarts raises GlassroomError)."""
-    value = fit_workers(cfg, str(config), Path(out), args.resume, args.quiet, args.ray, args.workers or 1,
+    value = fit_workers(cfg, str(config), Path(out), args.resume, args.quiet, args.ray,
+                        1 if args.workers is None else args.workers,
                         args.gpus_per_worker, args.cpus_per_worker)
     if not args.quiet:
         print(json.dumps({"run": str(out), "step": value.get("step"), **value.get("final", {})}))
@@ -80,6 +82,7 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
     check_workers(cfg, workers, gpus_per_worker, cpus_per_worker)
     ray = import_ray("--ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")  # else each progress line is printed twice
     if connect:
         check_reachable(address)
         init_ray(ray, address, log_to_driver=not quiet)
@@ -91,7 +94,7 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
 
         job = {"config": cfg.to_dict(), "label": label, "out": str(Path(out).absolute()), "resume": bool(resume),
                "quiet": bool(quiet), "launch": uuid.uuid4().hex, "threads": max(1, int(cpus_per_worker)),
-               "in_step": in_step}
+               "in_step": in_step, "faults": os.environ.get(FAULT_ENV)}  # the drills reach every worker
         resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
         trainer = TorchTrainer(
             train_worker, train_loop_config=job,
@@ -125,6 +128,8 @@ def train_worker(job: dict) -> dict:
     from glassroom.train.session import train_run  # lazy: the trainer loads in the worker only
 
     os.environ[LAUNCH_ID_ENV] = job["launch"]
+    if job.get("faults"):
+        os.environ[FAULT_ENV] = job["faults"]
     torch.set_num_threads(job["threads"])
     try:
         cfg = run_config_from_mapping(job["config"], job["label"])

@@ -208,3 +208,33 @@ def test_run_list_sees_a_store_replaced_in_place_and_is_never_older_than_max_age
     assert cache.summary("a", a)["latest"]["loss"] == 5.0
     time.sleep(0.6)
     assert cache.summary("a", a)["latest"]["loss"] == 1.0
+
+
+@pytest.mark.parametrize("stall_after", [5.0, 60.0, 3600.0])
+def test_a_running_run_reads_stalled_once_its_heartbeat_is_older_than_its_stall_after(tmp_path, stall_after):
+    with StoreWriter(tmp_path) as w:
+        w.set_stall_after(stall_after)
+        w.log(41, {"train/loss": 2.0})
+        w.beat(41)
+        w.beat(42)  # within 10 s of the last beat: not written
+    with StoreReader(tmp_path) as r:
+        beat, step = r.status()["updated"], r.status()["step"]
+    assert step == 41  # the second beat came too soon to be written
+    cache = run_list.RunList()
+    for now, stalled in ((beat + stall_after * 0.9, False), (beat + stall_after * 1.1, True)):
+        for summary in (runs_mod.summarize("r", tmp_path, now), cache.summary("r", tmp_path, now)):
+            assert summary["stale"] is stalled and summary["stall_after_s"] == stall_after
+            assert summary["stalled_since_step"] == (41 if stalled else None)
+    with StoreWriter(tmp_path) as w:   # a run that ended is never stalled, however old
+        w.set_status("finished", 41)
+    assert not runs_mod.summarize("r", tmp_path, beat + 10 * stall_after)["stale"]
+
+
+def test_a_store_without_a_stall_setting_uses_the_default(tmp_path):
+    with StoreWriter(tmp_path) as w:
+        w.log(3, {"train/loss": 2.0})
+        w.set_status("running", 3)
+    with StoreReader(tmp_path) as r:
+        beat = r.status()["updated"]
+    assert not runs_mod.summarize("r", tmp_path, beat + runs_mod.STALL_AFTER_S - 1)["stale"]
+    assert runs_mod.summarize("r", tmp_path, beat + runs_mod.STALL_AFTER_S + 1)["stalled_since_step"] == 3

@@ -219,6 +219,44 @@ def test_torchrun_hook_runs_a_multi_process_step(tmp_path, capsys):
     assert json.loads((out / "result.json").read_text()) == {"world": 2}
 
 
+@pytest.mark.dist
+def test_a_step_of_two_workers_is_restarted_whole_when_one_dies(tmp_path, capsys):
+    pytest.importorskip("torch")
+    exp = write_experiment(tmp_path, """
+    def ranks(ctx):
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        (ctx.output / f"rank{ctx.rank}-attempt{attempt}").write_text("")
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        if ctx.rank == 1 and attempt == "0":
+            os.kill(os.getpid(), 9)   # a worker lost: every worker starts again
+        dist.barrier()
+        dist.destroy_process_group()
+        return {"attempt": attempt, "world": ctx.world_size} if ctx.is_main else None
+
+    steps = [Step("two", ranks, {"x": 1}, resources=Resources(cpus=2, workers=2, max_restarts=1))]
+    """)
+    code, _, err = glassroom("run", exp, "--workspace", tmp_path / "ws", capsys=capsys)
+    assert code == 0, err
+    out = next((tmp_path / "ws" / "steps").glob("two-*"))
+    assert {"rank0-attempt1", "rank1-attempt0", "rank1-attempt1"} <= {p.name for p in out.glob("rank*")}
+    assert json.loads((out / "result.json").read_text()) == {"attempt": "1", "world": 2}
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"workers": 0}, "Resources.workers must be a whole number >= 1"),
+    ({"max_restarts": -1}, "Resources.max_restarts must be a whole number >= 0"),
+    ({"procs": 2, "workers": 2}, "give one of them"),
+    ({"gpus": 1, "workers": 2}, "say gpus_per_worker instead"),
+    ({"gpus_per_worker": True}, "Resources.gpus_per_worker must be a whole number"),
+])
+def test_resources_that_cannot_be_launched_are_refused(kwargs, message):
+    from glassroom.pipeline.step import Resources
+
+    with pytest.raises(GlassroomError, match=message):
+        Resources(**kwargs)
+
+
 def _load_steps(exp: Path):
     from glassroom.pipeline.experiment import load_experiment
 

@@ -128,3 +128,43 @@ def test_ladder_run_builds_its_steps_from_one_read_and_they_are_the_written_expe
     # A step's output folder is named by the digest of its function, config and inputs: equal folders,
     # equal steps.
     assert [(n.name, n.output) for n in built.graph(ws)] == [(n.name, n.output) for n in written.graph(ws)]
+
+
+@pytest.mark.parametrize("gib", [24, 40, 80, 141])
+def test_each_rung_asks_for_the_fewest_gpus_its_memory_fits_in(gib):
+    from glassroom.errors import GlassroomError
+    from glassroom.ladder.spec import expand_seeds, read_spec
+    from glassroom.model.accounting import Layout, memory_per_gpu
+    from glassroom.steps.ladder import ladder_steps, workers_for
+    from glassroom.train.config import run_config_from_mapping
+
+    spec, raw = read_spec(ROOT / "experiments" / "ladder-story.yaml")
+    rungs, hero = expand_seeds(spec)
+    for run in [*rungs, hero]:
+        cfg = run_config_from_mapping(run.config, run.name)
+        tc, ep = cfg.train, cfg.train.expert_parallel
+
+        def total(workers):
+            return memory_per_gpu(cfg.model, Layout(dp=workers // ep, ep=ep, micro_batch=tc.micro_batch_size,
+                                                    seq_len=tc.seq_len, precision=tc.precision,
+                                                    activation_checkpointing=tc.activation_checkpointing))["bytes"]["total"]
+        valid = [w for w in range(ep, tc.batch_size + 1, ep)
+                 if tc.batch_size % w == 0 and (tc.batch_size // w) % tc.micro_batch_size == 0]
+        fitting = [w for w in valid if total(w) <= gib * 2**30]
+        if not fitting:
+            with pytest.raises(GlassroomError, match=f"does not fit {gib} GiB per GPU"):
+                workers_for(run.config, gib * 2**30)
+            continue
+        assert workers_for(run.config, gib * 2**30) == fitting[0]
+    steps, later = ladder_steps(spec, raw, with_hero=True,
+                                cluster={"gpus_per_worker": 1, "workers": 1, "gpu_memory": 10_000 * 2**30})
+    assert all(s.resources.total_gpus == 1 for s in steps + later[1:])  # 10 TB fits every rung on one GPU
+
+
+def test_ladder_run_cluster_options_are_checked_before_anything_runs(tiny_dataset, tmp_path):
+    for args, message in ((["--workers", "2"], "go with --ray"), (["--ray", "local", "--gpus-per-worker", "2"],
+                          "a worker trains on one GPU"), (["--ray", "local", "--gpu-memory", "80"],
+                          "goes with --gpus-per-worker 1")):
+        result = glassroom("ladder", "run", SPEC, "--out", tmp_path / "l", "--data", tiny_dataset, *args)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert not (tmp_path / "l").exists()
