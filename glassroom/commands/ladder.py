@@ -427,8 +427,10 @@ def register_run(sub) -> None:
                    "and each rung the fewest workers its memory per GPU fits in, by `glassroom plan`'s count (default 0: CPUs)")
     p.add_argument("--gpu-memory", type=number, metavar="GIB", help="with --gpus-per-worker: memory per GPU in GiB "
                    "(default 141, an H200)")
-    p.add_argument("--workers", type=whole, default=1, metavar="W", help="with --ray on CPUs: workers per rung "
-                   "and for the hero (default 1)")
+    p.add_argument("--workers", type=whole, default=1, metavar="W", help="with --ray on CPUs: at most W workers "
+                   "for each rung and the hero, the most its batch splits over (default 1)")
+    p.add_argument("--cpus-per-worker", type=number, default=1, metavar="C", help="with --ray: CPUs each worker "
+                   "holds, and its torch threads (default 1)")
     p.set_defaults(run=run_run)
 
 
@@ -457,8 +459,8 @@ def run_run(args: argparse.Namespace) -> int:
     if cluster:
         for step in rung_steps + later[1:]:
             r = step.resources
-            print(f"ladder: {step.name}: {r.workers} worker(s)" + (f" x {r.gpus_per_worker} GPU" if r.gpus_per_worker
-                  else f" x {r.cpus:g} CPUs"), file=sys.stderr)
+            print(f"ladder: {step.name}: {r.workers} worker(s)" + (f" x {r.gpus_per_worker} GPU" if r.total_gpus
+                  else f" x {r.cpus:g} CPU"), file=sys.stderr)
     experiment = write_experiment(out, Path(args.spec), data, args.hero, rung_steps + later, cluster)
     graph, result = run_experiment(experiment, out, args.jobs, args.force or None, ray=args.ray)
     rungs = [node for node in graph if node.step.kind == "rungs"]
@@ -478,9 +480,12 @@ def run_run(args: argparse.Namespace) -> int:
 def _cluster(args) -> dict | None:
     """run_resources' settings for `ladder run --ray` (None without --ray); one-line errors."""
     if args.ray is None:
-        if args.gpus_per_worker or args.gpu_memory is not None or args.workers != 1:
-            raise GlassroomError("--workers, --gpus-per-worker and --gpu-memory go with --ray ADDRESS|local")
+        if args.gpus_per_worker or args.gpu_memory is not None or args.workers != 1 or args.cpus_per_worker != 1:
+            raise GlassroomError("--workers, --gpus-per-worker, --cpus-per-worker and --gpu-memory go with "
+                                 "--ray ADDRESS|local")
         return None
+    if not args.cpus_per_worker > 0:
+        raise GlassroomError(f"--cpus-per-worker: must be above 0, got {args.cpus_per_worker:g}")
     if args.gpus_per_worker > 1:
         raise GlassroomError(f"--gpus-per-worker {args.gpus_per_worker}: a worker trains on one GPU; give 1 (the "
                              "worker count comes from each rung's memory)")
@@ -491,7 +496,7 @@ def _cluster(args) -> dict | None:
     if args.gpus_per_worker and args.workers != 1:
         raise GlassroomError("--workers: with --gpus-per-worker each rung's worker count comes from its memory per GPU")
     memory = (args.gpu_memory if args.gpu_memory is not None else GPU_MEMORY_GIB["h200"]) * 2**30
-    return {"gpus_per_worker": args.gpus_per_worker, "workers": args.workers,
+    return {"gpus_per_worker": args.gpus_per_worker, "workers": args.workers, "cpus_per_worker": args.cpus_per_worker,
             **({"gpu_memory": memory} if args.gpus_per_worker else {})}
 
 

@@ -136,6 +136,14 @@ def _with_data(config: dict, data: Any) -> dict:
     return config
 
 
+def splits(config: dict[str, Any], workers: int) -> bool:
+    """Whether `workers` ranks can train `config`: its batch splits into whole micro-batches on each,
+    and its train.parallel ep divides them (1 always can)."""
+    tc = run_config_from_mapping(config, "run").train
+    per_rank, rest = divmod(tc.batch_size, workers)
+    return workers == 1 or (not rest and per_rank % tc.micro_batch_size == 0 and workers % tc.expert_parallel == 0)
+
+
 def workers_for(config: dict[str, Any], gpu_memory: float) -> int:
     """The fewest training ranks (one GPU each) over which `config` (a RunConfig mapping) fits in
     `gpu_memory` bytes per GPU by `glassroom plan`'s count (FSDP2, its train.parallel ep): a count the
@@ -146,8 +154,7 @@ def workers_for(config: dict[str, Any], gpu_memory: float) -> int:
     tc, ep = cfg.train, cfg.train.expert_parallel
     need = None
     for workers in range(ep, tc.batch_size + 1, ep):
-        per_rank, rest = divmod(tc.batch_size, workers)
-        if rest or per_rank % tc.micro_batch_size:
+        if not splits(config, workers):
             continue
         layout = Layout(dp=workers // ep, ep=ep, micro_batch=tc.micro_batch_size, seq_len=tc.seq_len,
                         activation_checkpointing=tc.activation_checkpointing, precision=tc.precision)
@@ -160,16 +167,18 @@ def workers_for(config: dict[str, Any], gpu_memory: float) -> int:
 
 
 def run_resources(config: dict[str, Any], cpus: float, gpus_per_worker: int = 0, workers: int = 1,
-                  gpu_memory: Optional[float] = None) -> Resources:
+                  gpu_memory: Optional[float] = None, cpus_per_worker: float = 1) -> Resources:
     """What a rung or the hero asks for: on GPUs the fewest workers its memory per GPU fits in
-    (workers_for), else `workers` workers of `cpus` CPUs each (1: an ordinary in-process run); its
-    train.max_restarts for the launch."""
+    (workers_for), else the most workers up to `workers` its batch splits over (1: an ordinary
+    in-process run of `cpus` CPUs), each of `cpus_per_worker` CPUs; its train.max_restarts for the launch."""
     if gpus_per_worker:
         workers = workers_for(config, gpu_memory)
+    else:
+        workers = max(w for w in range(1, workers + 1) if splits(config, w))
     if workers == 1:
         return Resources(cpus=cpus, gpus=gpus_per_worker)
     restarts = run_config_from_mapping(config, "run").train.max_restarts
-    return Resources(cpus=cpus, workers=workers, gpus_per_worker=gpus_per_worker, max_restarts=restarts)
+    return Resources(cpus=cpus_per_worker, workers=workers, gpus_per_worker=gpus_per_worker, max_restarts=restarts)
 
 
 def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bool = True,
@@ -177,7 +186,7 @@ def ladder_steps(spec, spec_raw: dict, data: Optional[Any] = None, with_hero: bo
                  cluster: Optional[dict] = None) -> tuple[list[Step], list[Step]]:
     """(rung steps, fit + hero steps) for a ladder spec; `data` (a path or a pipeline Input)
     replaces the spec's data.path. Each rung declares `cpus`, the hero `hero_cpus` (default `cpus`).
-    `cluster` (run_resources' gpus_per_worker, workers, gpu_memory): each rung and the
+    `cluster` (run_resources' gpus_per_worker, workers, gpu_memory, cpus_per_worker): each rung and the
     hero ask for the workers and GPUs they need, for the Ray runner (`ladder run --ray`)."""
     rungs, hero = expand_seeds(spec)
 

@@ -82,7 +82,6 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
     check_workers(cfg, workers, gpus_per_worker, cpus_per_worker)
     ray = import_ray("--ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PRINT_PATCH", "0")  # else each progress line is printed twice
     if connect:
         check_reachable(address)
         init_ray(ray, address, log_to_driver=not quiet)
@@ -94,7 +93,8 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
 
         job = {"config": cfg.to_dict(), "label": label, "out": str(Path(out).absolute()), "resume": bool(resume),
                "quiet": bool(quiet), "launch": uuid.uuid4().hex, "threads": max(1, int(cpus_per_worker)),
-               "in_step": in_step, "faults": os.environ.get(FAULT_ENV)}  # the drills reach every worker
+               "in_step": in_step, "faults": os.environ.get(FAULT_ENV),  # the drills reach every worker
+               "cwd": os.getcwd()}
         resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
         trainer = TorchTrainer(
             train_worker, train_loop_config=job,
@@ -102,7 +102,9 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
             scaling_config=ScalingConfig(num_workers=workers, use_gpu=bool(gpus_per_worker),
                                          resources_per_worker=resources, placement_strategy="SPREAD"),
             run_config=RayRunConfig(name=f"glassroom-{job['launch'][:8]}", storage_path=str(storage),
-                                    failure_config=FailureConfig(max_failures=cfg.train.max_restarts)))
+                                    failure_config=FailureConfig(max_failures=cfg.train.max_restarts),
+                                    # Ray Train copies a worker's prints to its logger, which prints them again
+                                    worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}))
         try:
             result = trainer.fit()
         except Exception as exc:  # TrainingFailedError: a worker failed more often than max_restarts allows
@@ -128,6 +130,8 @@ def train_worker(job: dict) -> dict:
     from glassroom.train.session import train_run  # lazy: the trainer loads in the worker only
 
     os.environ[LAUNCH_ID_ENV] = job["launch"]
+    if os.path.isdir(job["cwd"]):  # relative paths in the config mean what they meant to the caller
+        os.chdir(job["cwd"])
     if job.get("faults"):
         os.environ[FAULT_ENV] = job["faults"]
     torch.set_num_threads(job["threads"])

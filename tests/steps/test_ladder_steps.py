@@ -162,9 +162,27 @@ def test_each_rung_asks_for_the_fewest_gpus_its_memory_fits_in(gib):
 
 
 def test_ladder_run_cluster_options_are_checked_before_anything_runs(tiny_dataset, tmp_path):
-    for args, message in ((["--workers", "2"], "go with --ray"), (["--ray", "local", "--gpus-per-worker", "2"],
+    for args, message in ((["--workers", "2"], "go with --ray"), (["--cpus-per-worker", "2"], "go with --ray"), (["--ray", "local", "--gpus-per-worker", "2"],
                           "a worker trains on one GPU"), (["--ray", "local", "--gpu-memory", "80"],
                           "goes with --gpus-per-worker 1")):
         result = glassroom("ladder", "run", SPEC, "--out", tmp_path / "l", "--data", tiny_dataset, *args)
         assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
         assert not (tmp_path / "l").exists()
+
+
+def test_on_cpus_each_rung_gets_the_most_workers_its_batch_splits_over():
+    from glassroom.ladder.spec import expand_seeds, read_spec
+    from glassroom.steps.ladder import run_resources
+    from glassroom.train.config import run_config_from_mapping
+
+    spec, _ = read_spec(SPEC)
+    rungs, hero = expand_seeds(spec)
+    for run in [*rungs, hero]:
+        tc = run_config_from_mapping(run.config, run.name).train
+        for most in range(1, 6):
+            res = run_resources(run.config, cpus=2, workers=most, cpus_per_worker=1)
+            w = res.workers
+            assert w <= most and tc.batch_size % w == 0 and (tc.batch_size // w) % tc.micro_batch_size == 0
+            assert not any(tc.batch_size % v == 0 and (tc.batch_size // v) % tc.micro_batch_size == 0
+                           for v in range(w + 1, most + 1))  # none larger up to `most` would split
+            assert (res.cpus, res.procs) == ((2, 1) if w == 1 else (1, 1))
