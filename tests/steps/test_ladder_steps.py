@@ -144,7 +144,7 @@ def test_each_rung_asks_for_the_fewest_gpus_its_memory_fits_in(gib):
         cfg = run_config_from_mapping(run.config, run.name)
         tc, ep = cfg.train, cfg.train.expert_parallel
 
-        def total(workers):
+        def total(workers, cfg=cfg, tc=tc, ep=ep):
             return memory_per_gpu(cfg.model, Layout(dp=workers // ep, ep=ep, micro_batch=tc.micro_batch_size,
                                                     seq_len=tc.seq_len, precision=tc.precision,
                                                     activation_checkpointing=tc.activation_checkpointing))["bytes"]["total"]

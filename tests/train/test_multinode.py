@@ -164,3 +164,32 @@ def test_a_worker_killed_mid_run_is_restarted_by_ray_train_and_the_store_is_the_
     assert_same_store(ray_runs["killed"], ray_runs["plain"])
     (event,) = restarted_events(ray_runs["killed"])
     assert event["step"] == 5 and event["data"]["failed_ranks"] == [1]
+
+
+def test_a_pipeline_step_of_two_workers_trains_over_both_ray_nodes(ray_cluster, tiny_dataset, one_process, tmp_path):
+    from glassroom.train.config import load_run_config
+
+    config = load_run_config(TINY, [f"data.path={tiny_dataset}", *EP2]).to_dict()
+    experiment = tmp_path / "exp.py"
+    experiment.write_text(
+        "from glassroom.pipeline import Resources, Step\n"
+        "from glassroom.steps.ladder import train_rung\n"
+        f"steps = [Step('rung', train_rung, {{'run': {config!r}}}, kind='rungs',\n"
+        "              resources=Resources(cpus=1, workers=2))]\n")
+    result = subprocess.run([sys.executable, "-m", "glassroom", "run", str(experiment), "--workspace",
+                             str(tmp_path / "ws"), "--ray", ray_cluster], cwd=ROOT, env=ENV, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    (run,) = (tmp_path / "ws" / "rungs").glob("rung-*")
+    np.testing.assert_allclose(losses(run), losses(one_process), rtol=1e-3)
+    with StoreReader(run) as reader:
+        start = next(e for e in reader.events() if e["kind"] == "start")
+    assert "on 2 x cpu" in start["text"]  # two ranks, one per node
+
+
+def test_gpus_the_cluster_does_not_have_are_refused_before_any_worker_starts(ray_cluster, tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    cmd = train_cmd(out, tiny_dataset, *EP2) + ["--ray", ray_cluster, "--workers", "2", "--gpus-per-worker", "1"]
+    result = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "asks for 2 GPUs and the Ray cluster has 0" in result.stderr and not out.exists()
