@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,22 +101,23 @@ def test_a_worker_killed_mid_run_is_restarted_by_torchrun_and_the_store_is_the_u
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     """`ray start --head` and a second node joining it, one CPU each; their process groups killed after."""
     pytest.importorskip("ray.train")
     ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     port = free_port()
-    temp = tmp_path_factory.mktemp("ray")
+    # Ray's socket paths live under its temp dir and must stay within 107 bytes: a short folder of its own
+    temp = Path(tempfile.mkdtemp(prefix="gr-ray-", dir="/tmp"))
     common = ["--num-cpus=1", "--num-gpus=0", "--object-store-memory=100000000", "--block", "--disable-usage-stats"]
     nodes = [subprocess.Popen([ray, "start", "--head", f"--port={port}", "--include-dashboard=false",
                                f"--temp-dir={temp}", *common], env=ENV, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline, status = time.monotonic() + 180, None
         while True:
             if time.monotonic() > deadline:
-                pytest.fail("the Ray head did not start within 120 s")
+                pytest.fail(f"the Ray cluster did not start within 180 s: {status and status.stderr[-1500:]}")
             status = subprocess.run([ray, "status", f"--address={address}"], capture_output=True, text=True, env=ENV)
             if status.returncode == 0:
                 if len(nodes) == 1:
@@ -138,6 +140,7 @@ def ray_cluster(tmp_path_factory):
                     break
                 except subprocess.TimeoutExpired:
                     continue
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def ray_train(out: Path, dataset: Path, address: str, *sets: str, faults: str = "") -> None:
