@@ -88,8 +88,11 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
     storage = Path(tempfile.mkdtemp(prefix="glassroom-ray-train-"))
     try:
         check_cluster(ray, workers, gpus_per_worker, cpus_per_worker)
-        from ray.train import FailureConfig, RunConfig as RayRunConfig, ScalingConfig  # lazy: ray train loads here
-        from ray.train.torch import TorchConfig, TorchTrainer
+        try:
+            from ray.train import FailureConfig, RunConfig as RayRunConfig, ScalingConfig  # lazy: ray train loads here
+            from ray.train.torch import TorchConfig, TorchTrainer
+        except ImportError as exc:
+            raise GlassroomError(f"--ray needs Ray Train ({exc}): pip install -e '.[ray]'") from None
 
         job = {"config": cfg.to_dict(), "label": label, "out": str(Path(out).absolute()), "resume": bool(resume),
                "quiet": bool(quiet), "launch": uuid.uuid4().hex, "threads": max(1, int(cpus_per_worker)),
