@@ -31,10 +31,18 @@ is writing now; a start that fails before its first step removes what it created
 SIGTERM stops a run cleanly (journaled as `stopped`; --resume continues it). docs/train.md has the
 list of what is refused.
 
+Across machines (docs/train.md, "Many machines"): one torchrun launcher per node (--nnodes, a c10d
+rendezvous), or --ray ADDRESS --workers W (Ray Train workers spread over the cluster's nodes). With
+train.max_restarts the engine restarts every worker when one fails, and they continue from the
+newest intact checkpoint by themselves (journaled as `restarted`).
+
 examples:
   glassroom train experiments/train-dense.yaml --out lab/runs/dense
   glassroom train experiments/train-dense.yaml --out lab/runs/dense --set train.steps=400 --resume
   torchrun --nproc_per_node=2 -m glassroom train experiments/train-moe.yaml --out lab/runs/moe
+  torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 --rdzv-id=moe \
+      -m glassroom train experiments/train-moe.yaml --out /shared/lab/runs/moe
+  glassroom train experiments/train-moe.yaml --out /shared/lab/runs/moe --ray head:6379 --workers 4
 """
 
 
