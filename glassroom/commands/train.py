@@ -95,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume and "TORCHELASTIC_RUN_ID" not in os.environ:  # under torchrun: after its restart is known
         check_new_run_dir(out)
     if args.ray is not None:
-        from glassroom.train.ray_train import fit_on_ray
+        from glassroom.train.ray_train import fit_on_ray  # in run(): ray and torch stay out of --help
 
         return fit_on_ray(cfg, config, out, args)
 
-    from glassroom.train.session import train_run
+    from glassroom.train.session import train_run  # in run(): torch stays out of --help
 
     trainer, final = train_run(cfg, out, args.resume, args.quiet, str(config))
     if trainer.info.is_main and not args.quiet:

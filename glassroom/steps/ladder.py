@@ -28,12 +28,14 @@ from glassroom.ladder.predict import backtest, make_prediction, preregister
 from glassroom.ladder.rungs import (LISTING_FILE, NO_PREDICTION_FILE, PREDICTION_FILE, SPEC_FILE, group_sizes,
                                     load_rungs)
 from glassroom.ladder.spec import expand_seeds, read_spec
+from glassroom.model.accounting import Layout, memory_per_gpu
 from glassroom.observe.run_folder import has_config
 from glassroom.observe.store import StoreWriter
 from glassroom.pipeline.context import StepContext
 from glassroom.pipeline.experiment import Experiment, load_experiment
 from glassroom.pipeline.provenance import run_context
 from glassroom.pipeline.runner_local import LocalBackend
+from glassroom.pipeline.runner_ray import RayBackend
 from glassroom.pipeline.scheduler import run_graph
 from glassroom.pipeline.step import Input, Resources, Step
 from glassroom.train.config import run_config_from_mapping
@@ -148,8 +150,6 @@ def workers_for(config: dict[str, Any], gpu_memory: float) -> int:
     """The fewest training ranks (one GPU each) over which `config` (a RunConfig mapping) fits in
     `gpu_memory` bytes per GPU by `glassroom plan`'s count (FSDP2, its train.parallel ep): a count the
     batch splits into whole micro-batches and ep divides. GlassroomError when none up to the batch size does."""
-    from glassroom.model.accounting import Layout, memory_per_gpu  # lazy: the ladder layer's only accounting use
-
     cfg = run_config_from_mapping(config, "rung")
     tc, ep = cfg.train, cfg.train.expert_parallel
     need = None
@@ -252,8 +252,6 @@ def run_experiment(experiment: Path | Experiment, workspace: Path, jobs: int = 1
     graph = loaded.graph(workspace)
     selected, forced = graph.select(None, force)
     if ray is not None:
-        from glassroom.pipeline.runner_ray import RayBackend  # lazy: ray loads only when this runs
-
         backend = RayBackend(ray)
     else:
         backend = LocalBackend(jobs)

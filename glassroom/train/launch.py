@@ -72,10 +72,18 @@ def local_restart_count() -> int:
         return 0
 
 
-def _notes(run_dir: Path) -> list[dict]:
+def _folder(run_dir: Path) -> Optional[Path]:
+    """RUN_DIR/.launch, unless it is a link (the notes never read or write outside the run)."""
     folder = Path(run_dir) / NOTES_DIR
+    return None if folder.is_symlink() else folder
+
+
+def _notes(run_dir: Path) -> list[dict]:
+    folder = _folder(run_dir)
     out = []
-    for path in sorted(folder.glob("rank-*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.glob("rank-*.json")) if folder and folder.is_dir() else []:
+        if path.is_symlink():
+            continue
         try:
             note = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -99,7 +107,7 @@ def detect_restart(run_dir: Path, rank: int) -> Optional[Restart]:
     ident = launch_id()
     notes = _notes(run_dir) if rank == 0 else []
     here = local_restart_count() > 0
-    if ident and os.environ.get(LAUNCH_ID_ENV):  # Ray Train: the notes name this launch
+    if ident and launched_by_ray():  # Ray Train: the notes name this launch
         here = here or any(n.get("launch") == ident for n in _notes(run_dir))
     if not _any_rank(here):
         return None
@@ -132,6 +140,8 @@ class RankNote:
                      "launch": launch_id(), "attempt": attempt, "started": time.time()}
 
     def write(self) -> None:
+        if _folder(self.path.parent.parent) is None:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             replace_file(self.path, json.dumps(self.note))
@@ -146,6 +156,6 @@ class RankNote:
 
 def clear_notes(run_dir: Path) -> None:
     """Remove the previous attempt's notes (main rank, before the ranks write theirs)."""
-    folder = Path(run_dir) / NOTES_DIR
-    for path in folder.glob("rank-*.json") if folder.is_dir() else []:
+    folder = _folder(run_dir)
+    for path in folder.glob("rank-*.json") if folder and folder.is_dir() else []:
         path.unlink(missing_ok=True)

@@ -23,11 +23,14 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import torch
+
 from glassroom.errors import ConfigError, GlassroomError
 from glassroom.pipeline.runner_ray import check_reachable, import_ray, init_ray
 from glassroom.train.config import RunConfig, run_config_from_mapping
 from glassroom.train.expert_parallel import check_layout
 from glassroom.train.launch import LAUNCH_ID_ENV
+from glassroom.train.session import train_run
 from glassroom.train.trainer import FAULT_ENV
 
 
@@ -128,10 +131,6 @@ def fit_workers(cfg: RunConfig, label: str, out: Path, resume: bool, quiet: bool
 def train_worker(job: dict) -> dict:
     """One Ray Train worker: the run's training as one rank (glassroom/train/session.py). A refusal
     (GlassroomError, the same on every rank) is returned, not raised: Ray Train would retry it."""
-    import torch  # lazy: runs in the Ray worker
-
-    from glassroom.train.session import train_run  # lazy: the trainer loads in the worker only
-
     os.environ[LAUNCH_ID_ENV] = job["launch"]
     if os.path.isdir(job["cwd"]):  # relative paths in the config mean what they meant to the caller
         os.chdir(job["cwd"])

@@ -302,7 +302,6 @@ class Trainer(ResumeMixin):
                 self.train_step()
                 self._beat(every=10.0)
                 final_eval = self._after_step() or final_eval
-                self._beat(every=10.0)
                 self._planted_kill(self.step, "kill")
             if tc.steps == 0 and not ckpt.list_checkpoints(self.run_dir):
                 final_eval = self._after_step()  # the initial model (e.g. init.from) as step 0

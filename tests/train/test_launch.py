@@ -122,3 +122,18 @@ def test_rank_notes_say_how_a_rank_ended(tmp_path):
     assert saved["rank"] == 3 and saved["attempt"] == 2 and "ended" not in saved
     note.ended(RuntimeError("Connection closed by peer"))
     assert json.loads((tmp_path / NOTES_DIR / "rank-3.json").read_text())["ended"].startswith("RuntimeError: Connection")
+
+
+def test_a_notes_folder_that_is_a_link_is_neither_read_nor_written(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "rank-0.json").write_text(json.dumps({"rank": 0, "launch": "job-7"}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / NOTES_DIR).symlink_to(elsewhere)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-7")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    restart = detect_restart(run, rank=0)
+    assert restart is not None and restart.failed == []  # nothing read through the link
+    RankNote(run, 1, 2, attempt=1).write()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["rank-0.json"]  # nothing removed or written there
