@@ -263,7 +263,8 @@ def register_atlas(sub) -> None:
     p.add_argument("--sample", type=whole, default=20_000, metavar="N", help="documents to sample (default 20000)")
     p.add_argument("--sampling", choices=["uniform", "per-domain"], default="uniform",
                    help="uniform over documents, or the same number from each domain (default uniform)")
-    p.add_argument("--method", choices=["fast", "better"], default="fast", help="embedding (default fast)")
+    p.add_argument("--method", choices=["fast", "better"], default=None,
+                   help="embedding: better (default: word statistics joined with wordllama's static embeddings) or fast (word statistics only)")
     p.add_argument("--fine", type=whole, default=0, metavar="F", help="cluster into F first, then merge to K (e.g. 1000)")
     p.add_argument("--max-tokens", type=whole, default=512, help="tokens of each document to embed (default 512)")
     p.add_argument("--seed", type=whole, default=0, help="sampling and clustering seed (default 0)")

@@ -276,11 +276,13 @@ def purity(labels: np.ndarray, classes: np.ndarray) -> float:
     return float(table.max(axis=1).sum() / len(labels))
 
 
-def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: str = "uniform", method: str = "fast",
+def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: str = "uniform", method: str | None = None,
                 fine: int = 0, seed: int = 0, max_tokens: int = 512, weights: dict[str, float] | None = None,
                 total_tokens: float | None = None, log: TextIO | None = None, progress_interval: float = 5.0,
                 write: bool = True) -> dict:
-    """Compute the atlas of the dataset at `path`; writes DATA_DIR/atlas/atlas.json unless write=False."""
+    """Compute the atlas of the dataset at `path`; writes DATA_DIR/atlas/atlas.json unless write=False.
+    `method` None is embed.DEFAULT_METHOD."""
+    method = embed.DEFAULT_METHOD if method is None else method
     log = log if log is not None else sys.stderr
     ds = Dataset(path)
     if k < 1:

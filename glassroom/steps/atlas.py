@@ -28,11 +28,11 @@ def _whole(name: str, key: str, value, least: int) -> int:
 
 
 def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, sampling: str = "uniform",
-               method: str = "fast", seed: int = 0, max_tokens: int = 512, subpath: str = "dataset",
+               method: str | None = None, seed: int = 0, max_tokens: int = 512, subpath: str = "dataset",
                cpus: float = 2, deps: tuple = ()) -> Step:
     """A step that computes the atlas of `data`'s dataset (`<output of data>/<subpath>`) at k clusters."""
     from glassroom.data.atlas import SAMPLINGS  # lazy: numpy loads only when this runs
-    from glassroom.data.embed import METHODS
+    from glassroom.data.embed import DEFAULT_METHOD, METHODS
 
     if not isinstance(data, Step):
         raise ValueError(f"{name}: data must be a data step (data_build_step), got {type(data).__name__}")
@@ -40,6 +40,7 @@ def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, samp
               "seed": _whole(name, "seed", seed, 0), "max_tokens": _whole(name, "max_tokens", max_tokens, 8)}
     if sampling not in SAMPLINGS:
         raise ValueError(f"{name}: sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    method = DEFAULT_METHOD if method is None else method
     if method not in METHODS:
         raise ValueError(f"{name}: method must be one of {', '.join(METHODS)}, got {method!r}")
     if k > sample:

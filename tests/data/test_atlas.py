@@ -148,8 +148,8 @@ def test_cli_writes_and_prints(dataset, tmp_path):
     shutil.rmtree(out / "atlas")
     r = _cli(out, "--k", "3", "--sample", "100", "--sampling", "per-domain")
     assert r.returncode == 0, r.stderr
-    assert "3 clusters of 100 sampled documents (per-domain, fast)" in r.stdout
-    assert "atlas: embed (fast)" in r.stderr
+    assert "3 clusters of 100 sampled documents (per-domain, better)" in r.stdout   # the default method
+    assert "atlas: embed (better)" in r.stderr
     assert json.loads((out / "atlas" / "atlas.json").read_text())["sampling"]["sampled"] == 100
     assert [p.name for p in (out / "atlas").iterdir()] == ["atlas.json"]  # no temporary left behind
 

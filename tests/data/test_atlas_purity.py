@@ -1,12 +1,19 @@
-"""Atlas purity on a small real corpus it was not tuned on: four kinds of text read with the build's
-own extractors and cut at 8 KB as a recipe's chunk_bytes would (English fortunes, WordNet entries,
-Debian Handbook pages in English and in German, C headers), embedded as the atlas embeds them (spread
-windows, glassroom.data.embed `fast`) and clustered at k = number of kinds; the target is 0.85.
-This small corpus is easy: the old first-tokens embedding passes it too (0.94); bench/atlas.py
---heldout has the larger held-out corpora where the two differ (docs/data-atlas.md)."""
+"""Atlas purity on real corpora the embedding was not chosen on: five domains, each of two to four
+sources read with the build's own extractors and cut at 8 KB as a recipe's chunk_bytes would
+(prose: English fortunes; reference: GCIDE past the demo's part; docs: the English Debian Handbook
+and man sections 2, 3, 7; code: C headers and Perl modules; multilingual: the German and Polish
+Debian Handbook, Italian fortunes, Spanish man pages), embedded as the atlas embeds them (spread
+windows) and clustered at k = 5. The target is 0.85 for seeds 0, 1 and 2.
+
+Domains of several unlike sources are what makes this corpus hard: word statistics of this corpus
+alone (method fast, the atlas's embedding before wordllama was joined by default) score 0.74-0.79
+here; the default, 0.93.
+
+The handbook translations are partial: py3langid calls 21% of the German pages and 75% of the
+Polish ones English. Those pages are English documentation, so they are left out before scoring,
+as bench/atlas.py does (docs/data-atlas.md)."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
@@ -16,33 +23,70 @@ from glassroom.data.atlas import purity
 from glassroom.data.recipe import SourceConfig
 from glassroom.data.sources import iter_source
 
-KINDS = {
-    "prose": {"kind": "fortunes", "name": "fortunes-en", "exclude": ["off"]},
-    "reference": {"kind": "dictd", "names": ["wn"]},
-    "docs": {"kind": "files", "name": "handbook-en", "path": "/usr/share/doc/debian-handbook/html/en-US/*.html", "format": "html"},
-    "multilingual": {"kind": "files", "name": "handbook-de", "path": "/usr/share/doc/debian-handbook/html/de-DE/*.html", "format": "html"},
-    "code": {"kind": "files", "name": "c-headers", "path": "/usr/include/**/*.h"},
+HANDBOOK = "/usr/share/doc/debian-handbook/html/{}/*.html"
+DOMAINS = {
+    "prose": [{"kind": "fortunes", "name": "fortunes-en", "exclude": ["off"]}],
+    "reference": [{"kind": "dictd", "names": ["gcide"], "skip": 4_000_000}],
+    "docs": [{"kind": "files", "name": "handbook-en", "path": HANDBOOK.format("en-US"), "format": "html"},
+             {"kind": "man", "sections": "2,3,7"}],
+    "code": [{"kind": "files", "name": "c-headers", "path": "/usr/include/**/*.h"},
+             {"kind": "files", "name": "perl-modules", "path": "/usr/share/perl/5.36.0/**/*.pm"}],
+    "multilingual": [{"kind": "files", "name": "handbook-de", "path": HANDBOOK.format("de-DE"), "format": "html"},
+                     {"kind": "files", "name": "handbook-pl", "path": HANDBOOK.format("pl-PL"), "format": "html"},
+                     {"kind": "fortunes", "name": "fortunes-it", "path": "/usr/share/games/fortunes/it"},
+                     {"kind": "man", "lang": "es"}],
 }
-PER_KIND = 60
+DOMAIN_BYTES = 800_000
+TARGET = 0.85
 
 
+def read_source(spec: dict, limit: int) -> list[str]:
+    spec = dict(spec)
+    skip = spec.pop("skip", 0)
+    texts, seen = [], 0
+    for doc in iter_source(SourceConfig(**spec, chunk_bytes=8192, max_bytes=skip + limit), "x"):
+        seen += len(doc["text"].encode())
+        if seen > skip and len(doc["text"].strip()) >= 64:
+            texts.append(embed.spread_text(doc["text"], 512 * 3))
+    return texts
+
+
+@pytest.fixture(scope="module")
 def corpus() -> tuple[list[str], np.ndarray]:
+    py3langid = pytest.importorskip("py3langid")
     texts, labels = [], []
-    for i, spec in enumerate(KINDS.values()):
-        docs = [d["text"] for d in iter_source(SourceConfig(**spec, chunk_bytes=8192, max_docs=PER_KIND), "x")]
-        if len(docs) < PER_KIND // 2:
-            pytest.skip(f"{spec.get('name') or spec['kind']}: not installed (scripts/install-corpora.sh)")
-        texts += docs
-        labels += [i] * len(docs)
+    for d, (domain, sources) in enumerate(DOMAINS.items()):
+        for spec in sources:
+            docs = read_source(spec, DOMAIN_BYTES // len(sources))
+            if len(docs) < 10:
+                pytest.skip(f"{spec.get('name') or spec['kind']}: not installed (scripts/install-corpora.sh)")
+            if domain == "multilingual":
+                docs = [t for t in docs if py3langid.classify(t)[0] != "en"]
+            texts += docs
+            labels += [d] * len(docs)
     return texts, np.asarray(labels)
 
 
-def test_purity_at_k_kinds_on_unseen_text():
-    texts, labels = corpus()
-    windows = [embed.spread_text(t, 512 * 3) for t in texts]
-    vectors = embed.embed(windows, "fast", seed=0)
-    scores = [purity(cluster.spherical_kmeans(vectors, len(KINDS), seed=s)[0], labels) for s in range(3)]
-    assert min(scores) >= 0.85, scores
+def scores(corpus, method: str) -> list[float]:
+    texts, labels = corpus
+    vectors = embed.embed(texts, method, seed=0)
+    return [purity(cluster.spherical_kmeans(vectors, len(DOMAINS), seed=s)[0], labels) for s in range(3)]
+
+
+def test_default_embedding_keeps_unlike_sources_of_a_domain_together(corpus):
+    assert min(scores(corpus, embed.DEFAULT_METHOD)) >= TARGET
+
+
+def test_corpus_tells_word_statistics_alone_from_the_default(corpus):
+    """The corpus must be able to fail an embedding: word statistics alone (the atlas's embedding
+    before wordllama was joined by default) stay well under the target on it."""
+    assert max(scores(corpus, "fast")) < TARGET
+
+
+def test_pooled_wordllama_vectors_equal_wordllama_embed(corpus):
+    texts = corpus[0][::7]
+    reference = embed.load_wordllama().embed(texts, norm=True)
+    assert np.abs(embed.wordllama_vectors(texts, lambda n: None) - reference).max() < 1e-5
 
 
 def test_spread_windows():
