@@ -77,8 +77,12 @@
     }
   }
 
+  // Pixels per map unit. The map is clamped to [-1.2, 1.2] (glassroom.data.cluster.map_2d): at scale 1
+  // the short side shows [-1.25, 1.25], so the clamped outliers at its edge are drawn too.
+  const unit = () => Math.min(W, H) / 2 / 1.25 * view.scale;
+
   function toScreen(i) {
-    const s = Math.min(W, H) / 2 * 0.92 * view.scale;
+    const s = unit();
     return [W / 2 + (P.x[i] + view.x) * s, H / 2 - (P.y[i] + view.y) * s];
   }
 
@@ -89,7 +93,7 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, W, H);
-    const s = Math.min(W, H) / 2 * 0.92 * view.scale, cx = W / 2 + view.x * s, cy = H / 2 - view.y * s;
+    const s = unit(), cx = W / 2 + view.x * s, cy = H / 2 - view.y * s;
     const r = n > 8000 ? 2 : 3, half = r / 2;
     const sel = A.selected, xs = P.x, ys = P.y, cl = P.cluster;
     let drawn = 0;
@@ -135,7 +139,7 @@
   }
 
   function nearestPoint(mx, my) {
-    const s = Math.min(W, H) / 2 * 0.92 * view.scale, cx = W / 2 + view.x * s, cy = H / 2 - view.y * s;
+    const s = unit(), cx = W / 2 + view.x * s, cy = H / 2 - view.y * s;
     let best = -1, bd = 64;   // within 8 px
     for (let i = 0; i < n; i++) {
       if (A.selected !== null && P.cluster[i] !== A.selected) continue;
@@ -165,7 +169,7 @@
     canvas.addEventListener("mousemove", (e) => {
       const b = canvas.getBoundingClientRect(), mx = e.clientX - b.left, my = e.clientY - b.top;
       if (drag) {
-        const s = Math.min(W, H) / 2 * 0.92 * view.scale;
+        const s = unit();
         view.x = drag.vx + (mx - drag.mx) / s; view.y = drag.vy - (my - drag.my) / s;
         redraw();
         return;
@@ -181,10 +185,10 @@
     canvas.addEventListener("wheel", (e) => {
       e.preventDefault();
       const b = canvas.getBoundingClientRect(), mx = e.clientX - b.left, my = e.clientY - b.top;
-      const s0 = Math.min(W, H) / 2 * 0.92 * view.scale;
+      const s0 = unit();
       const dx = (mx - W / 2) / s0 - view.x, dy = -(my - H / 2) / s0 - view.y;   // data point under the mouse
       view.scale = Math.max(0.5, Math.min(200, view.scale * Math.exp(-e.deltaY * 0.0015)));
-      const s1 = Math.min(W, H) / 2 * 0.92 * view.scale;
+      const s1 = unit();
       view.x = (mx - W / 2) / s1 - dx; view.y = -(my - H / 2) / s1 - dy;
       redraw();
     }, {passive: false});
