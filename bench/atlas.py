@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from glassroom.data import cluster, embed
+from glassroom.data import cluster, embed, languages
 from glassroom.data.atlas import purity
 
 CHARS_PER_TOKEN = 3   # the bench's stand-in for a tokenizer: a window of T tokens is 3 T characters
@@ -100,12 +100,9 @@ def english_in_multilingual(texts: list[str], classes: np.ndarray, domains: list
     """True for the documents of a domain named multilingual that py3langid calls English: the
     Debian Handbook's translations are partial, and their untranslated pages are English
     documentation whatever folder they sit in (13-53% of a corpus's multilingual documents)."""
-    import py3langid
-
     if "multilingual" not in domains:
         return np.zeros(len(texts), dtype=bool)
-    multi = domains.index("multilingual")
-    return np.array([c == multi and py3langid.classify(t)[0] == "en" for t, c in zip(texts, classes)], dtype=bool)
+    return (classes == domains.index("multilingual")) & (np.asarray(languages.identify(texts)) == "en")
 
 
 def cpu_seconds() -> float:

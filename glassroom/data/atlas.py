@@ -25,7 +25,7 @@ from typing import TextIO
 
 import numpy as np
 
-from glassroom.data import cluster, embed
+from glassroom.data import cluster, embed, languages
 from glassroom.data.embed import spread_windows
 from glassroom.data.mixture import Dataset, check_weights
 from glassroom.data.progress import Progress
@@ -308,6 +308,10 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
     progress = Progress("atlas: decode", total=n, interval=progress_interval, stream=log, scale=1e3, unit="k docs")
     texts = document_texts(ds, smp, max_tokens, progress.update)
     timings["decode_s"] = progress.finish()
+    progress = Progress(f"atlas: languages ({languages.IDENTIFIER})", total=n, interval=progress_interval, stream=log,
+                        scale=1e3, unit="k docs")
+    language = languages.identify(texts, progress.update)
+    timings["languages_s"] = progress.finish()
     progress = Progress(f"atlas: embed ({method})", total=n, interval=progress_interval, stream=log, scale=1e3, unit="k docs")
     t_embed = time.perf_counter()
     vectors = embed.embed(texts, method, seed, progress.update)
@@ -336,6 +340,7 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
 
     doc_w = smp.weight
     tok_w = smp.weight * smp.tokens
+    by_cluster = languages.shares_by_group(language, labels, doc_w, [str(j) for j in range(k_out)])
     clusters = []
     for j in range(k_out):
         members = np.flatnonzero(labels == j)
@@ -354,6 +359,7 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
             "token_share": float(tok_w[members].sum() / max(tok_w.sum(), 1e-12)),
             "domains": dict(sorted(by_domain.items(), key=lambda kv: -kv[1])),
             "sources": top_sources,
+            "languages": by_cluster.get(str(j), {}),
             "cohesion": float(sims[members].mean()),
             "centre": [round(float(v), 4) for v in xy[members].mean(axis=0)],
             "excerpts": [{"id": _doc_id(ds, smp, i), "domain": ds.domains[smp.domain[i]], "source": sources[smp.source[i]]["name"],
@@ -379,6 +385,8 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
         "sampling": {"mode": sampling, "requested": sample, "sampled": n, "population": smp.population,
                      "sampled_by_domain": {d: int((smp.domain == i).sum()) for i, d in enumerate(ds.domains)}},
         "domain_purity": purity(labels, smp.domain),
+        "languages": {"identifier": languages.IDENTIFIER,
+                      "by_domain": languages.shares_by_group(language, smp.domain, doc_w, ds.domains)},
         "timings": {key: round(v, 3) for key, v in timings.items()},
         "domains": ds.domains,
         "sources": sources,
@@ -394,6 +402,7 @@ def build_atlas(path: str | Path, k: int = 40, sample: int = 20_000, sampling: s
             "doc": smp.doc.tolist(),
             "id": [_doc_id(ds, smp, i) for i in range(n)],
             "quality": buckets,
+            "language": language,
             "text": [_excerpt(" ".join(t[:HOVER_CHARS * 2].split()), HOVER_CHARS) for t in texts],
         },
         "quality": quality_section(ds, smp, buckets, texts, sources),
@@ -445,6 +454,9 @@ def summary(atlas: dict) -> str:
     lines = [f"{atlas['dataset']}: {atlas['k']} clusters of {s['sampled']:,} sampled documents ({s['mode']}, {atlas['method']['name']}); "
              f"domain purity {atlas['domain_purity']:.3f}; embedding {atlas['timings']['embed_docs_per_s']:,.0f} docs/s",
              f"  {'#':>3} {'tokens':>7} {'docs':>7}  {'main domain':<20} terms"]
+    if atlas.get("languages"):   # atlases written before languages were identified have none
+        lines.insert(1, f"languages ({atlas['languages']['identifier']}, share of each domain's documents): "
+                        + "; ".join(f"{d} {languages.describe(sh)}" for d, sh in atlas["languages"]["by_domain"].items()))
     for c in atlas["clusters"]:
         top = next(iter(c["domains"].items()), ("-", 0))
         lines.append(f"  {c['id']:>3} {100 * c['token_share']:>6.1f}% {100 * c['doc_share']:>6.1f}%  "

@@ -78,6 +78,11 @@ def test_json_shape_and_shares(atlas, tiny_dataset):
     terms = {next(iter(c["domains"])): set(c["terms"]) for c in atlas["clusters"]}
     assert terms["prose"] & {"unto", "lord", "shall", "thou", "thy", "thee", "god"}
     assert terms["code"] & {"self", "def", "return", "import", "none"}
+    # Languages: every sampled document's, and each domain's and cluster's shares (the tiny dataset is English).
+    assert atlas["languages"]["identifier"] == "py3langid" and set(atlas["languages"]["by_domain"]) == set(atlas["domains"])
+    for shares in [*atlas["languages"]["by_domain"].values(), *(c["languages"] for c in atlas["clusters"])]:
+        assert sum(shares.values()) == pytest.approx(1.0)
+    assert next(iter(atlas["languages"]["by_domain"]["prose"])) == "en" and pts["language"].count("en") >= 0.9 * n_docs
     # Funnel, mixture and tokenizer come from the build.
     assert atlas["funnel"]["stages"][0] == "extract" and set(atlas["funnel"]["extract"]) == set(atlas["domains"])
     assert atlas["tokenizer"]["vocab_size"] == manifest["tokenizer"]["vocab_size"]
@@ -272,6 +277,8 @@ def _check_page(browser, url, atlas, shots: Path | None = None):
     assert items[0].split(" · ")[:3] == atlas["clusters"][0]["terms"][:3]
     assert browser.eval("document.querySelectorAll('#funnel tr').length") == 1 + len(atlas["domains"])
     assert browser.eval("document.querySelectorAll('#mixture tr').length") == 1 + len(atlas["domains"])
+    assert browser.eval("document.querySelectorAll('#languages tr').length") == 1 + len(atlas["domains"])
+    assert browser.eval("document.querySelector('#languages td:nth-child(2)').textContent").startswith("en ")
     assert str(atlas["tokenizer"]["vocab_size"]) in browser.eval("document.getElementById('tok-readout').textContent").replace(",", "")
     # Colour by domain: the pixels change; back to clusters.
     before = browser.eval("document.getElementById('map').toDataURL()")

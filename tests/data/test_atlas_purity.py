@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glassroom.data import cluster, embed
+from glassroom.data import cluster, embed, languages
 from glassroom.data.atlas import purity
 from glassroom.data.recipe import SourceConfig
 from glassroom.data.sources import iter_source
@@ -53,7 +53,6 @@ def read_source(spec: dict, limit: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus() -> tuple[list[str], np.ndarray]:
-    py3langid = pytest.importorskip("py3langid")
     texts, labels = [], []
     for d, (domain, sources) in enumerate(DOMAINS.items()):
         for spec in sources:
@@ -61,7 +60,7 @@ def corpus() -> tuple[list[str], np.ndarray]:
             if len(docs) < 10:
                 pytest.skip(f"{spec.get('name') or spec['kind']}: not installed (scripts/install-corpora.sh)")
             if domain == "multilingual":
-                docs = [t for t in docs if py3langid.classify(t)[0] != "en"]
+                docs = [t for t, lang in zip(docs, languages.identify(docs)) if lang != "en"]
             texts += docs
             labels += [d] * len(docs)
     return texts, np.asarray(labels)

@@ -157,7 +157,7 @@
     tip.replaceChildren(
       el("div", {class: "tip-head"}, el("i", {class: "sw", style: `background:${colours.cluster[c.id]}`}),
         el("b", {text: `#${c.id} ${c.terms.slice(0, 4).join(", ")}`})),
-      el("div", {class: "muted", text: `${atlas.domains[P.domain[i]]} · ${src ? src.name : "?"} · ${count(P.tokens[i])} tokens`}),
+      el("div", {class: "muted", text: `${atlas.domains[P.domain[i]]} · ${src ? src.name : "?"} · ${count(P.tokens[i])} tokens${P.language ? " · " + P.language[i] : ""}`}),
       el("div", {class: "tip-text", text: P.text[i]}));
     tip.hidden = false;
     const left = Math.min(mx + 14, W - 330), top = my + 14 > H - 120 ? my - 130 : my + 14;
@@ -363,6 +363,21 @@
     }
   }
 
+  function languageTable() {   // absent from atlases written before languages were identified
+    const L = atlas.languages;
+    if (!L) return;
+    $("languages-card").hidden = false;
+    $("lang-readout").textContent = `${L.identifier} · share of each domain's sampled documents`;
+    const t = $("languages");
+    t.append(el("tr", {}, el("th", {text: "domain"}), el("th", {text: "languages"})));
+    for (const [di, d] of atlas.domains.entries()) {
+      const sh = L.by_domain[d];
+      if (!sh) continue;
+      t.append(el("tr", {}, el("td", {}, el("i", {class: "sw", style: `background:${colours.domain[di]}`}), d),
+        el("td", {text: Object.entries(sh).filter(([, v]) => v >= 0.01).map(([code, v]) => `${code} ${pct(v)}`).join(" · ")})));
+    }
+  }
+
   async function atlasPage() {
     $("title").textContent = boot.dataset;
     const url = boot.mode === "live" ? `${boot.base}api/atlas?dataset=${encodeURIComponent(boot.dataset)}` : boot.data;
@@ -377,7 +392,7 @@
     const p = atlas.points;
     n = p.x.length;
     P = {x: Float32Array.from(p.x), y: Float32Array.from(p.y), cluster: Int32Array.from(p.cluster), domain: Int32Array.from(p.domain),
-         source: Int32Array.from(p.source), tokens: p.tokens, text: p.text};
+         source: Int32Array.from(p.source), tokens: p.tokens, text: p.text, language: p.language || null};
     colours.cluster = atlas.clusters.map((c) => clusterColour(c.id, atlas.k));
     colours.domain = atlas.domains.map((d, i) => domainColour(i));
     buildGroups();
@@ -391,6 +406,7 @@
     qualityTable();
     mixture();
     tokenizer();
+    languageTable();
     wireMap();
     $("by-cluster").addEventListener("click", () => setMode("cluster"));
     $("by-domain").addEventListener("click", () => setMode("domain"));
