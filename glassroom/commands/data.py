@@ -245,14 +245,17 @@ What is in a built dataset: a sample of its documents embedded offline, clustere
 k-means into K topics, each labelled by its distinctive terms (class-based TF-IDF) with the
 documents nearest its centre as excerpts and its share of documents and tokens by domain and
 source, on a 2-D map. DIR/atlas/atlas.json also carries the build's funnel (stats.json), the mixture
-at a planned budget and the tokenizer; `glassroom serve` and `glassroom publish` show it as a page.
+at a planned budget, the tokenizer and each domain's languages (py3langid); `glassroom serve` and
+`glassroom publish` show it as a page.
 
-  --method fast    hashed word TF-IDF + truncated SVD: no model, fitted on the corpus
-  --method better  the same joined with wordllama static embeddings (a model inside its wheel)
+  --method better  (default) word statistics of the corpus (hashed TF-IDF + truncated SVD, a
+                   function-word profile, typographic features) joined with wordllama's static
+                   embeddings (a model inside its wheel, loaded offline)
+  --method fast    the word statistics alone: about twice as fast, clusters domains less well
 
 example:
   glassroom data atlas data/demo --k 40
-  glassroom data atlas data/demo --k 5 --sampling per-domain --method better --weights prose=0.4,code=0.6 --tokens 1B
+  glassroom data atlas data/demo --k 5 --sampling per-domain --method fast --weights prose=0.4,code=0.6 --tokens 1B
 """
 
 
