@@ -4,6 +4,7 @@ throughput in documents/s, on the demo corpus and on five-domain corpora the met
   python bench/atlas.py DATASET              # a built dataset (the demo's: tuned on this one)
   python bench/atlas.py --heldout            # the demo's sources and held-out corpora a, b, c, d at 2 KB and 8 KB documents
   python bench/atlas.py DATASET --heldout --methods fast
+  python bench/atlas.py DATASET --parts      # also wordllama's embed and np.add.at against what replaced them
 
 Targets (docs/data-atlas.md): purity >= 0.85 at k=5 for seeds 0, 1, 2 on the demo corpus and on the held-out
 corpora at 2 KB and 8 KB documents; >= 1,000 documents/s on 2 cores. Purity is scored twice: against
@@ -184,6 +185,42 @@ def run(label: str, texts: list[str], classes: np.ndarray, methods: list[str], d
               + f"   (min {min(scores):.3f} | {min(clean):.3f})", flush=True)
 
 
+def parts(texts: list[str], k: int = 40, repeats: int = 3) -> None:
+    """The two parts glassroom replaced, against their references in the same run: wordllama's own
+    `embed` against embed.wordllama_vectors (the sparse count matrix), and np.add.at against
+    cluster.cluster_sums for one k-means step's sums at k clusters. Best of `repeats`."""
+    from glassroom.data import cluster
+
+    embed.prepare("better")
+    model = embed.load_wordllama()
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    ours = embed.wordllama_vectors(texts, lambda n: None)
+    ref = model.embed(texts, norm=True)
+    t_ref, t_ours = best(lambda: model.embed(texts, norm=True)), best(lambda: embed.wordllama_vectors(texts, lambda n: None))
+    print(f"\nparts on {len(texts):,} documents (best of {repeats}):")
+    print(f"  wordllama vectors: wordllama.embed {len(texts) / t_ref:,.0f} docs/s, sparse counts x matrix {len(texts) / t_ours:,.0f} docs/s "
+          f"({t_ref / t_ours:.2f}x); largest difference {np.abs(ours - ref).max():.1e}")
+    x = embed.embed(texts, "better", seed=0)
+    labels = np.random.default_rng(0).integers(0, k, len(x))
+
+    def add_at():
+        sums = np.zeros((k, x.shape[1]), dtype=np.float32)
+        np.add.at(sums, labels, x)
+        return sums
+
+    t_ref, t_ours = best(add_at), best(lambda: cluster.cluster_sums(labels, x, k))
+    print(f"  cluster sums at k={k}, {x.shape[1]} dims: np.add.at {1e3 * t_ref:.1f} ms, sparse one-hot product {1e3 * t_ours:.1f} ms "
+          f"({t_ref / t_ours:.1f}x); largest difference {np.abs(add_at() - cluster.cluster_sums(labels, x, k)).max():.1e}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", nargs="?", help="a built dataset (e.g. the demo's)")
@@ -193,14 +230,19 @@ def main() -> int:
     ap.add_argument("--sizes", default="2048,8192", help="chunk_bytes of the held-out documents")
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--methods", default=",".join(embed.METHODS))
+    ap.add_argument("--parts", action="store_true", help="also time the replaced parts against their references (on the first corpus)")
     args = ap.parse_args()
     if not args.dataset and not args.heldout:
         ap.error("give a dataset, --heldout, or both")
+    timed_parts = not args.parts
     methods = args.methods.split(",")
     print(f"{os.cpu_count()} cores; target: purity >= 0.85 for every seed, >= 1,000 docs/s")
     if args.dataset:
         texts, classes, domains = dataset_documents(args.dataset, args.max_tokens)
         run(f"dataset {args.dataset}", texts, classes, methods, domains)
+        if not timed_parts:
+            parts(texts)
+            timed_parts = True
     if args.heldout:
         for name in args.corpora.split(","):
             for size in (int(s) for s in args.sizes.split(",")):
@@ -212,6 +254,9 @@ def main() -> int:
                                                       for s in corpus[d]) for d in domains)
                 run(f"{'demo sources' if name == 'demo' else 'held-out ' + name} at {size // 1024} KB (read in {time.perf_counter() - t:.0f} s; {sources})",
                     texts, classes, methods, domains)
+                if not timed_parts:
+                    parts(texts)
+                    timed_parts = True
     return 0
 
 

@@ -17,7 +17,7 @@ Two methods, chosen with `glassroom data atlas --method` (default DEFAULT_METHOD
           same subject in two languages' subword tokens) that a bag of this corpus's words lacks.
           Its vectors are the mean of the text's token embeddings, as wordllama's own `embed`
           computes them, but as one sparse (texts x vocabulary) count matrix times the embedding
-          matrix instead of padded batches of token rows: about 2.7x faster, equal within 1e-6.
+          matrix instead of padded batches of token rows: 1.7-2.4x faster (bench/atlas.py --parts), equal within 1e-6.
 
 docs/data-atlas.md has the measured purity and documents/s of both: `better` is the default since it
 clusters the domains of corpora it was not chosen on better, at over 1,000 documents/s on 2 cores.
