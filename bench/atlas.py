@@ -5,6 +5,7 @@ throughput in documents/s, on the demo corpus and on five-domain corpora the met
   python bench/atlas.py --heldout            # the demo's sources and held-out corpora a, b, c, d at 2 KB and 8 KB documents
   python bench/atlas.py DATASET --heldout --methods fast
   python bench/atlas.py DATASET --parts      # also wordllama's embed and np.add.at against what replaced them
+  python bench/atlas.py --random 12 --sizes 8192   # 12 corpora of sources drawn at random per domain
 
 Targets (docs/data-atlas.md): purity >= 0.85 at k=5 for seeds 0, 1, 2 on the demo corpus and on the held-out
 corpora at 2 KB and 8 KB documents; >= 1,000 documents/s on 2 cores. Purity is scored twice: against
@@ -124,12 +125,28 @@ def demo_sources() -> dict:
 
 
 def heldout_documents(name: str, chunk_bytes: int, domain_bytes: int = DOMAIN_BYTES) -> tuple[list[str], np.ndarray, list[str]]:
-    """(texts, domain index per text, domain names) of corpus `name` (a, b, or demo: the demo
+    """(texts, domain index per text, domain names) of corpus `name` (a, b, c, d, or demo: the demo
     recipe's own sources), documents cut at chunk_bytes."""
+    return corpus_documents(demo_sources() if name == "demo" else HELDOUT[name], chunk_bytes, domain_bytes)
+
+
+def random_corpus(rng: np.random.Generator) -> dict:
+    """A five-domain corpus of one to three sources per domain, drawn from every source the named
+    corpora use for that domain (the demo's and a-d's)."""
+    pools: dict[str, list] = {}
+    for corpus in [demo_sources(), *HELDOUT.values()]:
+        for domain, sources in corpus.items():
+            pool = pools.setdefault(domain, [])
+            pool += [spec for spec in sources if spec not in pool]
+    return {domain: [pool[i] for i in sorted(rng.choice(len(pool), min(len(pool), int(rng.integers(1, 4))), replace=False))]
+            for domain, pool in pools.items()}
+
+
+def corpus_documents(corpus: dict, chunk_bytes: int, domain_bytes: int = DOMAIN_BYTES) -> tuple[list[str], np.ndarray, list[str]]:
+    """(texts, domain index per text, domain names) of a corpus ({domain: [source spec, ...]})."""
     from glassroom.data.recipe import SourceConfig
     from glassroom.data.sources import iter_source
 
-    corpus = demo_sources() if name == "demo" else HELDOUT[name]
     texts, labels, domains = [], [], list(corpus)
     for d, (domain, sources) in enumerate(corpus.items()):
         share = domain_bytes // len(sources)
@@ -161,11 +178,12 @@ def dataset_documents(path: str, max_tokens: int) -> tuple[list[str], np.ndarray
     return document_texts(ds, smp, max_tokens), smp.domain, ds.domains
 
 
-def run(label: str, texts: list[str], classes: np.ndarray, methods: list[str], domains: list[str]) -> None:
+def run(label: str, texts: list[str], classes: np.ndarray, methods: list[str], domains: list[str]) -> dict[str, tuple[float, float]]:
     """Purity against the source labels, and on the language-checked documents: those left when the
     English pages of the multilingual domain are set aside and the rest clustered again."""
     k = int(classes.max()) + 1
     n = len(texts)
+    lowest = {}
     english = english_in_multilingual(texts, classes, domains)
     checked = [t for t, e in zip(texts, english) if not e]
     print(f"\n{label}: {n:,} documents, {k} domains ({', '.join(str(int(c)) for c in np.bincount(classes))} per domain), "
@@ -183,6 +201,8 @@ def run(label: str, texts: list[str], classes: np.ndarray, methods: list[str], d
         print(f"  {method:<8}{n / wall:>9,.0f}{n / cpu:>12,.0f}{vectors.shape[1]:>6}   "
               + "  ".join(f"{p:.3f}" for p in scores) + " | " + "  ".join(f"{p:.3f}" for p in clean)
               + f"   (min {min(scores):.3f} | {min(clean):.3f})", flush=True)
+        lowest[method] = (min(scores), min(clean))
+    return lowest
 
 
 def parts(texts: list[str], k: int = 40, repeats: int = 3) -> None:
@@ -230,10 +250,13 @@ def main() -> int:
     ap.add_argument("--sizes", default="2048,8192", help="chunk_bytes of the held-out documents")
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--methods", default=",".join(embed.METHODS))
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="also N corpora of 1-3 sources per domain drawn at random from all the named corpora's sources, at the first of --sizes")
+    ap.add_argument("--seed", type=int, default=0, help="seed of --random")
     ap.add_argument("--parts", action="store_true", help="also time the replaced parts against their references (on the first corpus)")
     args = ap.parse_args()
-    if not args.dataset and not args.heldout:
-        ap.error("give a dataset, --heldout, or both")
+    if not args.dataset and not args.heldout and not args.random:
+        ap.error("give a dataset, --heldout, --random N, or more than one")
     timed_parts = not args.parts
     methods = args.methods.split(",")
     print(f"{os.cpu_count()} cores; target: purity >= 0.85 for every seed, >= 1,000 docs/s")
@@ -257,6 +280,21 @@ def main() -> int:
                 if not timed_parts:
                     parts(texts)
                     timed_parts = True
+    if args.random:
+        rng, size, results = np.random.default_rng(args.seed), int(args.sizes.split(",")[0]), []
+        for i in range(args.random):
+            corpus = random_corpus(rng)
+            docs, classes, domains = corpus_documents(corpus, size)
+            texts = [embed.spread_text(x, args.max_tokens * CHARS_PER_TOKEN) for x in docs]
+            names = "; ".join(f"{d}: " + ", ".join(s.get("name") or s["kind"] + (f":{s.get('lang') or ','.join(s.get('names', []))}")
+                                                  for s in corpus[d]) for d in domains)
+            results.append(run(f"random corpus {i} at {size // 1024} KB ({names})", texts, classes, methods, domains))
+        print(f"\n{args.random} random corpora at {size // 1024} KB: lowest seed's purity, source labels | language-checked")
+        for method in methods:
+            src = np.array([r[method][0] for r in results])
+            chk = np.array([r[method][1] for r in results])
+            print(f"  {method:<8} min {src.min():.3f} median {np.median(src):.3f}, {(src >= 0.85).sum()} of {len(src)} at 0.85 or more | "
+                  f"min {chk.min():.3f} median {np.median(chk):.3f}, {(chk >= 0.85).sum()} of {len(chk)} at 0.85 or more")
     return 0
 
 

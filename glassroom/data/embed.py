@@ -210,7 +210,7 @@ def prepare(method: str) -> None:
 
 def token_counts(tokenizer, texts: list[str], vocab: int):
     """(texts x vocab) CSR matrix of token counts, and each text's number of tokens."""
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # lazy: scipy loads only when this runs
 
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
     lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
