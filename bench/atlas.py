@@ -142,6 +142,18 @@ def random_corpus(rng: np.random.Generator) -> dict:
             for domain, pool in pools.items()}
 
 
+def describe_corpus(corpus: dict) -> str:
+    """'prose: bible, austen; reference: dictd:gcide; ...' (man pages by language or sections, skips in MB)."""
+    def name(spec: dict) -> str:
+        label = spec.get("name") or spec["kind"]
+        if spec["kind"] == "dictd":
+            label += ":" + ",".join(spec["names"])
+        elif spec["kind"] == "man":
+            label += ":" + (spec.get("lang") or spec.get("sections") or "en")
+        return label + (f" after {spec['skip'] / 1e6:g} MB" if spec.get("skip") else "")
+    return "; ".join(f"{domain}: " + ", ".join(name(s) for s in sources) for domain, sources in corpus.items())
+
+
 def corpus_documents(corpus: dict, chunk_bytes: int, domain_bytes: int = DOMAIN_BYTES) -> tuple[list[str], np.ndarray, list[str]]:
     """(texts, domain index per text, domain names) of a corpus ({domain: [source spec, ...]})."""
     from glassroom.data.recipe import SourceConfig
@@ -273,8 +285,7 @@ def main() -> int:
                 docs, classes, domains = heldout_documents(name, size)
                 texts = [embed.spread_text(x, args.max_tokens * CHARS_PER_TOKEN) for x in docs]
                 corpus = demo_sources() if name == "demo" else HELDOUT[name]
-                sources = "; ".join(f"{d}: " + ", ".join(s.get("name") or s["kind"] + (f":{','.join(s['names'])}" if "names" in s else "")
-                                                      for s in corpus[d]) for d in domains)
+                sources = describe_corpus(corpus)
                 run(f"{'demo sources' if name == 'demo' else 'held-out ' + name} at {size // 1024} KB (read in {time.perf_counter() - t:.0f} s; {sources})",
                     texts, classes, methods, domains)
                 if not timed_parts:
@@ -286,9 +297,7 @@ def main() -> int:
             corpus = random_corpus(rng)
             docs, classes, domains = corpus_documents(corpus, size)
             texts = [embed.spread_text(x, args.max_tokens * CHARS_PER_TOKEN) for x in docs]
-            names = "; ".join(f"{d}: " + ", ".join(s.get("name") or s["kind"] + (f":{s.get('lang') or ','.join(s.get('names', []))}")
-                                                  for s in corpus[d]) for d in domains)
-            results.append(run(f"random corpus {i} at {size // 1024} KB ({names})", texts, classes, methods, domains))
+            results.append(run(f"random corpus {i} at {size // 1024} KB ({describe_corpus(corpus)})", texts, classes, methods, domains))
         print(f"\n{args.random} random corpora at {size // 1024} KB: lowest seed's purity, source labels | language-checked")
         for method in methods:
             src = np.array([r[method][0] for r in results])
