@@ -89,3 +89,10 @@ def run_train_here(out: Path, dataset: Path, *sets: str, resume: bool = False, e
     from cli_helpers import glassroom_in_process
 
     return glassroom_in_process(*train_cmd(out, dataset, *sets, resume=resume, config=config)[3:], env=env)
+
+
+def trained_here(out: Path, dataset: Path, *sets: str) -> Path:
+    """`out`, a run trained to the end by run_train_here (asserting it exited 0)."""
+    result = run_train_here(out, dataset, *sets)
+    assert result.returncode == 0, result.stderr
+    return out

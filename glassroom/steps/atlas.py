@@ -32,7 +32,7 @@ def atlas_step(name: str, data: Step, *, k: int = 40, sample: int = 20_000, samp
                cpus: float = 2, deps: tuple = ()) -> Step:
     """A step that computes the atlas of `data`'s dataset (`<output of data>/<subpath>`) at k clusters."""
     from glassroom.data.atlas import SAMPLINGS  # lazy: numpy loads only when this runs
-    from glassroom.data.embed import DEFAULT_METHOD, METHODS
+    from glassroom.data.embed import DEFAULT_METHOD, METHODS  # lazy: numpy loads only when this runs
 
     if not isinstance(data, Step):
         raise ValueError(f"{name}: data must be a data step (data_build_step), got {type(data).__name__}")

@@ -16,7 +16,7 @@ import yaml
 
 from glassroom.observe.store import StoreReader
 from cli_helpers import glassroom_in_process
-from train_helpers import ROOT, TINY, losses, run_train_here
+from train_helpers import ROOT, TINY, losses, run_train_here, trained_here
 import sqlite3
 
 import torch
@@ -62,10 +62,7 @@ def tokens_per_expert(run_dir: Path, step: int) -> dict[str, list[float]]:
 
 @pytest.fixture(scope="module")
 def one_process(tiny_dataset, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ep") / "one"
-    result = run_train_here(out, tiny_dataset, *SETS)
-    assert result.returncode == 0, result.stderr
-    return out
+    return trained_here(tmp_path_factory.mktemp("ep") / "one", tiny_dataset, *SETS)
 
 
 BF16 = ("model.moe.n_experts=8", "train.steps=3", "train.precision=bf16", "train.checkpoint_every=100")

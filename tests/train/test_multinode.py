@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from glassroom.observe.store import StoreReader
-from train_helpers import ROOT, TINY, assert_same_store, losses, run_train_here, train_cmd
+from train_helpers import ROOT, TINY, assert_same_store, losses, run_train_here, train_cmd, trained_here
 
 pytestmark = pytest.mark.dist
 
@@ -60,10 +60,7 @@ def restarted_events(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def one_process(tiny_dataset, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("one") / "run"
-    result = run_train_here(out, tiny_dataset, *SETS)
-    assert result.returncode == 0, result.stderr
-    return out
+    return trained_here(tmp_path_factory.mktemp("one") / "run", tiny_dataset, *SETS)
 
 
 @pytest.fixture(scope="module")
