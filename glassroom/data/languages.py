@@ -13,17 +13,19 @@ import numpy as np
 IDENTIFIER = "py3langid"
 TOP = 5          # languages named per domain; the rest are summed as OTHER
 OTHER = "other"
+UNDETERMINED = "und"   # ISO 639-2's code for no language: a text without a letter (py3langid would say "en")
 BATCH = 1_000
 
 
 def identify(texts: list[str], tick: Callable[[int], None] = lambda n: None) -> list[str]:
-    """ISO 639-1 code of each text's language (py3langid's most likely of its 97)."""
+    """ISO 639-1 code of each text's language (py3langid's most likely of its 97), or UNDETERMINED for
+    a text with no letter at all (empty, digits, punctuation, emoji)."""
     import py3langid  # lazy: its model loads on first use, and only the atlas needs it
 
     out: list[str] = []
     for start in range(0, len(texts), BATCH):
         batch = texts[start: start + BATCH]
-        out += [str(py3langid.classify(t)[0]) for t in batch]
+        out += [str(py3langid.classify(t)[0]) if any(c.isalpha() for c in t) else UNDETERMINED for t in batch]
         tick(len(batch))
     return out
 

@@ -39,6 +39,11 @@ def test_identify_reports_progress_and_keeps_order():
     assert sum(ticks) == 5
 
 
+@pytest.mark.parametrize("text", ["", "   \n\t", "\x00\x00", "🙂" * 50, "1234 5678 = 42;", "--- *** ---"])
+def test_text_without_a_letter_has_no_language(text):
+    assert languages.identify([text, "Ceci est une phrase en français."]) == [languages.UNDETERMINED, "fr"]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_shares_by_group_sum_to_one_largest_first(seed):
     rng = np.random.default_rng(seed)
